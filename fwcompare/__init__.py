@@ -1,0 +1,52 @@
+"""fwcompare: trustworthy PyTorch / TensorFlow / JAX comparisons of Transformer models."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+
+@dataclass
+class StudyResults:
+    """What a study run leaves behind: one row per cell, raw samples, manifest."""
+
+    results: "object"   # pandas.DataFrame, one row per (cell, round)
+    samples: "object"   # pandas.DataFrame, raw samples
+    manifest: dict
+    output_dir: Path
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.output_dir / "figures"
+
+
+def study_dir(study: str, profile: str, output_dir: str | Path | None = None) -> Path:
+    from .paths import OUTPUTS
+
+    return Path(output_dir) if output_dir else OUTPUTS / profile / study
+
+
+def load_results(output_dir: str | Path) -> StudyResults:
+    from .results import ResultStore
+
+    output_dir = Path(output_dir)
+    store = ResultStore(output_dir / "results")
+    env_file = store.dir / "env.json"
+    manifest = json.loads(env_file.read_text()) if env_file.exists() else {}
+    return StudyResults(store.load(), store.load_samples(), manifest, output_dir)
+
+
+def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
+              output_dir: str | Path | None = None, progress: bool = True) -> StudyResults:
+    """Validate params, run (or resume) every cell of ``study``, return its results."""
+    from .params import validate
+    from .runner import Runner
+    from .studies import STUDIES
+
+    params = validate(study, params or {}, source=f"{study} params")
+    out = study_dir(study, profile, output_dir)
+    Runner(params, out / "results", profile=profile, progress=progress).run(
+        STUDIES[study].cells(params))
+    return load_results(out)

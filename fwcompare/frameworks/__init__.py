@@ -1,0 +1,44 @@
+"""One backend per framework, answering the same calls.
+
+Each module (torch.py, tensorflow.py, jax.py) provides:
+
+- ``configure(threads, device)``: thread counts and device, before any work;
+- ``load(weights_dir, device)``: the base model with the shared weights;
+- ``n_params(model)``: parameter count;
+- ``make_forward(model, mode, device)``: a callable ``fn(inputs) -> output``
+  for an inference mode (raises Unsupported for a mode it cannot run);
+- ``make_inputs(ids, device)``: framework tensor of int token ids;
+- ``sync(out)``: wait until ``out`` is computed;
+- ``to_numpy(out)``: the last hidden state as float64 NumPy;
+- ``reset_peak_memory(device)`` / ``peak_memory_bytes(device)``: the
+  framework's own device peak counter (None on the CPU: use peak RSS);
+- ``is_oom(exc)``: whether an exception means out of memory;
+- ``runtime_info(device)``: versions, threads, device name, TF32 flags.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..spec import FRAMEWORKS
+
+
+class Unsupported(RuntimeError):
+    """This framework/mode/model/device combination cannot run; not a failure."""
+
+
+_OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted",
+                "can't allocate memory", "oom when allocating")
+
+
+def looks_like_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(m in text for m in _OOM_MARKERS)
+
+
+def get_backend(framework: str) -> ModuleType:
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    return importlib.import_module(f"{__name__}.{framework}")

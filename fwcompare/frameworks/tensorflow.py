@@ -1,0 +1,103 @@
+"""TensorFlow backend (transformers' TF classes through tf-keras)."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import transformers  # noqa: E402
+
+from . import Unsupported, looks_like_oom  # noqa: E402
+
+
+def _device_name(device: str) -> str:
+    if device == "gpu":
+        if not tf.config.list_physical_devices("GPU"):
+            raise Unsupported("device gpu requested but TensorFlow sees no GPU")
+        return "/GPU:0"
+    return "/CPU:0"
+
+
+def configure(threads: int, device: str) -> None:
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if device == "cpu":
+        tf.config.set_visible_devices([], "GPU")
+    else:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            tf.config.experimental.set_memory_growth(gpu, True)
+    transformers.TFAutoModel  # resolve the lazy import now, before the memory baseline
+
+
+def load(weights_dir, device: str):
+    config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
+    if type(config) not in transformers.TF_MODEL_MAPPING:
+        raise Unsupported(f"transformers has no TensorFlow class for {config.model_type}")
+    with tf.device(_device_name(device)):
+        return transformers.TFAutoModel.from_pretrained(weights_dir, from_pt=True,
+                                                        local_files_only=True)
+
+
+def n_params(model) -> int:
+    return int(sum(np.prod(w.shape) for w in model.weights))
+
+
+def make_forward(model, mode: str, device: str):
+    dev = _device_name(device)
+
+    def eager(ids):
+        with tf.device(dev):
+            return model(input_ids=ids, training=False).last_hidden_state
+    if mode == "eager":
+        return eager
+    if mode == "graph":
+        return tf.function(eager)
+    raise Unsupported(f"tensorflow mode {mode!r} is not implemented")
+
+
+def make_inputs(ids: np.ndarray, device: str):
+    with tf.device(_device_name(device)):
+        return tf.constant(ids, dtype=tf.int32)
+
+
+def sync(out) -> None:
+    # CPU eager and tf.function calls return when their outputs are computed;
+    # GPU kernels are asynchronous, so wait for the devices there.
+    if out is not None and "GPU" in out.device:
+        tf.test.experimental.sync_devices()
+
+
+def to_numpy(out) -> np.ndarray:
+    return out.numpy().astype(np.float64)
+
+
+def reset_peak_memory(device: str) -> None:
+    if device == "gpu":
+        tf.config.experimental.reset_memory_stats("GPU:0")
+
+
+def peak_memory_bytes(device: str) -> int | None:
+    # On the CPU get_memory_info reports zeros: the caller uses peak RSS.
+    if device == "gpu":
+        return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    return None
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, tf.errors.ResourceExhaustedError) or looks_like_oom(exc)
+
+
+def runtime_info(device: str) -> dict:
+    info = {"framework_version": tf.__version__,
+            "framework_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "device_name": "cpu"}
+    if device == "gpu":
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            info["device_name"] = tf.config.experimental.get_device_details(gpus[0]).get(
+                "device_name", "gpu")
+        info["tf32_matmul"] = bool(tf.config.experimental.tensor_float_32_execution_enabled())
+    return info

@@ -1,0 +1,78 @@
+"""Peak memory of a region, measured in a pass separate from timing.
+
+GPU: each framework's own peak counter (allocator bytes), never device-wide
+NVML "used" memory, which mixes allocators and other processes.
+CPU: peak resident set size (RSS) of the process over a baseline taken before
+the model was loaded. On Linux the kernel keeps the RSS high-water mark
+(VmHWM) and resets it when "5" is written to /proc/self/clear_refs, which is
+exact and costs nothing while the region runs; where that reset is not
+allowed, a thread samples RSS every millisecond instead (``mem_method`` says
+which was used).
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def current_rss_bytes() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def _hwm_bytes() -> int | None:
+    try:
+        m = re.search(r"VmHWM:\s+(\d+) kB", _STATUS.read_text())
+    except OSError:
+        return None
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _reset_hwm() -> bool:
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    hwm = _hwm_bytes()
+    return hwm is not None and hwm <= current_rss_bytes() * 1.05 + (1 << 20)
+
+
+class PeakRSS:
+    """Context manager: ``peak_bytes`` is the highest RSS seen inside it."""
+
+    def __init__(self, interval_s: float = 1e-3):
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self.method = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        proc = psutil.Process()
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, proc.memory_info().rss)
+            time.sleep(self.interval_s)
+
+    def __enter__(self) -> "PeakRSS":
+        self.peak_bytes = current_rss_bytes()
+        if _reset_hwm():
+            self.method = "cpu_rss_hwm"
+        else:
+            self.method = "cpu_rss_sampled"
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        else:
+            self.peak_bytes = max(self.peak_bytes, _hwm_bytes() or 0)
+        self.peak_bytes = max(self.peak_bytes, current_rss_bytes())

@@ -1,0 +1,147 @@
+"""The model zoo and identical weights across frameworks.
+
+A zoo name maps to a transformers config (no hub access). The PyTorch model is
+initialised once from a fixed seed and saved as safetensors in a cache keyed by
+the config and seed; TensorFlow and Flax load that file with ``from_pt=True``,
+so every framework computes the same function. A model given as a local
+directory (``model: /path/to/checkpoint``) is loaded from there, offline,
+safetensors only, never with remote code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .paths import CACHE
+
+# name -> (config class name, kwargs). Sizes follow the public checkpoints.
+ZOO: dict[str, tuple[str, dict]] = {
+    "bert-base-cased": ("BertConfig", dict(vocab_size=28996)),
+    "roberta-base": ("RobertaConfig", dict(
+        vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
+        layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2)),
+    "distilbert-base-uncased": ("DistilBertConfig", dict(vocab_size=30522)),
+    "gpt2": ("GPT2Config", dict()),
+    "distilgpt2": ("GPT2Config", dict(n_layer=6)),
+    "xlnet-base-cased": ("XLNetConfig", dict(
+        vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072)),
+    "xlm-mlm-en-2048": ("XLMConfig", dict(
+        vocab_size=30145, emb_dim=2048, n_layers=12, n_heads=16)),
+    # Smoke-sized: 2 layers, hidden 64.
+    "tiny-bert": ("BertConfig", dict(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=256)),
+    "tiny-gpt2": ("GPT2Config", dict(
+        vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=256)),
+}
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+class ModelError(ValueError):
+    """A model name or path that cannot be used."""
+
+
+def is_path(model: str) -> bool:
+    return os.sep in model or model.startswith((".", "~"))
+
+
+def check_model(model: str) -> None:
+    """Raise ModelError with a clear message if ``model`` cannot be built."""
+    if model in ZOO:
+        return
+    if is_path(model):
+        p = Path(model).expanduser()
+        if not (p / "config.json").is_file():
+            raise ModelError(f"model path {model!r} has no config.json")
+        if not (p / WEIGHTS_FILE).is_file():
+            raise ModelError(f"model path {model!r} has no {WEIGHTS_FILE} (safetensors only)")
+        return
+    raise ModelError(f"unknown model {model!r}; known: {', '.join(ZOO)} "
+                     f"or a local checkpoint directory")
+
+
+def config_for(model: str):
+    """The transformers config of a zoo name or local checkpoint."""
+    import transformers
+
+    check_model(model)
+    if model in ZOO:
+        cls_name, kwargs = ZOO[model]
+        return getattr(transformers, cls_name)(**kwargs)
+    return transformers.AutoConfig.from_pretrained(Path(model).expanduser(),
+                                                   local_files_only=True)
+
+
+def max_positions(config) -> int | None:
+    for key in ("max_position_embeddings", "n_positions"):
+        v = getattr(config, key, None)
+        if isinstance(v, int) and v > 0:
+            # RoBERTa reserves padding_idx + 1 positions.
+            return v - 2 if config.model_type == "roberta" else v
+    return None  # relative positions (XLNet): no fixed limit
+
+
+def model_key(model: str, seed: int) -> str:
+    """Short stable key naming the weights of (model, seed)."""
+    if model in ZOO:
+        blob = config_for(model).to_json_string(use_diff=False) + f"seed={seed}"
+        digest = hashlib.sha1(blob.encode()).hexdigest()[:10]
+        return f"{model}-{digest}"
+    p = Path(model).expanduser().resolve()
+    digest = hashlib.sha1(str(p).encode()).hexdigest()[:10]
+    return f"{p.name}-{digest}"
+
+
+def weights_dir(model: str, seed: int = 0, cache: Path | None = None) -> Path:
+    """Directory holding config.json + model.safetensors for ``model``.
+
+    Zoo models are initialised in PyTorch from ``seed`` on first use and cached;
+    the write is atomic, so concurrent or interrupted runs never see half a file.
+    """
+    check_model(model)
+    if model not in ZOO:
+        return Path(model).expanduser().resolve()
+    target = (cache or CACHE) / "weights" / model_key(model, seed)
+    if (target / WEIGHTS_FILE).is_file():
+        return target
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    net = transformers.AutoModel.from_config(config_for(model))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        net.save_pretrained(tmp, safe_serialization=True)
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / WEIGHTS_FILE).is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def param_counts(config, n_params: int, n_embedding: int) -> dict:
+    return {"n_params": int(n_params), "n_embedding_params": int(n_embedding),
+            "n_layers": int(getattr(config, "num_hidden_layers", 0) or 0),
+            "hidden_size": int(getattr(config, "hidden_size", 0) or 0)}
+
+
+def forward_flops(info: dict, batch_size: int, seq_len: int) -> float:
+    """Forward FLOPs of one call: 2*N_non-embedding per token plus attention
+    scores and values, 2*n_layers*seq*d_model per token (Kaplan et al. 2020)."""
+    tokens = batch_size * seq_len
+    n = info["n_params"] - info["n_embedding_params"]
+    return float(tokens * (2 * n + 2 * info["n_layers"] * seq_len * info["hidden_size"]))
+
+
+def save_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)

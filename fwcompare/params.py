@@ -1,0 +1,195 @@
+"""Params of a study: schema, defaults and validation.
+
+Papermill only warns on an unknown parameter, so every params file and every
+run is checked here first: unknown keys (with the closest known key), wrong
+types, unknown models, frameworks and modes, and non-positive sizes all fail
+with a message naming the key, before anything is measured.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import models
+from .spec import DEVICES, DTYPES, FRAMEWORKS, MODES
+
+# Set by `fwcompare report` for each notebook; not part of a params file.
+RUNTIME_KEYS = {"profile": "quick", "output_dir": ""}
+
+
+class ParamsError(ValueError):
+    """One or more bad params; the message lists each, naming its key."""
+
+
+@dataclass(frozen=True)
+class Param:
+    type: str  # int, float, str, bool, list[int], list[str], dict[str, list[str]]
+    default: Any
+    help: str
+    check: Callable[[Any], str | None] | None = None  # returns a problem or None
+
+
+def _positive(v):
+    vals = v if isinstance(v, list) else [v]
+    bad = [x for x in vals if not x > 0]
+    return f"must be positive, got {bad[0]!r}" if bad else None
+
+
+def _non_negative(v):
+    return None if v >= 0 else f"must be >= 0, got {v!r}"
+
+
+def _non_empty(v):
+    return "must not be empty" if len(v) == 0 else None
+
+
+def _one_of(allowed):
+    def check(v):
+        vals = v if isinstance(v, list) else [v]
+        bad = [x for x in vals if x not in allowed]
+        return (f"unknown value {bad[0]!r}; allowed: {', '.join(map(str, allowed))}"
+                if bad else None)
+    return check
+
+
+def _all(*checks):
+    def check(v):
+        for c in checks:
+            problem = c(v)
+            if problem:
+                return problem
+        return None
+    return check
+
+
+def _models(v):
+    for m in v:
+        try:
+            models.check_model(m)
+        except models.ModelError as exc:
+            return str(exc)
+    return _non_empty(v)
+
+
+def _modes(v):
+    for fw, modes in v.items():
+        if fw not in FRAMEWORKS:
+            return f"unknown framework {fw!r}; known: {', '.join(FRAMEWORKS)}"
+        for mode in modes:
+            if mode not in MODES[fw]:
+                return f"unknown mode {mode!r} for {fw}; allowed: {', '.join(MODES[fw])}"
+    return None
+
+
+TIMING = {
+    "warmup_iters": Param("int", 2, "warm-up calls before sampling (at least)", _non_negative),
+    "warmup_s": Param("float", 0.3, "warm-up seconds before sampling (at least)", _non_negative),
+    "min_iters": Param("int", 7, "samples per cell (at least)", _positive),
+    "min_time_s": Param("float", 1.0, "sampling seconds per cell (at least)", _positive),
+    "max_time_s": Param("float", 8.0, "sampling seconds per cell (at most; then converged=False)", _positive),
+    "target_rel_ci": Param("float", 0.02, "stop once the 95% CI half-width of the median is within this share of it", _positive),
+}
+
+INFERENCE_SWEEP = {
+    "models": Param("list[str]", ["bert-base-cased", "gpt2", "distilbert-base-uncased"],
+                    "zoo names or local checkpoint directories", _models),
+    "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
+                        _all(_non_empty, _one_of(FRAMEWORKS))),
+    "modes": Param("dict[str, list[str]]",
+                   {"torch": ["eager"], "tensorflow": ["eager", "graph"], "jax": ["jit"]},
+                   "modes per framework", _modes),
+    "batch_sizes": Param("list[int]", [1, 2], "batch sizes", _all(_non_empty, _positive)),
+    "seq_lens": Param("list[int]", [32, 128], "sequence lengths in tokens", _all(_non_empty, _positive)),
+    "device": Param("str", "cpu", "cpu or gpu", _one_of(DEVICES)),
+    "dtype": Param("str", "float32", "compute dtype", _one_of(DTYPES)),
+    "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", _non_negative),
+    "rounds": Param("int", 1, "run the groups this many times, alternating order", _positive),
+    "seed": Param("int", 0, "seed of weights and token ids", _non_negative),
+    "equiv_tol": Param("float", 1e-4, "max abs error against the PyTorch reference before a cell is flagged not_equivalent", _positive),
+    "group_timeout_s": Param("float", 1800.0, "seconds a (framework, model) group may run before it is stopped", _positive),
+    **TIMING,
+}
+
+SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP}
+
+
+def _type_ok(value, type_: str) -> bool:
+    if type_ == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ == "str":
+        return isinstance(value, str)
+    if type_ == "bool":
+        return isinstance(value, bool)
+    if type_.startswith("list[") and type_.endswith("]"):
+        return isinstance(value, list) and all(_type_ok(v, type_[5:-1]) for v in value)
+    if type_ == "dict[str, list[str]]":
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _type_ok(v, "list[str]") for k, v in value.items())
+    raise ValueError(f"unknown param type {type_}")
+
+
+def schema(study: str) -> dict[str, Param]:
+    if study not in SCHEMAS:
+        raise ParamsError(f"unknown study {study!r}; known: {', '.join(SCHEMAS)}")
+    return SCHEMAS[study]
+
+
+def defaults(study: str) -> dict:
+    return {k: p.default for k, p in schema(study).items()}
+
+
+def validate(study: str, params: dict, source: str = "params") -> dict:
+    """Return the params with defaults filled in, or raise ParamsError."""
+    sch = schema(study)
+    if not isinstance(params, dict):
+        raise ParamsError(f"{source}: expected a mapping of keys to values, got {type(params).__name__}")
+    problems = []
+    for key in params:
+        if key not in sch:
+            close = difflib.get_close_matches(str(key), list(sch), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown key {key!r}{hint}; allowed keys: {', '.join(sch)}")
+    full = {**defaults(study), **{k: v for k, v in params.items() if k in sch}}
+    for key, value in full.items():
+        p = sch[key]
+        if p.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            full[key] = value = float(value)
+        if not _type_ok(value, p.type):
+            problems.append(f"key {key!r}: expected {p.type}, got {type(value).__name__} {value!r}")
+            continue
+        problem = p.check(value) if p.check else None
+        if problem:
+            problems.append(f"key {key!r}: {problem}")
+    if not problems and "modes" in full:
+        missing = [fw for fw in full["frameworks"] if not full["modes"].get(fw)]
+        if missing:
+            problems.append(f"key 'modes': no modes given for framework(s) {', '.join(missing)}")
+        if full["min_time_s"] > full["max_time_s"]:
+            problems.append("key 'max_time_s': must be >= min_time_s")
+    if problems:
+        if len(problems) == 1:
+            raise ParamsError(f"{source}: {problems[0]}")
+        raise ParamsError(f"{source}: {len(problems)} problems\n  " + "\n  ".join(problems))
+    return full
+
+
+def load_file(path: Path | str, study: str | None = None) -> dict:
+    """Read and validate a params file; the study defaults to its folder name."""
+    path = Path(path)
+    study = study or path.parent.name
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    return validate(study, data, source=str(path))
+
+
+def collect(study: str, namespace: dict) -> dict:
+    """The study's params from a notebook's globals (after papermill injection)."""
+    return {k: namespace[k] for k in schema(study) if k in namespace}

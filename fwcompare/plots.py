@@ -1,0 +1,179 @@
+"""The standard figures. Every comparison figure shows its uncertainty, names
+its hardware and versions in a footer, and draws failed cells as marked cells
+instead of dropping them."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from .env import hardware_line  # noqa: E402
+
+FAILED = ("oom", "unsupported", "error", "timeout")
+STATUS_MARK = {"oom": "OOM", "unsupported": "n/s", "error": "ERR", "timeout": "T/O",
+               "not_equivalent": "≠", "baseline oom": "base OOM",
+               "baseline error": "base ERR", "baseline unsupported": "base n/s",
+               "baseline timeout": "base T/O", "no baseline": "no base"}
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def palette(variants) -> dict:
+    variants = sorted(set(variants))
+    return dict(zip(variants, sns.color_palette("colorblind", len(variants))))
+
+
+def _footer(fig, manifest: dict, note: str = "") -> None:
+    text = hardware_line(manifest) if manifest else ""
+    fig.text(0.005, 0.003, (note + "\n" if note else "") + text, fontsize=7,
+             color="0.35", ha="left", va="bottom")
+
+
+def metric_vs_seq(summary: pd.DataFrame, manifest: dict, y: str, ylabel: str,
+                  low: str | None = None, high: str | None = None, scale: float = 1.0,
+                  title: str = "", logy: bool = True):
+    """One panel per (model, batch size): ``y`` against sequence length per
+    variant, with a CI band from ``low``/``high``; failed cells marked by an x
+    on the axis with their status."""
+    models = sorted(summary["model"].unique())
+    batches = sorted(summary["batch_size"].unique())
+    colors = palette(summary["variant"])
+    fig, axes = plt.subplots(len(models), len(batches), squeeze=False, sharex=True,
+                             figsize=(3.6 * len(batches) + 1.8, 2.9 * len(models) + 0.9))
+    for i, model in enumerate(models):
+        for j, b in enumerate(batches):
+            ax = axes[i, j]
+            cell = summary[(summary["model"] == model) & (summary["batch_size"] == b)]
+            for var, g in cell.groupby("variant"):
+                g = g.sort_values("seq_len")
+                good = g[g["status"].isin(["ok", "not_equivalent"])]
+                ax.plot(good["seq_len"], good[y] * scale, marker="o", ms=4, color=colors[var],
+                        label=var)
+                if low and high:
+                    ax.fill_between(good["seq_len"], good[low] * scale, good[high] * scale,
+                                    color=colors[var], alpha=0.25, lw=0)
+                neq = good[good["status"] == "not_equivalent"]
+                ax.scatter(neq["seq_len"], neq[y] * scale, s=90, facecolors="none",
+                           edgecolors="red", lw=1.5, zorder=5)
+                for _, r in g[g["status"].isin(FAILED)].iterrows():
+                    ax.plot([r["seq_len"]], [0.02], marker="x", ms=9, mew=2, color=colors[var],
+                            transform=ax.get_xaxis_transform(), clip_on=False)
+                    ax.annotate(STATUS_MARK[r["status"]], (r["seq_len"], 0.06),
+                                xycoords=("data", "axes fraction"), ha="center",
+                                fontsize=7, color=colors[var])
+            ax.set_xscale("log", base=2)
+            if logy:
+                ax.set_yscale("log")
+            ax.set_title(f"{model}, batch {b}", fontsize=10)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if i == len(models) - 1:
+                ax.set_xlabel("sequence length (tokens)")
+            seqs = sorted(summary["seq_len"].unique())
+            ax.set_xticks(seqs, [str(s) for s in seqs])
+    handles = [plt.Line2D([], [], color=c, marker="o", label=v) for v, c in colors.items()]
+    handles.append(plt.Line2D([], [], color="0.3", marker="x", ls="", mew=2,
+                              label="failed cell (OOM / n/s / ERR / T/O)"))
+    handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", mec="red",
+                              label="not equivalent"))
+    fig.legend(handles=handles, loc="upper right", fontsize=8, frameon=True)
+    fig.suptitle(title, x=0.02, ha="left")
+    _footer(fig, manifest, "bands: 95% CI of the median (distribution-free)" if low else "")
+    fig.tight_layout(rect=(0, 0.05, 0.84, 0.96))
+    return fig
+
+
+def latency_vs_seq(summary, manifest):
+    return metric_vs_seq(summary, manifest, "median_s", "median latency (ms)", "ci_low_s",
+                         "ci_high_s", scale=1e3, title="Latency per forward call")
+
+
+def throughput(summary, manifest):
+    return metric_vs_seq(summary, manifest, "tokens_per_s", "tokens / s", "tokens_per_s_low",
+                         "tokens_per_s_high", title="Throughput (higher is better)")
+
+
+def peak_memory(summary, manifest):
+    method = ""
+    if "mem_method" in summary and len(summary):
+        method = ", ".join(sorted(set(summary["mem_method"].dropna()) - {""}))
+    return metric_vs_seq(summary, manifest, "peak_mem_bytes", "peak memory (MiB)",
+                         scale=1 / 2**20, logy=False,
+                         title=f"Peak memory per call ({method or 'n/a'})")
+
+
+def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
+    """Per model and variant: time / baseline time over batch x sequence,
+    each cell with its 95% bootstrap CI; failed cells grey with their status."""
+    if ratios.empty:
+        fig = plt.figure(figsize=(4, 1))
+        fig.text(0.5, 0.5, "no variant besides the baseline", ha="center")
+        return fig
+    models = sorted(ratios["model"].unique())
+    variants = sorted(ratios["variant"].unique())
+    batches = sorted(ratios["batch_size"].unique())
+    seqs = sorted(ratios["seq_len"].unique())
+    span = 2.0  # colours saturate at 4x either way; the numbers carry the rest
+    norm = matplotlib.colors.Normalize(-span, span, clip=True)
+    cmap = plt.get_cmap("RdBu_r")
+    fig, axes = plt.subplots(len(models), len(variants), squeeze=False,
+                             figsize=(1.3 * len(seqs) * len(variants) + 2.4,
+                                      0.85 * len(batches) * len(models) + 1.4 * len(models) + 0.6),
+                             layout="constrained")
+    fig.get_layout_engine().set(rect=(0, 0.06, 1, 0.94))
+    for i, model in enumerate(models):
+        for j, var in enumerate(variants):
+            ax = axes[i, j]
+            g = ratios[(ratios["model"] == model) & (ratios["variant"] == var)]
+            ax.set_xlim(0, len(seqs))
+            ax.set_ylim(len(batches), 0)
+            for _, r in g.iterrows():
+                x, yy = seqs.index(r["seq_len"]), batches.index(r["batch_size"])
+                ok = math.isfinite(r["time_ratio"])
+                level = norm(np.log2(r["time_ratio"])) if ok else 0.5
+                color = cmap(level) if ok else (0.85, 0.85, 0.85)
+                ax.add_patch(plt.Rectangle((x, yy), 1, 1, facecolor=color,
+                                           hatch=None if ok else "//", edgecolor="white"))
+                if ok:
+                    txt = f"{r['time_ratio']:.2f}"
+                    if math.isfinite(r["ci_low"]):
+                        txt += f"\n[{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+                    if r["status"] == "not_equivalent":
+                        txt += "\n≠ equiv"
+                else:
+                    txt = STATUS_MARK.get(r["status"], r["status"])
+                dark = abs(level - 0.5) > 0.3
+                ax.text(x + 0.5, yy + 0.5, txt, ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+            ax.set_xticks(np.arange(len(seqs)) + 0.5, [str(s) for s in seqs])
+            ax.set_yticks(np.arange(len(batches)) + 0.5, [str(b) for b in batches])
+            ax.grid(False)
+            ax.set_title(f"{model}\n{var} / {ratios['baseline'].iloc[0]}", fontsize=8)
+            if i == len(models) - 1:
+                ax.set_xlabel("sequence length")
+            if j == 0:
+                ax.set_ylabel("batch size")
+    sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+    cbar = fig.colorbar(sm, ax=axes, shrink=0.8, pad=0.02)
+    ticks = np.arange(-span, span + 1)
+    cbar.set_ticks(ticks, labels=[f"{2**t:g}" for t in ticks])
+    cbar.set_label("time ratio (below 1: faster than baseline)")
+    fig.suptitle("Time ratio against the baseline, per cell (95% bootstrap CI)",
+                 x=0.02, ha="left")
+    _footer(fig, manifest, "grey hatched: the cell failed (status shown)")
+    return fig
+
+
+def save_figure(fig, directory: Path | str, name: str) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path

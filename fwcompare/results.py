@@ -1,0 +1,148 @@
+"""The tidy results store: one row per cell, raw samples in a second table.
+
+Layout under a study's results directory::
+
+    cells/<cell_id>-r<round>.parquet     one row per finished cell
+    samples/<cell_id>-r<round>.parquet   its raw samples
+    results.parquet, samples.parquet     consolidated copies (after a run)
+
+Each finished cell is written to its own file through a temporary file and an
+atomic rename, so an interrupted run loses at most the cell in flight and a
+restarted run resumes. Failed cells are rows with a status and NaN figures,
+never strings in number columns. A store whose params changed is moved aside
+to ``previous/<timestamp>/``, never overwritten.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from .spec import RunSpec
+
+STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "not_equivalent")
+# Statuses a resumed run keeps; error and timeout cells are tried again.
+FINAL_STATUSES = ("ok", "oom", "unsupported", "not_equivalent")
+
+SPEC_COLUMNS = list(RunSpec.__dataclass_fields__)
+IDENTITY = ["run_id", "profile", "cell_id", "round"]
+OUTCOME = {"status": "string", "error": "string", "converged": "bool"}
+FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s", "rel_ci",
+           "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
+           "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes",
+           "flops_per_call", "achieved_flops_per_s", "pct_of_peak",
+           "equiv_max_abs_err", "equiv_rel_err"]
+PROVENANCE = {"mem_method": "string", "framework_version": "string",
+              "framework_threads": "float64", "device_name": "string", "cpu_model": "string",
+              "hostname": "string", "versions": "string", "git_commit": "string",
+              "git_dirty": "bool", "params_hash": "string", "timestamp": "string"}
+
+DTYPES: dict[str, str] = {
+    "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
+    **{c: ("int64" if c in ("batch_size", "seq_len", "threads") else "string")
+       for c in SPEC_COLUMNS},
+    **OUTCOME, **{c: "float64" for c in FIGURES}, **PROVENANCE,
+}
+COLUMNS = list(DTYPES)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def make_row(spec: RunSpec, *, status: str, error: str = "", figures: dict | None = None,
+             provenance: dict | None = None, run_id: str = "", profile: str = "",
+             round: int = 0) -> dict:
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}")
+    row: dict = {c: math.nan for c in FIGURES}
+    row.update(spec.to_dict())
+    row.update(run_id=run_id, profile=profile, cell_id=spec.cell_id, round=round,
+               status=status, error=error, converged=False)
+    for key, value in (provenance or {}).items():
+        if key in DTYPES:
+            row[key] = json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
+    row.setdefault("timestamp", now_iso())
+    for key, value in (figures or {}).items():
+        if key not in DTYPES:
+            raise KeyError(f"not a results column: {key}")
+        row[key] = value
+    return row
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for col, dtype in DTYPES.items():
+        if col not in df:
+            df[col] = math.nan if dtype == "float64" else (False if dtype == "bool" else "")
+        if dtype == "string":
+            df[col] = df[col].fillna("")
+        df[col] = df[col].astype(dtype)
+    return df[COLUMNS]
+
+
+def _write_atomic(df: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+class ResultStore:
+    def __init__(self, directory: Path | str):
+        self.dir = Path(directory)
+        self.cells_dir = self.dir / "cells"
+        self.samples_dir = self.dir / "samples"
+
+    def begin(self, params_hash: str) -> None:
+        """Prepare for a run with these params; archive results of other params."""
+        stamp = self.dir / "params_hash"
+        if stamp.exists() and stamp.read_text().strip() != params_hash:
+            dest = self.dir / "previous" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            dest.mkdir(parents=True)
+            for child in list(self.dir.iterdir()):
+                if child.name != "previous":
+                    shutil.move(str(child), dest / child.name)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(params_hash)
+
+    def append(self, row: dict, samples_s: list[float] | None = None) -> None:
+        name = f"{row['cell_id']}-r{row['round']}.parquet"
+        if samples_s:
+            s = pd.DataFrame({"cell_id": row["cell_id"], "round": row["round"],
+                              "sample": range(len(samples_s)),
+                              "seconds": pd.Series(samples_s, dtype="float64"),
+                              "calls_per_sample": int(row.get("calls_per_sample") or 1)})
+            _write_atomic(s, self.samples_dir / name)
+        _write_atomic(_frame([row]), self.cells_dir / name)
+
+    def load(self) -> pd.DataFrame:
+        files = sorted(self.cells_dir.glob("*.parquet"))
+        if not files:
+            return _frame([])
+        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+    def load_samples(self) -> pd.DataFrame:
+        files = sorted(self.samples_dir.glob("*.parquet"))
+        if not files:
+            return pd.DataFrame({"cell_id": pd.Series(dtype="string"),
+                                 "round": pd.Series(dtype="int64"),
+                                 "sample": pd.Series(dtype="int64"),
+                                 "seconds": pd.Series(dtype="float64"),
+                                 "calls_per_sample": pd.Series(dtype="int64")})
+        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+    def finished(self) -> set[tuple[str, int]]:
+        """(cell_id, round) of cells a resumed run keeps."""
+        df = self.load()
+        keep = df[df["status"].isin(FINAL_STATUSES)]
+        return set(zip(keep["cell_id"], keep["round"]))
+
+    def consolidate(self) -> None:
+        _write_atomic(self.load(), self.dir / "results.parquet")
+        _write_atomic(self.load_samples(), self.dir / "samples.parquet")

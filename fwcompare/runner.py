@@ -1,0 +1,257 @@
+"""Runs a grid of RunSpecs: one subprocess per (framework, model) group.
+
+Isolation: every group runs in a fresh process, so one framework's allocator,
+thread pools or a crash never touch another's. The parent only reads events,
+enforces the per-group timeout, and writes rows for cells a worker could not:
+
+- a worker that dies mid-cell: that cell becomes ``error`` (``oom`` if the
+  kernel killed it), and a new worker picks up the group's remaining cells;
+- a group past ``group_timeout_s``: its process group is killed, the cell in
+  flight and the cells not run become ``timeout`` rows;
+- an interrupted run, started again, skips every finished cell (resume).
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from . import env, models
+from .paths import ROOT
+from .results import ResultStore, make_row
+from .spec import RunSpec
+from .timing import TimingConfig
+from .worker import EVENT_PREFIX
+
+MAX_RESTARTS = 3
+GATE_SHAPE = (2, 32)
+
+
+# Keep transformers from importing the other frameworks into a worker (it
+# imported TensorFlow into the PyTorch worker: +700 MB of RSS, unrelated work).
+_ONLY = {"torch": {"USE_TF": "0", "USE_FLAX": "0"}, "tensorflow": {"USE_FLAX": "0"},
+         "jax": {"USE_TF": "0"}, "prepare": {"USE_TF": "0", "USE_FLAX": "0"}}
+
+
+def _worker_env(threads: int, device: str, framework: str) -> dict:
+    e = dict(os.environ)
+    e.update(_ONLY[framework])
+    e.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+             TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", HF_HUB_OFFLINE="1",
+             TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
+             PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
+                 [str(ROOT), e.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    if device == "cpu":
+        e.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+    return e
+
+
+class _Worker:
+    """A worker subprocess whose event lines arrive on a queue."""
+
+    def __init__(self, job: dict, job_dir: Path, name: str, threads: int, device: str,
+                 framework: str):
+        job_dir.mkdir(parents=True, exist_ok=True)
+        path = job_dir / f"{name}.json"
+        path.write_text(json.dumps(job))
+        self.log_path = job_dir / f"{name}.log"
+        self._log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fwcompare.worker", str(path)], stdout=subprocess.PIPE,
+            stderr=self._log, text=True, env=_worker_env(threads, device, framework),
+            start_new_session=True, cwd=ROOT)
+        self.events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith(EVENT_PREFIX):
+                self.events.put(json.loads(line[len(EVENT_PREFIX):]))
+        self.events.put(None)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self._log.close()
+
+    def stderr_tail(self, chars: int = 1500) -> str:
+        self._log.flush()
+        text = self.log_path.read_text(errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(lines[-15:])[-chars:]
+
+    def exit_description(self) -> str:
+        rc = self.proc.returncode
+        if rc is not None and rc < 0:
+            return f"killed by signal {signal.Signals(-rc).name}"
+        return f"exit code {rc}"
+
+
+class Runner:
+    def __init__(self, params: dict, store_dir: Path, profile: str = "adhoc",
+                 progress: bool = True):
+        self.params = params
+        self.store = ResultStore(store_dir)
+        self.profile = profile
+        self.progress = progress
+        self.run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.threads = params["threads"] or env.default_threads()
+        self.manifest = env.manifest(params)
+        self.provenance = {
+            "versions": self.manifest["versions"], "git_commit": self.manifest["git_commit"],
+            "git_dirty": self.manifest["git_dirty"], "params_hash": self.manifest["params_hash"],
+            "hostname": self.manifest["hostname"], "cpu_model": self.manifest["cpu_model"]}
+        self.timing = {k: params[k] for k in asdict(TimingConfig()) if k in params}
+        self.work_dir = self.store.dir / "work"
+
+    # -- rows the parent writes for cells no worker finished -------------------
+    def _fail(self, spec: RunSpec, rnd: int, status: str, error: str) -> None:
+        self.store.append(make_row(spec, status=status, error=error, run_id=self.run_id,
+                                   profile=self.profile, round=rnd,
+                                   provenance=self.provenance))
+        self._bar_done(spec, status, error=error)
+
+    def _bar_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:
+        self.bar.update(1)
+        if median_s is not None:
+            lo, hi = ci or (None, None)
+            ci_txt = f" [{lo:.4g}, {hi:.4g}]" if lo is not None and hi == hi and lo == lo else ""
+            detail = f"{median_s:.4g} s{ci_txt}"
+        else:
+            detail = error.splitlines()[0][:120] if error else ""
+        self.bar.write(f"[{self.bar.n}/{self.bar.total}] {spec.label}: {status} {detail}")
+
+    # -- jobs -------------------------------------------------------------------
+    def _job(self, kind: str, model: str, **extra) -> dict:
+        return {"kind": kind, "model": model, "seed": self.params["seed"],
+                "model_key": models.model_key(model, self.params["seed"]),
+                "device": self.params["device"], "threads": self.threads,
+                "gate_dir": str(self.work_dir / "gate"), "gate_shape": GATE_SHAPE,
+                "store_dir": str(self.store.dir), "run_id": self.run_id,
+                "profile": self.profile, "timing": self.timing,
+                "equiv_tol": self.params["equiv_tol"], "provenance": self.provenance, **extra}
+
+    def _prepare(self, model: str) -> str | None:
+        """Weights and equivalence reference; returns an error message or None."""
+        w = _Worker(self._job("prepare", model), self.work_dir / "jobs",
+                    f"prepare-{models.model_key(model, self.params['seed'])}",
+                    self.threads, self.params["device"], "prepare")
+        try:
+            w.proc.wait(timeout=self.params["group_timeout_s"])
+        except subprocess.TimeoutExpired:
+            w.kill()
+            return f"preparing weights timed out after {self.params['group_timeout_s']:g} s"
+        w.kill()
+        if w.proc.returncode != 0:
+            return f"preparing weights failed ({w.exit_description()}): {w.stderr_tail()}"
+        return None
+
+    def _run_group(self, framework: str, model: str, cells: list[tuple[RunSpec, int]]) -> None:
+        remaining = {(s.cell_id, r): (s, r) for s, r in cells}
+        deadline = time.monotonic() + self.params["group_timeout_s"]
+        restarts = 0
+        while remaining:
+            job = self._job("group", model, framework=framework,
+                            cells=[{"spec": s.to_dict(), "round": r} for s, r in remaining.values()])
+            name = f"{framework}-{models.model_key(model, self.params['seed'])}"
+            w = _Worker(job, self.work_dir / "jobs", name, self.threads, self.params["device"],
+                        framework)
+            in_flight, timed_out = None, False
+            try:
+                while True:
+                    try:
+                        ev = w.events.get(timeout=0.5)
+                    except queue.Empty:
+                        if time.monotonic() > deadline:
+                            timed_out = True
+                            break
+                        continue
+                    if ev is None:
+                        break
+                    key = (ev.get("cell"), ev.get("round"))
+                    if ev["event"] == "start":
+                        in_flight = key
+                        self.bar.set_postfix_str(ev["label"], refresh=True)
+                    elif ev["event"] == "done":
+                        spec, _ = remaining.pop(key)
+                        in_flight = None
+                        self._bar_done(spec, ev["status"], ev.get("median_s"), ev.get("ci"),
+                                       ev.get("error", ""))
+            finally:
+                w.kill()
+            if timed_out:
+                limit = self.params["group_timeout_s"]
+                for key, (spec, rnd) in list(remaining.items()):
+                    msg = (f"no result within the group timeout ({limit:g} s)" if key == in_flight
+                           else f"not run: group timeout ({limit:g} s) reached")
+                    self._fail(spec, rnd, "timeout", msg)
+                return
+            if not remaining:
+                return
+            why = f"worker {w.exit_description()}: {w.stderr_tail()}"
+            if in_flight is None or restarts >= MAX_RESTARTS:
+                for spec, rnd in list(remaining.values()):
+                    self._fail(spec, rnd, "error", why)
+                return
+            spec, rnd = remaining.pop(in_flight)
+            killed = w.proc.returncode == -signal.SIGKILL
+            self._fail(spec, rnd, "oom" if killed else "error",
+                       ("worker killed by SIGKILL (likely the kernel's out-of-memory killer); "
+                        if killed else "") + why)
+            restarts += 1
+
+    def run(self, specs: list[RunSpec]) -> None:
+        rounds = self.params["rounds"]
+        self.store.begin(self.manifest["params_hash"])
+        models.save_json(self.store.dir / "env.json", self.manifest)
+        models.save_json(self.store.dir / "params.json", self.params)
+        done = self.store.finished()
+        todo = [(s, r) for r in range(rounds) for s in specs if (s.cell_id, r) not in done]
+        total = len(specs) * rounds
+        self.bar = tqdm(total=total, initial=total - len(todo), unit="cell",
+                        disable=not self.progress, file=sys.stderr, dynamic_ncols=True,
+                        bar_format="{l_bar}{bar:20}| {n_fmt}/{total_fmt} cells "
+                                   "[{elapsed}<{remaining}]{postfix}")
+        if len(todo) < total:
+            self.bar.write(f"resuming: {total - len(todo)} of {total} cells already done")
+        try:
+            prepared: dict[str, str | None] = {}
+            frameworks = list(self.params["frameworks"])
+            for rnd in range(rounds):
+                # Alternate group order between rounds so drift shows as spread, not bias.
+                order = frameworks if rnd % 2 == 0 else frameworks[::-1]
+                for model in self.params["models"]:
+                    mine = [(s, r) for s, r in todo if r == rnd and s.model == model]
+                    if not mine:
+                        continue
+                    if model not in prepared:
+                        self.bar.set_postfix_str(f"preparing {model}", refresh=True)
+                        prepared[model] = self._prepare(model)
+                    for fw in order:
+                        cells = [(s, r) for s, r in mine if s.framework == fw]
+                        cells.sort(key=lambda c: (c[0].batch_size * c[0].seq_len,
+                                                  c[0].batch_size, c[0].mode))
+                        if not cells:
+                            continue
+                        if prepared[model]:
+                            for s, r in cells:
+                                self._fail(s, r, "error", prepared[model])
+                        else:
+                            self._run_group(fw, model, cells)
+        finally:
+            self.bar.close()
+        self.store.consolidate()

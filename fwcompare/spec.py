@@ -1,0 +1,53 @@
+"""RunSpec: the description of one measurement cell."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+# Modes each backend implements; anything else is rejected by params validation.
+MODES = {
+    "torch": ("eager",),
+    "tensorflow": ("eager", "graph"),
+    "jax": ("eager", "jit"),
+}
+DEVICES = ("cpu", "gpu")
+DTYPES = ("float32",)
+TASKS = ("inference",)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of a study grid. Its ``cell_id`` is stable across processes and runs."""
+
+    study: str
+    model: str
+    framework: str
+    mode: str
+    device: str
+    dtype: str
+    batch_size: int
+    seq_len: int
+    threads: int
+    task: str = "inference"
+
+    @property
+    def cell_id(self) -> str:
+        # hash() of a str is salted per process; a resumable id must not be.
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        return (f"{self.model} {self.framework}/{self.mode} "
+                f"b={self.batch_size} s={self.seq_len}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunSpec":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
