@@ -183,6 +183,11 @@ def load_file(path: Path | str, study: str | None = None) -> dict:
     """Read and validate a params file; the study defaults to its folder name."""
     path = Path(path)
     study = study or path.parent.name
+    if study not in SCHEMAS:
+        raise ParamsError(f"{path}: cannot tell which study this params file is for; put it "
+                          f"under params/<study>/ or name the study ({', '.join(SCHEMAS)})")
+    if not path.is_file():
+        raise ParamsError(f"{path}: no such params file")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .env import hardware_line  # noqa: E402
+from .env import hardware_line  # noqa: E402,F401  (re-exported for notebooks)
 
 FAILED = ("oom", "unsupported", "error", "timeout")
 STATUS_MARK = {"oom": "OOM", "unsupported": "n/s", "error": "ERR", "timeout": "T/O",

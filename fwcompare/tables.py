@@ -124,3 +124,16 @@ def status_counts(summary: pd.DataFrame) -> pd.DataFrame:
 def equivalence_table(summary: pd.DataFrame) -> pd.DataFrame:
     return (summary.groupby(["model", "variant"])[["equiv_max_abs_err", "equiv_rel_err"]]
             .max().reset_index())
+
+
+# The 2019 Hugging Face study ("Benchmarking Transformers: PyTorch and
+# TensorFlow"): arithmetic mean inference latency over its whole grid.
+HF_2019_MEAN_LATENCY_S = {"cpu": {"torch": 0.748, "tensorflow": 0.823},
+                          "gpu": {"torch": 0.046, "tensorflow": 0.043}}
+
+
+def reference_2019() -> pd.DataFrame:
+    rows = [{"device": dev, "framework": fw, "arith_mean_latency_s_2019": v,
+             "source": "Hugging Face 2019, own grid and hardware"}
+            for dev, d in HF_2019_MEAN_LATENCY_S.items() for fw, v in d.items()]
+    return pd.DataFrame(rows)

@@ -1,0 +1,4 @@
+from .cli import main
+import sys
+
+sys.exit(main())

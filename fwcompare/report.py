@@ -1,0 +1,166 @@
+"""`fwcompare report`: run every study notebook for a profile and index it.
+
+For each study: validate its params file (before anything runs), execute the
+notebook with papermill into a temporary file and move it into place (a failed
+run leaves no half-written output), render HTML with the code hidden, then
+write ``outputs/<profile>/index.html``. A study whose inputs (params file,
+notebook, library source, package versions) did not change is not run again.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from . import env, load_results
+from .params import ParamsError, load_file
+from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
+from .studies import STUDIES
+
+log = logging.getLogger("fwcompare.report")
+
+
+def _inputs_hash(study: str, profile: str) -> str:
+    h = hashlib.sha1()
+    files = [PARAMS / study / f"{profile}.yaml", NOTEBOOKS / STUDIES[study].notebook,
+             *sorted((ROOT / "fwcompare").rglob("*.py"))]
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    h.update(json.dumps(env.versions(), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _render_html(notebook: Path, target: Path) -> None:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    tmp = target.with_name("." + target.name + ".tmp")
+    tmp.write_text(body, encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def _archive(results_dir: Path) -> None:
+    if results_dir.exists():
+        dest = results_dir.parent / "previous" / time.strftime("%Y%m%d-%H%M%S")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(results_dir), dest)
+
+
+def run_notebook(study: str, profile: str, params: dict, out: Path) -> Path:
+    import papermill as pm
+
+    out.mkdir(parents=True, exist_ok=True)
+    nb_in = NOTEBOOKS / STUDIES[study].notebook
+    final = out / f"{study}.ipynb"
+    tmp = out / f".{study}.running.ipynb"
+    pm.execute_notebook(str(nb_in), str(tmp), cwd=str(ROOT), kernel_name="python3",
+                        parameters={**params, "profile": profile, "output_dir": str(out)},
+                        log_output=True, progress_bar=False)
+    os.replace(tmp, final)
+    return final
+
+
+def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = False,
+          studies: list[str] | None = None) -> Path:
+    out_root = Path(out_root or OUTPUTS) / profile
+    chosen = studies or list(STUDIES)
+    # Validate every params file first: a typo fails in seconds, before any run.
+    raw = {}
+    for study in chosen:
+        path = PARAMS / study / f"{profile}.yaml"
+        if not path.is_file():
+            raise ParamsError(f"no params file {path.relative_to(ROOT)} for profile {profile!r}")
+        load_file(path, study)
+        raw[study] = yaml.safe_load(path.read_text()) or {}
+    for study in chosen:
+        out = out_root / study
+        stamp = out / ".inputs"
+        digest = _inputs_hash(study, profile)
+        if (not fresh and stamp.is_file() and stamp.read_text() == digest
+                and (out / f"{study}.html").is_file()):
+            print(f"{study}: inputs unchanged, not run again ({out})", file=sys.stderr)
+            continue
+        if fresh:
+            _archive(out / "results")
+        print(f"{study}: running {STUDIES[study].notebook} (profile {profile})", file=sys.stderr)
+        t0 = time.perf_counter()
+        executed = run_notebook(study, profile, raw[study], out)
+        _render_html(executed, out / f"{study}.html")
+        shutil.copyfile(PARAMS / study / f"{profile}.yaml", out / "params.yaml")
+        stamp.write_text(digest)
+        print(f"{study}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    index = write_index(profile, out_root)
+    print(f"report: {index}", file=sys.stderr)
+    return index
+
+
+def _table(rows: dict) -> str:
+    cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                    for k, v in rows.items())
+    return f"<table>{cells}</table>"
+
+
+def write_index(profile: str, out_root: Path) -> Path:
+    manifest = env.manifest()
+    sections = []
+    for name, study in STUDIES.items():
+        out = out_root / name
+        if not (out / f"{name}.html").is_file():
+            sections.append(f"<section><h2>{html.escape(study.title)}</h2>"
+                            f"<p>Not run for this profile.</p></section>")
+            continue
+        res = load_results(out)
+        counts = res.results["status"].value_counts().to_dict() if len(res.results) else {}
+        status = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no cells"
+        figs = sorted((out / "figures").glob("*.png"))
+        imgs = "".join(
+            f'<figure><a href="{name}/figures/{f.name}"><img src="{name}/figures/{f.name}" '
+            f'alt="{html.escape(f.stem)}"></a><figcaption>{html.escape(f.stem)}</figcaption></figure>'
+            for f in figs)
+        links = " · ".join(
+            f'<a href="{name}/{fn}">{label}</a>' for fn, label in [
+                (f"{name}.html", "report (code hidden)"), (f"{name}.ipynb", "executed notebook"),
+                ("params.yaml", "params used"), ("results/results.parquet", "results (Parquet)"),
+                ("results/samples.parquet", "raw samples (Parquet)"),
+                ("results/env.json", "environment of the run")]
+            if (out / fn).exists())
+        sections.append(f"<section><h2>{html.escape(study.title)}</h2><p>{links}</p>"
+                        f"<p>Cells by status: {html.escape(status)}</p>"
+                        f'<div class="figs">{imgs}</div></section>')
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>fwcompare report: {html.escape(profile)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.85em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }}
+.figs {{ display: flex; flex-wrap: wrap; gap: 1em; }}
+figure {{ margin: 0; width: 380px; }} figure img {{ width: 100%; border: 1px solid #ddd; }}
+figcaption {{ font-size: 0.8em; color: #555; }}
+</style></head><body>
+<h1>fwcompare report: profile <code>{html.escape(profile)}</code></h1>
+<p>PyTorch, TensorFlow and JAX on Transformer models, measured on this machine. Every
+figure shows 95% confidence intervals; failed cells are marked, not dropped. Index written
+{html.escape(manifest['timestamp'])}.</p>
+{''.join(sections)}
+<section><h2>Environment</h2>{_table({k: (json.dumps(v) if isinstance(v, (dict, list)) else v)
+                                       for k, v in manifest.items()})}</section>
+</body></html>
+"""
+    out_root.mkdir(parents=True, exist_ok=True)
+    index = out_root / "index.html"
+    tmp = out_root / ".index.html.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, index)
+    return index
