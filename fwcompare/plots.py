@@ -23,6 +23,11 @@ STATUS_MARK = {"oom": "OOM", "unsupported": "n/s", "error": "ERR", "timeout": "T
                "baseline timeout": "base T/O", "no baseline": "no base"}
 
 sns.set_theme(style="whitegrid", context="notebook")
+# Plain numbers on log axes ("300", not "3x10^2"); minor ticks labelled at 2, 3, 5 only.
+_PLAIN = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+_PLAIN_MINOR = matplotlib.ticker.FuncFormatter(
+    lambda v, _: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v))) in (2, 3, 5)
+    else "")
 
 
 def palette(variants) -> dict:
@@ -46,7 +51,7 @@ def metric_vs_seq(summary: pd.DataFrame, manifest: dict, y: str, ylabel: str,
     batches = sorted(summary["batch_size"].unique())
     colors = palette(summary["variant"])
     fig, axes = plt.subplots(len(models), len(batches), squeeze=False, sharex=True,
-                             figsize=(3.6 * len(batches) + 1.8, 2.9 * len(models) + 0.9))
+                             figsize=(3.6 * len(batches) + 2.8, 2.9 * len(models) + 0.9))
     for i, model in enumerate(models):
         for j, b in enumerate(batches):
             ax = axes[i, j]
@@ -71,6 +76,8 @@ def metric_vs_seq(summary: pd.DataFrame, manifest: dict, y: str, ylabel: str,
             ax.set_xscale("log", base=2)
             if logy:
                 ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(_PLAIN)
+                ax.yaxis.set_minor_formatter(_PLAIN_MINOR)
             ax.set_title(f"{model}, batch {b}", fontsize=10)
             if j == 0:
                 ax.set_ylabel(ylabel)
@@ -83,10 +90,10 @@ def metric_vs_seq(summary: pd.DataFrame, manifest: dict, y: str, ylabel: str,
                               label="failed cell (OOM / n/s / ERR / T/O)"))
     handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", mec="red",
                               label="not equivalent"))
-    fig.legend(handles=handles, loc="upper right", fontsize=8, frameon=True)
+    fig.legend(handles=handles, loc="center right", fontsize=8, frameon=True)
     fig.suptitle(title, x=0.02, ha="left")
     _footer(fig, manifest, "bands: 95% CI of the median (distribution-free)" if low else "")
-    fig.tight_layout(rect=(0, 0.05, 0.84, 0.96))
+    fig.tight_layout(rect=(0, 0.05, 0.77, 0.96))
     return fig
 
 

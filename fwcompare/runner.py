@@ -89,7 +89,6 @@ class _Worker:
         self._log.close()
 
     def stderr_tail(self, chars: int = 1500) -> str:
-        self._log.flush()
         text = self.log_path.read_text(errors="replace")
         lines = [ln for ln in text.splitlines() if ln.strip()]
         return "\n".join(lines[-15:])[-chars:]

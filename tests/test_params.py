@@ -1,0 +1,104 @@
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fwcompare import params, run_study
+from fwcompare.paths import PARAMS, ROOT
+
+GOOD = {"models": ["tiny-bert"], "batch_sizes": [1], "seq_lens": [8]}
+
+
+def check(bad: dict, *fragments):
+    with pytest.raises(params.ParamsError) as info:
+        params.validate("inference_sweep", {**GOOD, **bad}, source="test.yaml")
+    msg = str(info.value)
+    for f in fragments:
+        assert f in msg, msg
+    return msg
+
+
+def test_every_committed_params_file_is_valid():
+    files = sorted(PARAMS.glob("*/*.yaml"))
+    assert files
+    for f in files:
+        params.load_file(f)
+
+
+def test_defaults_are_filled_in():
+    full = params.validate("inference_sweep", GOOD)
+    assert full["device"] == "cpu" and full["target_rel_ci"] == 0.02
+
+
+def test_unknown_key_names_the_key_and_the_closest_one():
+    check({"batch_size": [2]}, "unknown key 'batch_size'", "did you mean 'batch_sizes'")
+
+
+def test_wrong_type():
+    check({"seq_lens": "128"}, "key 'seq_lens'", "expected list[int]")
+    check({"threads": 1.5}, "key 'threads'", "expected int")
+    check({"batch_sizes": [True]}, "key 'batch_sizes'")
+
+
+def test_unknown_model():
+    check({"models": ["bert-huge"]}, "key 'models'", "unknown model 'bert-huge'")
+
+
+def test_model_path_without_checkpoint(tmp_path):
+    check({"models": [str(tmp_path)]}, "key 'models'", "no config.json")
+
+
+def test_unknown_framework():
+    check({"frameworks": ["mxnet"]}, "key 'frameworks'", "unknown value 'mxnet'")
+
+
+def test_unknown_mode():
+    check({"modes": {"torch": ["xla"]}}, "key 'modes'", "unknown mode 'xla' for torch")
+
+
+def test_framework_without_modes():
+    check({"modes": {"torch": ["eager"]}}, "no modes given", "tensorflow")
+
+
+def test_non_positive_sizes():
+    check({"batch_sizes": [1, 0]}, "key 'batch_sizes'", "must be positive")
+    check({"seq_lens": [-8]}, "key 'seq_lens'", "must be positive")
+    check({"min_time_s": 0}, "key 'min_time_s'")
+
+
+def test_several_problems_are_all_listed():
+    msg = check({"batch_size": [1], "device": "tpu"}, "2 problems", "batch_size", "'tpu'")
+    assert msg.count("\n") >= 2
+
+
+def test_bad_params_fail_before_any_measurement(tmp_path):
+    out = tmp_path / "study"
+    with pytest.raises(params.ParamsError):
+        run_study("inference_sweep", {**GOOD, "seq_len": [8]}, output_dir=out)
+    assert not out.exists()
+
+
+def test_cli_typo_fails_fast_naming_the_key(tmp_path):
+    d = tmp_path / "inference_sweep"
+    d.mkdir()
+    f = d / "mine.yaml"
+    f.write_text("models: [tiny-bert]\nbatch_size: [1]\n")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "fwcompare", "validate", str(f)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert time.perf_counter() - t0 < 10
+    assert r.returncode == 2
+    assert "unknown key 'batch_size'" in r.stderr
+
+
+def test_report_refuses_a_bad_params_file_before_running(tmp_path, monkeypatch):
+    from fwcompare import report
+
+    bad_params = tmp_path / "params"
+    (bad_params / "inference_sweep").mkdir(parents=True)
+    (bad_params / "inference_sweep" / "smoke.yaml").write_text("modelz: [tiny-bert]\n")
+    monkeypatch.setattr(report, "PARAMS", bad_params)
+    with pytest.raises(params.ParamsError, match="unknown key 'modelz'"):
+        report.build("smoke", out_root=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

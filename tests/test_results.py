@@ -1,0 +1,68 @@
+import math
+
+import pandas as pd
+import pytest
+
+from fwcompare.results import ResultStore, make_row
+from fwcompare.spec import RunSpec
+
+
+def spec(batch=1):
+    return RunSpec(study="inference_sweep", model="tiny-bert", framework="torch", mode="eager",
+                   device="cpu", dtype="float32", batch_size=batch, seq_len=8, threads=2)
+
+
+def test_cell_id_is_stable_and_distinct():
+    assert spec().cell_id == spec().cell_id
+    assert spec(1).cell_id != spec(2).cell_id
+    assert RunSpec.from_dict(spec().to_dict()) == spec()
+
+
+def test_round_trip(tmp_path):
+    store = ResultStore(tmp_path)
+    ok = make_row(spec(1), status="ok", figures={"median_s": 0.01, "ci_low_s": 0.009,
+                                                 "ci_high_s": 0.011, "n_samples": 3,
+                                                 "calls_per_sample": 2, "converged": True},
+                  provenance={"versions": {"torch": "x"}, "git_commit": "abc"}, run_id="r1")
+    bad = make_row(spec(2), status="oom", error="out of memory", run_id="r1")
+    store.append(ok, [0.009, 0.01, 0.011])
+    store.append(bad)
+    df = store.load().set_index("batch_size")
+    assert df.loc[1, "median_s"] == 0.01 and df.loc[1, "status"] == "ok"
+    assert bool(df.loc[1, "converged"]) is True
+    assert df.loc[1, "versions"] == '{"torch": "x"}'
+    assert df.loc[2, "status"] == "oom" and df.loc[2, "error"] == "out of memory"
+    assert math.isnan(df.loc[2, "median_s"])  # NaN, never a string
+    assert df["median_s"].dtype == "float64"
+    s = store.load_samples()
+    assert list(s["seconds"]) == [0.009, 0.01, 0.011]
+    assert set(s["calls_per_sample"]) == {2}
+    store.consolidate()
+    again = pd.read_parquet(tmp_path / "results.parquet")
+    assert len(again) == 2 and set(again["status"]) == {"ok", "oom"}
+
+
+def test_finished_keeps_final_statuses_only(tmp_path):
+    store = ResultStore(tmp_path)
+    store.append(make_row(spec(1), status="ok"))
+    store.append(make_row(spec(2), status="error", error="boom"))
+    assert store.finished() == {(spec(1).cell_id, 0)}
+
+
+def test_unknown_status_and_column_are_rejected():
+    with pytest.raises(ValueError):
+        make_row(spec(), status="N/A")
+    with pytest.raises(KeyError):
+        make_row(spec(), status="ok", figures={"median": 1.0})
+
+
+def test_changed_params_archive_never_overwrite(tmp_path):
+    store = ResultStore(tmp_path / "res")
+    store.begin("hash1")
+    store.append(make_row(spec(1), status="ok"))
+    store.begin("hash1")
+    assert len(store.load()) == 1  # same params: resume
+    store.begin("hash2")
+    assert len(store.load()) == 0
+    archived = list((tmp_path / "res" / "previous").glob("*/cells/*.parquet"))
+    assert len(archived) == 1

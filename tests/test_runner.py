@@ -1,0 +1,76 @@
+"""Failures are data: crashes, hangs, OOM and unsupported cells become rows with a
+status, the other cells still run, and an interrupted run resumes."""
+import time
+
+import psutil
+import pytest
+
+from fwcompare import run_study
+
+BASE = {"models": ["tiny-bert"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
+        "batch_sizes": [1, 2], "seq_lens": [8], "warmup_iters": 1, "warmup_s": 0.0,
+        "min_iters": 5, "min_time_s": 0.05, "max_time_s": 0.3, "target_rel_ci": 0.1,
+        "group_timeout_s": 120.0}
+
+
+def statuses(res):
+    df = res.results
+    return {(r.batch_size, r.seq_len): r.status for r in df.itertuples()}, df
+
+
+def no_orphans():
+    assert not psutil.Process().children(recursive=True)
+
+
+def test_crash_in_one_cell_keeps_the_others(tmp_path, monkeypatch):
+    monkeypatch.setenv("FWCOMPARE_FAULT", "crash:b=1 s=8")
+    res = run_study("inference_sweep", {**BASE, "seq_lens": [8, 300]},
+                    output_dir=tmp_path, progress=False)
+    st, df = statuses(res)
+    assert st[(1, 8)] == "error"
+    assert st[(2, 8)] == "ok"  # a fresh worker picked up the rest of the group
+    assert st[(1, 300)] == st[(2, 300)] == "unsupported"  # tiny-bert has 256 positions
+    err = df.set_index("batch_size").query("seq_len == 8").loc[1, "error"]
+    assert "exit code 3" in err
+    assert "256 positions" in df[df["seq_len"] == 300]["error"].iloc[0]
+    ok = df[df["status"] == "ok"].iloc[0]
+    assert ok["median_s"] > 0 and ok["n_samples"] >= 5
+    no_orphans()
+
+
+def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("FWCOMPARE_FAULT", "oom:b=2 s=8")
+    st, df = statuses(run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False))
+    assert st == {(1, 8): "ok", (2, 8): "oom"}
+    oom = df[df["status"] == "oom"].iloc[0]
+    assert "out-of-memory" in oom["error"]
+    assert oom["median_s"] != oom["median_s"]  # NaN
+
+
+def test_hung_group_times_out_in_bounded_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("FWCOMPARE_FAULT", "hang:b=2 s=8")
+    t0 = time.monotonic()
+    st, df = statuses(run_study("inference_sweep", {**BASE, "group_timeout_s": 25.0},
+                                output_dir=tmp_path, progress=False))
+    assert time.monotonic() - t0 < 120
+    assert st == {(1, 8): "ok", (2, 8): "timeout"}
+    assert "group timeout" in df[df["status"] == "timeout"]["error"].iloc[0]
+    no_orphans()
+
+
+def test_interrupted_run_resumes_and_keeps_finished_cells(tmp_path):
+    res = run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False)
+    assert set(res.results["status"]) == {"ok"}
+    cells = sorted((tmp_path / "results" / "cells").glob("*.parquet"))
+    assert len(cells) == 2
+    kept, lost = cells
+    kept_mtime = kept.stat().st_mtime_ns
+    lost.unlink()  # as if the run was interrupted during this cell
+    res2 = run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False)
+    assert kept.stat().st_mtime_ns == kept_mtime  # not measured again
+    assert lost.exists() and set(res2.results["status"]) == {"ok"}
+    assert len(res2.results) == 2
+    # A complete run started again has nothing left to measure.
+    t0 = time.monotonic()
+    run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False)
+    assert time.monotonic() - t0 < 5  # nothing left to do: no worker started

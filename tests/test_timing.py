@@ -1,0 +1,62 @@
+import time
+
+import numpy as np
+
+from fwcompare.timing import TimingConfig, measure
+
+FAST = TimingConfig(warmup_iters=1, warmup_s=0.01, min_iters=15, min_time_s=0.1,
+                    max_time_s=2.0, target_rel_ci=0.01)
+
+
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_known_duration_workload():
+    t = measure(lambda: busy(0.005), config=FAST)
+    med = float(np.median(t.samples_s))
+    assert abs(med - 0.005) / 0.005 < 0.03, med
+    assert t.calls_per_sample == 1
+    assert len(t.samples_s) >= FAST.min_iters
+
+
+def test_first_call_is_timed_apart():
+    calls = []
+
+    def fn():
+        busy(0.05 if not calls else 0.002)
+        calls.append(1)
+    t = measure(fn, config=FAST)
+    assert 0.05 <= t.first_call_s < 0.1
+    assert float(np.median(t.samples_s)) < 0.004
+
+
+def test_tiny_workload_gets_blocks_of_calls():
+    t = measure(lambda: sum(range(10)), config=FAST)
+    assert t.calls_per_sample > 1
+    assert float(np.median(t.samples_s)) < 1e-4  # per call, not per block
+
+
+def test_sync_ends_every_block():
+    synced = []
+    t = measure(lambda: 1, sync=synced.append, config=FAST)
+    assert len(synced) >= len(t.samples_s)
+
+
+def test_unconverged_run_is_reported_not_hidden():
+    rng = np.random.default_rng(0)
+    cfg = TimingConfig(warmup_iters=0, warmup_s=0.0, min_iters=5, min_time_s=0.05,
+                       max_time_s=0.3, target_rel_ci=1e-6)
+    t = measure(lambda: busy(rng.uniform(0.001, 0.003)), config=cfg)
+    assert t.converged is False
+    assert t.rel_ci > cfg.target_rel_ci
+    assert len(t.samples_s) >= cfg.min_iters
+
+
+def test_converges_on_a_steady_workload():
+    t = measure(lambda: busy(0.002), config=TimingConfig(
+        warmup_iters=1, warmup_s=0.0, min_iters=10, min_time_s=0.05, max_time_s=3.0,
+        target_rel_ci=0.05))
+    assert t.converged is True and t.rel_ci <= 0.05
