@@ -12,7 +12,12 @@ Usage: .venv/bin/python benchmarks/harness_fidelity.py [--model distilbert-base-
 """
 from __future__ import annotations
 
-import argparse
+import os
+
+os.environ.setdefault("USE_TF", "0")  # transformers would import TensorFlow too
+os.environ.setdefault("USE_FLAX", "0")
+
+import argparse  # noqa: E402
 import statistics
 import time
 import timeit
