@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 from .paths import CACHE
@@ -67,6 +68,8 @@ def check_model(model: str) -> None:
 
 def config_for(model: str):
     """The transformers config of a zoo name or local checkpoint."""
+    # huggingface_hub imports tqdm.auto, which warns in a kernel without ipywidgets.
+    warnings.filterwarnings("ignore", message="IProgress not found")
     import transformers
 
     check_model(model)

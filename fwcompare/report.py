@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import logging
 import os
 import shutil
 import sys
@@ -24,8 +23,6 @@ from . import env, load_results
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .studies import STUDIES
-
-log = logging.getLogger("fwcompare.report")
 
 
 def _inputs_hash(study: str, profile: str) -> str:

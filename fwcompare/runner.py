@@ -56,6 +56,11 @@ def _worker_env(threads: int, device: str, framework: str) -> dict:
     return e
 
 
+def _hms(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
 class _Worker:
     """A worker subprocess whose event lines arrive on a queue."""
 
@@ -125,6 +130,7 @@ class Runner:
         self._bar_done(spec, status, error=error)
 
     def _bar_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:
+        self.done += 1
         self.bar.update(1)
         if median_s is not None:
             lo, hi = ci or (None, None)
@@ -132,7 +138,17 @@ class Runner:
             detail = f"{median_s:.4g} s{ci_txt}"
         else:
             detail = error.splitlines()[0][:120] if error else ""
-        self.bar.write(f"[{self.bar.n}/{self.bar.total}] {spec.label}: {status} {detail}")
+        spent = time.monotonic() - self.t_start
+        left = spent / self.done_here() * (self.total - self.done) if self.done_here() else 0
+        self._say(f"[{self.done}/{self.total}] {spec.label}: {status} {detail} "
+                       f"| {_hms(spent)} elapsed, ~{_hms(left)} left")
+
+    def _say(self, message: str) -> None:
+        if self.progress:
+            tqdm.write(message, file=sys.stdout)  # keeps a terminal bar intact
+
+    def done_here(self) -> int:
+        return self.done - self.done_before
 
     # -- jobs -------------------------------------------------------------------
     def _job(self, kind: str, model: str, **extra) -> dict:
@@ -221,12 +237,17 @@ class Runner:
         done = self.store.finished()
         todo = [(s, r) for r in range(rounds) for s in specs if (s.cell_id, r) not in done]
         total = len(specs) * rounds
+        self.total, self.done = total, total - len(todo)
+        self.done_before, self.t_start = self.done, time.monotonic()
+        # The bar only on a terminal; in a notebook or log, the per-cell lines carry
+        # the progress (cells done / total, current cell, time left).
         self.bar = tqdm(total=total, initial=total - len(todo), unit="cell",
-                        disable=not self.progress, file=sys.stderr, dynamic_ncols=True,
+                        disable=not (self.progress and sys.stderr.isatty()), file=sys.stderr,
+                        dynamic_ncols=True,
                         bar_format="{l_bar}{bar:20}| {n_fmt}/{total_fmt} cells "
                                    "[{elapsed}<{remaining}]{postfix}")
         if len(todo) < total:
-            self.bar.write(f"resuming: {total - len(todo)} of {total} cells already done")
+            self._say(f"resuming: {total - len(todo)} of {total} cells already done")
         try:
             prepared: dict[str, str | None] = {}
             frameworks = list(self.params["frameworks"])

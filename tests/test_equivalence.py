@@ -1,5 +1,4 @@
 """The equivalence gate: identical weights give the same function in every framework."""
-import numpy as np
 import pytest
 
 from fwcompare import models

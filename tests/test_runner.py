@@ -3,7 +3,6 @@ status, the other cells still run, and an interrupted run resumes."""
 import time
 
 import psutil
-import pytest
 
 from fwcompare import run_study
 
