@@ -15,8 +15,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .env import hardware_line  # noqa: E402,F401  (re-exported for notebooks)
+from .results import FAILED_STATUSES  # noqa: E402
 
-FAILED = ("oom", "unsupported", "error", "timeout")
 STATUS_MARK = {"oom": "OOM", "unsupported": "n/s", "error": "ERR", "timeout": "T/O",
                "not_equivalent": "≠", "baseline oom": "base OOM",
                "baseline error": "base ERR", "baseline unsupported": "base n/s",
@@ -67,7 +67,7 @@ def metric_vs_seq(summary: pd.DataFrame, manifest: dict, y: str, ylabel: str,
                 neq = good[good["status"] == "not_equivalent"]
                 ax.scatter(neq["seq_len"], neq[y] * scale, s=90, facecolors="none",
                            edgecolors="red", lw=1.5, zorder=5)
-                for _, r in g[g["status"].isin(FAILED)].iterrows():
+                for _, r in g[g["status"].isin(FAILED_STATUSES)].iterrows():
                     ax.plot([r["seq_len"]], [0.02], marker="x", ms=9, mew=2, color=colors[var],
                             transform=ax.get_xaxis_transform(), clip_on=False)
                     ax.annotate(STATUS_MARK[r["status"]], (r["seq_len"], 0.06),
@@ -76,8 +76,10 @@ def metric_vs_seq(summary: pd.DataFrame, manifest: dict, y: str, ylabel: str,
             ax.set_xscale("log", base=2)
             if logy:
                 ax.set_yscale("log")
+                lo, hi = ax.get_ylim()
                 ax.yaxis.set_major_formatter(_PLAIN)
-                ax.yaxis.set_minor_formatter(_PLAIN_MINOR)
+                # Under a decade shown, label every minor tick or the axis has no numbers.
+                ax.yaxis.set_minor_formatter(_PLAIN if hi / lo < 10 else _PLAIN_MINOR)
             ax.set_title(f"{model}, batch {b}", fontsize=10)
             if j == 0:
                 ax.set_ylabel(ylabel)
@@ -171,9 +173,9 @@ def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
     cbar = fig.colorbar(sm, ax=axes, shrink=0.8, pad=0.02)
     ticks = np.arange(-span, span + 1)
     cbar.set_ticks(ticks, labels=[f"{2**t:g}" for t in ticks])
-    cbar.set_label("time ratio (below 1: faster than baseline)")
+    cbar.set_label("time ratio (< 1: faster)")
     fig.suptitle("Time ratio against the baseline, per cell (95% bootstrap CI)",
-                 x=0.02, ha="left")
+                 x=0.02, ha="left", fontsize=12)
     _footer(fig, manifest, "grey hatched: the cell failed (status shown)")
     return fig
 

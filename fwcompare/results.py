@@ -26,6 +26,8 @@ import pandas as pd
 from .spec import RunSpec
 
 STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "not_equivalent")
+# Statuses of cells that produced no measurement.
+FAILED_STATUSES = ("oom", "unsupported", "error", "timeout")
 # Statuses a resumed run keeps; error and timeout cells are tried again.
 FINAL_STATUSES = ("ok", "oom", "unsupported", "not_equivalent")
 
@@ -114,10 +116,12 @@ class ResultStore:
     def append(self, row: dict, samples_s: list[float] | None = None) -> None:
         name = f"{row['cell_id']}-r{row['round']}.parquet"
         if samples_s:
+            calls = row.get("calls_per_sample")
+            calls = 1 if calls is None or math.isnan(calls) else int(calls)
             s = pd.DataFrame({"cell_id": row["cell_id"], "round": row["round"],
                               "sample": range(len(samples_s)),
                               "seconds": pd.Series(samples_s, dtype="float64"),
-                              "calls_per_sample": int(row.get("calls_per_sample") or 1)})
+                              "calls_per_sample": calls})
             _write_atomic(s, self.samples_dir / name)
         _write_atomic(_frame([row]), self.cells_dir / name)
 

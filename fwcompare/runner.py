@@ -127,9 +127,9 @@ class Runner:
         self.store.append(make_row(spec, status=status, error=error, run_id=self.run_id,
                                    profile=self.profile, round=rnd,
                                    provenance=self.provenance))
-        self._bar_done(spec, status, error=error)
+        self._cell_done(spec, status, error=error)
 
-    def _bar_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:
+    def _cell_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:
         self.done += 1
         self.bar.update(1)
         if median_s is not None:
@@ -139,16 +139,14 @@ class Runner:
         else:
             detail = error.splitlines()[0][:120] if error else ""
         spent = time.monotonic() - self.t_start
-        left = spent / self.done_here() * (self.total - self.done) if self.done_here() else 0
+        done_now = self.done - self.done_before  # cells finished in this run (not resumed)
+        left = spent / done_now * (self.total - self.done) if done_now else 0
         self._say(f"[{self.done}/{self.total}] {spec.label}: {status} {detail} "
-                       f"| {_hms(spent)} elapsed, ~{_hms(left)} left")
+                  f"| {_hms(spent)} elapsed, ~{_hms(left)} left")
 
     def _say(self, message: str) -> None:
         if self.progress:
             tqdm.write(message, file=sys.stdout)  # keeps a terminal bar intact
-
-    def done_here(self) -> int:
-        return self.done - self.done_before
 
     # -- jobs -------------------------------------------------------------------
     def _job(self, kind: str, model: str, **extra) -> dict:
@@ -204,7 +202,7 @@ class Runner:
                     elif ev["event"] == "done":
                         spec, _ = remaining.pop(key)
                         in_flight = None
-                        self._bar_done(spec, ev["status"], ev.get("median_s"), ev.get("ci"),
+                        self._cell_done(spec, ev["status"], ev.get("median_s"), ev.get("ci"),
                                        ev.get("error", ""))
             finally:
                 w.kill()

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from .results import FAILED_STATUSES
 from .stats import geomean_ratio_ci, median_ci
 
 CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
@@ -17,14 +18,18 @@ def variant(framework: str, mode: str) -> str:
     return f"{framework}/{mode}"
 
 
+def samples_by_cell(samples: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Raw seconds per call of each cell, all rounds pooled."""
+    return {cid: g["seconds"].to_numpy() for cid, g in samples.groupby("cell_id")}
+
+
 def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """One row per cell (rounds pooled), with median and CI from the raw samples."""
     rows = []
-    by_cell = {cid: g["seconds"].to_numpy() for cid, g in samples.groupby("cell_id")}
+    by_cell = samples_by_cell(samples)
     for cid, g in results.groupby("cell_id", sort=False):
         first = g.iloc[0].to_dict()
-        statuses = list(g["status"])
-        bad = [s for s in statuses if s != "ok"]
+        bad = [s for s in g["status"] if s != "ok"]
         first["status"] = bad[0] if bad else "ok"
         first["error"] = "; ".join(e for e in g["error"] if e)
         first["rounds"] = len(g)
@@ -58,7 +63,7 @@ def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
     Column ``time_ratio`` reads "this variant's time / baseline time": below 1
     the variant is faster. A failed cell on either side has NaN and a status.
     """
-    by_cell = {cid: g["seconds"].to_numpy() for cid, g in samples.groupby("cell_id")}
+    by_cell = samples_by_cell(samples)
     base_fw, base_mode = baseline
     base = summary[(summary["framework"] == base_fw) & (summary["mode"] == base_mode)]
     base = base.set_index(CELL_KEYS)
@@ -91,7 +96,7 @@ def summary_table(summary: pd.DataFrame, samples: pd.DataFrame,
     """Per device and variant, over the cells every variant ran: the arithmetic
     mean latency (the 2019 study's summary, labelled as such) beside the
     geometric mean of time ratios against the baseline, with a bootstrap CI."""
-    by_cell = {cid: g["seconds"].to_numpy() for cid, g in samples.groupby("cell_id")}
+    by_cell = samples_by_cell(samples)
     rows = []
     for device, dev in summary.groupby("device"):
         ok = dev[dev["status"].isin(["ok", "not_equivalent"])]
@@ -101,18 +106,21 @@ def summary_table(summary: pd.DataFrame, samples: pd.DataFrame,
         in_common = ok[[tuple(k) in common for k in ok[CELL_KEYS].itertuples(index=False)]]
         base = in_common[in_common["variant"] == variant(*baseline)].set_index(CELL_KEYS)
         for var, g in in_common.groupby("variant"):
-            pairs = [(by_cell[r["cell_id"]], by_cell[base.loc[tuple(r[k] for k in CELL_KEYS), "cell_id"]])
-                     for _, r in g.iterrows()] if len(base) else []
             if var == variant(*baseline):
                 gm, lo, hi = 1.0, math.nan, math.nan  # by definition
+            elif len(base):
+                pairs = [(by_cell[r["cell_id"]],
+                          by_cell[base.loc[tuple(r[k] for k in CELL_KEYS), "cell_id"]])
+                         for _, r in g.iterrows()]
+                gm, lo, hi = geomean_ratio_ci(pairs)
             else:
-                gm, lo, hi = geomean_ratio_ci(pairs) if pairs else (math.nan,) * 3
+                gm, lo, hi = (math.nan,) * 3
             rows.append({"device": device, "variant": var, "cells": len(g),
                          "arith_mean_latency_s": g["median_s"].mean(),
                          f"geomean_time_ratio_vs_{variant(*baseline)}": gm,
                          "ci_low": lo, "ci_high": hi,
-                         "failed_cells": int((dev[dev["variant"] == var]["status"]
-                                              .isin(["oom", "error", "timeout", "unsupported"])).sum())})
+                         "failed_cells": int(dev[dev["variant"] == var]["status"]
+                                             .isin(FAILED_STATUSES).sum())})
     return pd.DataFrame(rows)
 
 

@@ -51,11 +51,12 @@ def gate_path(job: dict) -> Path:
 def prepare(job: dict) -> None:
     import numpy as np
     import torch
+    import transformers
 
     from . import models
 
     wdir = models.weights_dir(job["model"], job["seed"])
-    net = __import__("transformers").AutoModel.from_pretrained(wdir, local_files_only=True).eval()
+    net = transformers.AutoModel.from_pretrained(wdir, local_files_only=True).eval()
     config = net.config
     b, s = job["gate_shape"]
     maxpos = models.max_positions(config)
@@ -100,11 +101,19 @@ def _fault(label: str) -> None:
         raise MemoryError("injected out-of-memory (FWCOMPARE_FAULT)")
 
 
+def failure_status(backend, exc: BaseException) -> str:
+    from .frameworks import Unsupported
+
+    if isinstance(exc, Unsupported):
+        return "unsupported"
+    return "oom" if backend.is_oom(exc) else "error"
+
+
 def run_group(job: dict) -> None:
     import numpy as np
 
     from . import models
-    from .frameworks import Unsupported, get_backend
+    from .frameworks import get_backend
     from .memory import PeakRSS, current_rss_bytes
     from .precision import error_metrics
     from .results import ResultStore, make_row
@@ -140,8 +149,7 @@ def run_group(job: dict) -> None:
         release_freed_heap()
         provenance.update(backend.runtime_info(device))
     except Exception as exc:  # the whole group cannot run
-        status = "unsupported" if isinstance(exc, Unsupported) else (
-            "oom" if backend.is_oom(exc) else "error")
+        status = failure_status(backend, exc)
         for spec, rnd in cells:
             emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
             finish(spec, rnd, status, f"loading the model failed: {type(exc).__name__}: {exc}")
@@ -157,9 +165,7 @@ def run_group(job: dict) -> None:
             gate_errors[mode] = error_metrics(backend.to_numpy(out), gate["reference"])
             forwards[mode] = fn
         except Exception as exc:
-            status = "unsupported" if isinstance(exc, Unsupported) else (
-                "oom" if backend.is_oom(exc) else "error")
-            mode_problems[mode] = (status, f"{type(exc).__name__}: {exc}")
+            mode_problems[mode] = (failure_status(backend, exc), f"{type(exc).__name__}: {exc}")
     emit("gate", errors={m: e["max_abs_err"] for m, e in gate_errors.items()})
 
     for spec, rnd in cells:
@@ -172,11 +178,11 @@ def run_group(job: dict) -> None:
                    f"{info['max_positions']} positions")
             continue
         err = gate_errors[spec.mode]
-        figures = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"],
-                   "load_s": load_s}
-        samples = None
+        # Known before the cell runs, so kept on its row even if the cell fails.
+        known = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"],
+                 "load_s": load_s}
         try:
-            _fault(f"{spec.label}")
+            _fault(spec.label)
             fn = forwards[spec.mode]
             x = backend.make_inputs(token_ids(job["seed"], spec.batch_size, spec.seq_len,
                                               info["vocab_size"]), device)
@@ -184,8 +190,8 @@ def run_group(job: dict) -> None:
             samples = timing.samples_s
             med, lo, hi = median_ci(samples, cfg.confidence)
             flops = models.forward_flops(info, spec.batch_size, spec.seq_len)
-            figures.update(
-                n_samples=len(samples), calls_per_sample=timing.calls_per_sample,
+            figures = dict(
+                known, n_samples=len(samples), calls_per_sample=timing.calls_per_sample,
                 median_s=med, ci_low_s=lo, ci_high_s=hi, rel_ci=timing.rel_ci,
                 iqr_s=iqr(samples), mean_s=float(np.mean(samples)),
                 p90_s=float(np.percentile(samples, 90)), first_call_s=timing.first_call_s,
@@ -198,12 +204,12 @@ def run_group(job: dict) -> None:
                 backend.reset_peak_memory(device)
                 backend.sync(fn(x))
                 figures["peak_mem_bytes"] = backend.peak_memory_bytes(device)
-                provenance["mem_method"] = f"{fw}_allocator_peak"
+                figures["mem_method"] = f"{fw}_allocator_peak"
             else:
                 with PeakRSS() as peak:
                     backend.sync(fn(x))
                 figures["peak_mem_bytes"] = peak.peak_bytes - baseline_rss
-                provenance["mem_method"] = peak.method + "_over_pre_model_baseline"
+                figures["mem_method"] = peak.method + "_over_pre_model_baseline"
             status = "ok" if err["max_abs_err"] <= job["equiv_tol"] else "not_equivalent"
             note = "" if status == "ok" else (
                 f"max abs error {err['max_abs_err']:.3g} vs reference exceeds "
@@ -215,11 +221,7 @@ def run_group(job: dict) -> None:
             figures["converged"] = timing.converged
             finish(spec, rnd, status, note, figures, samples)
         except Exception as exc:
-            status = "oom" if backend.is_oom(exc) else "error"
-            for k in list(figures):
-                if k not in ("equiv_max_abs_err", "equiv_rel_err", "load_s"):
-                    del figures[k]
-            finish(spec, rnd, status, f"{type(exc).__name__}: {exc}", figures)
+            finish(spec, rnd, failure_status(backend, exc), f"{type(exc).__name__}: {exc}", known)
             gc.collect()
 
 
