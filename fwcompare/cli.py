@@ -47,11 +47,14 @@ def _cmd_env(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import build
+    from .report import ReportError, build
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    build(args.profile, out_root=args.out, fresh=args.fresh,
-          studies=args.study or None)
+    try:
+        build(args.profile, out_root=args.out, fresh=args.fresh, studies=args.study or None)
+    except ReportError as exc:
+        print(f"fwcompare: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -22,6 +22,7 @@ import yaml
 from . import env, load_results
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
+from .results import ResultStore
 from .studies import STUDIES
 
 
@@ -48,24 +49,29 @@ def _render_html(notebook: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def _archive(results_dir: Path) -> None:
-    if results_dir.exists():
-        dest = results_dir.parent / "previous" / time.strftime("%Y%m%d-%H%M%S")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(results_dir), dest)
+class ReportError(RuntimeError):
+    """One or more studies failed; the others and the index were still written."""
 
 
 def run_notebook(study: str, profile: str, params: dict, out: Path) -> Path:
+    """Execute a study notebook into ``out``. On failure the partial notebook is
+    kept as ``<study>.failed.ipynb`` (for its traceback) and the error re-raised."""
     import papermill as pm
 
     out.mkdir(parents=True, exist_ok=True)
     nb_in = NOTEBOOKS / STUDIES[study].notebook
-    final = out / f"{study}.ipynb"
     tmp = out / f".{study}.running.ipynb"
-    pm.execute_notebook(str(nb_in), str(tmp), cwd=str(ROOT), kernel_name="python3",
-                        parameters={**params, "profile": profile, "output_dir": str(out)},
-                        log_output=True, progress_bar=False)
+    try:
+        pm.execute_notebook(str(nb_in), str(tmp), cwd=str(ROOT), kernel_name="python3",
+                            parameters={**params, "profile": profile, "output_dir": str(out)},
+                            log_output=True, progress_bar=False)
+    except BaseException:
+        if tmp.exists():
+            os.replace(tmp, out / f"{study}.failed.ipynb")
+        raise
+    final = out / f"{study}.ipynb"
     os.replace(tmp, final)
+    (out / f"{study}.failed.ipynb").unlink(missing_ok=True)
     return final
 
 
@@ -78,9 +84,10 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     for study in chosen:
         path = PARAMS / study / f"{profile}.yaml"
         if not path.is_file():
-            raise ParamsError(f"no params file {path.relative_to(ROOT)} for profile {profile!r}")
+            raise ParamsError(f"no params file {path} for profile {profile!r}")
         load_file(path, study)
         raw[study] = yaml.safe_load(path.read_text()) or {}
+    failures: dict[str, str] = {}
     for study in chosen:
         out = out_root / study
         stamp = out / ".inputs"
@@ -90,16 +97,26 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
             print(f"{study}: inputs unchanged, not run again ({out})", file=sys.stderr)
             continue
         if fresh:
-            _archive(out / "results")
+            ResultStore(out / "results").archive()
         print(f"{study}: running {STUDIES[study].notebook} (profile {profile})", file=sys.stderr)
         t0 = time.perf_counter()
-        executed = run_notebook(study, profile, raw[study], out)
+        try:
+            executed = run_notebook(study, profile, raw[study], out)
+        except Exception as exc:  # one failed study never loses the others
+            last_line = (str(exc).strip().splitlines() or [""])[-1]
+            failures[study] = f"{type(exc).__name__}: {last_line}"
+            print(f"{study}: FAILED ({failures[study]}); see {out / (study + '.failed.ipynb')}",
+                  file=sys.stderr)
+            continue
         _render_html(executed, out / f"{study}.html")
         shutil.copyfile(PARAMS / study / f"{profile}.yaml", out / "params.yaml")
         stamp.write_text(digest)
         print(f"{study}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    index = write_index(profile, out_root)
+    index = write_index(profile, out_root, failures)
     print(f"report: {index}", file=sys.stderr)
+    if failures:
+        raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
+            f"{k}: {v}" for k, v in failures.items()))
     return index
 
 
@@ -109,11 +126,18 @@ def _table(rows: dict) -> str:
     return f"<table>{cells}</table>"
 
 
-def write_index(profile: str, out_root: Path) -> Path:
+def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = None) -> Path:
     manifest = env.manifest()
     sections = []
     for name, study in STUDIES.items():
         out = out_root / name
+        if name in (failures or {}):
+            link = (f' <a href="{name}/{name}.failed.ipynb">the failed notebook</a>'
+                    if (out / f"{name}.failed.ipynb").exists() else "")
+            sections.append(f"<section><h2>{html.escape(study.title)}</h2>"
+                            f'<p class="failed">This study failed: '
+                            f"{html.escape(failures[name])}.{link}</p></section>")
+            continue
         if not (out / f"{name}.html").is_file():
             sections.append(f"<section><h2>{html.escape(study.title)}</h2>"
                             f"<p>Not run for this profile.</p></section>")
@@ -144,7 +168,7 @@ table {{ border-collapse: collapse; font-size: 0.85em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }}
 .figs {{ display: flex; flex-wrap: wrap; gap: 1em; }}
 figure {{ margin: 0; width: 380px; }} figure img {{ width: 100%; border: 1px solid #ddd; }}
-figcaption {{ font-size: 0.8em; color: #555; }}
+figcaption {{ font-size: 0.8em; color: #555; }} .failed {{ color: #b00; }}
 </style></head><body>
 <h1>fwcompare report: profile <code>{html.escape(profile)}</code></h1>
 <p>PyTorch, TensorFlow and JAX on Transformer models, measured on this machine. Every

@@ -101,15 +101,24 @@ class ResultStore:
         self.cells_dir = self.dir / "cells"
         self.samples_dir = self.dir / "samples"
 
+    def archive(self) -> Path | None:
+        """Move every result here to previous/<timestamp>/ (never overwrite)."""
+        if not self.dir.is_dir():
+            return None
+        children = [c for c in self.dir.iterdir() if c.name != "previous"]
+        if not children:
+            return None
+        dest = self.dir / "previous" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        dest.mkdir(parents=True)
+        for child in children:
+            shutil.move(str(child), dest / child.name)
+        return dest
+
     def begin(self, params_hash: str) -> None:
         """Prepare for a run with these params; archive results of other params."""
         stamp = self.dir / "params_hash"
         if stamp.exists() and stamp.read_text().strip() != params_hash:
-            dest = self.dir / "previous" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            dest.mkdir(parents=True)
-            for child in list(self.dir.iterdir()):
-                if child.name != "previous":
-                    shutil.move(str(child), dest / child.name)
+            self.archive()
         self.dir.mkdir(parents=True, exist_ok=True)
         stamp.write_text(params_hash)
 
