@@ -73,3 +73,16 @@ def test_interrupted_run_resumes_and_keeps_finished_cells(tmp_path):
     t0 = time.monotonic()
     run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False)
     assert time.monotonic() - t0 < 5  # nothing left to do: no worker started
+
+
+def test_rounds_run_again_in_fresh_processes_and_pool(tmp_path):
+    from fwcompare import tables
+
+    res = run_study("inference_sweep", {**BASE, "batch_sizes": [1], "rounds": 2},
+                    output_dir=tmp_path, progress=False)
+    df = res.results
+    assert sorted(df["round"]) == [0, 1] and set(df["status"]) == {"ok"}
+    assert df["cell_id"].nunique() == 1
+    s = tables.summarize(df, res.samples)
+    assert len(s) == 1 and s.iloc[0]["rounds"] == 2
+    assert s.iloc[0]["n_samples"] == df["n_samples"].sum()  # samples of both rounds pooled
