@@ -145,7 +145,8 @@ def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = 
         res = load_results(out)
         counts = res.results["status"].value_counts().to_dict() if len(res.results) else {}
         status = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no cells"
-        figs = sorted((out / "figures").glob("*.png"))
+        # In the order the notebook saved them, which is the order it explains them.
+        figs = sorted((out / "figures").glob("*.png"), key=lambda f: f.stat().st_mtime_ns)
         imgs = "".join(
             f'<figure><a href="{name}/figures/{f.name}"><img src="{name}/figures/{f.name}" '
             f'alt="{html.escape(f.stem)}"></a><figcaption>{html.escape(f.stem)}</figcaption></figure>'
