@@ -16,6 +16,7 @@ class StudyResults:
     samples: "object"   # pandas.DataFrame, raw samples
     manifest: dict
     output_dir: Path
+    losses: "object" = None  # pandas.DataFrame, training studies: loss per agreement step
 
     @property
     def figures_dir(self) -> Path:
@@ -35,7 +36,8 @@ def load_results(output_dir: str | Path) -> StudyResults:
     store = ResultStore(output_dir / "results")
     env_file = store.dir / "env.json"
     manifest = json.loads(env_file.read_text()) if env_file.exists() else {}
-    return StudyResults(store.load(), store.load_samples(), manifest, output_dir)
+    return StudyResults(store.load(), store.load_samples(), manifest, output_dir,
+                        store.load_losses())
 
 
 def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
@@ -47,6 +49,6 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
 
     params = validate(study, params or {}, source=f"{study} params")
     out = study_dir(study, profile, output_dir)
-    Runner(params, out / "results", profile=profile, progress=progress).run(
-        STUDIES[study].cells(params))
+    Runner(params, out / "results", profile=profile, progress=progress,
+           task=STUDIES[study].task).run(STUDIES[study].cells(params))
     return load_results(out)

@@ -42,6 +42,27 @@ ZOO: dict[str, tuple[str, dict]] = {
 
 WEIGHTS_FILE = "model.safetensors"
 
+# Model heads: "base" (hidden states, inference), "seq_cls" (sequence
+# classification, 2 labels) for encoders, "causal_lm" for decoders.
+HEADS = ("base", "seq_cls", "causal_lm")
+DECODERS = ("gpt2",)
+AUTO_CLASS = {"base": "AutoModel", "seq_cls": "AutoModelForSequenceClassification",
+              "causal_lm": "AutoModelForCausalLM"}
+
+
+def train_head(config) -> str:
+    """The training head of an architecture: causal LM for decoders, else classification."""
+    return "causal_lm" if config.model_type in DECODERS else "seq_cls"
+
+
+def without_dropout(config):
+    """Dropout off: its random masks differ between frameworks, so losses could
+    not agree; every other part of the training step is unchanged."""
+    for key, value in config.to_dict().items():
+        if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
+            setattr(config, key, 0.0)
+    return config
+
 
 class ModelError(ValueError):
     """A model name or path that cannot be used."""
@@ -89,34 +110,53 @@ def max_positions(config) -> int | None:
     return None  # relative positions (XLNet): no fixed limit
 
 
-def model_key(model: str, seed: int) -> str:
-    """Short stable key naming the weights of (model, seed)."""
+def head_config(model: str, head: str = "base"):
+    config = config_for(model)
+    if head != "base":
+        config = without_dropout(config)
+        if head == "seq_cls":
+            config.num_labels = 2
+    return config
+
+
+def model_key(model: str, seed: int, head: str = "base") -> str:
+    """Short stable key naming the weights of (model, seed, head)."""
     if model in ZOO:
-        blob = config_for(model).to_json_string(use_diff=False) + f"seed={seed}"
-        digest = hashlib.sha1(blob.encode()).hexdigest()[:10]
-        return f"{model}-{digest}"
-    p = Path(model).expanduser().resolve()
-    digest = hashlib.sha1(str(p).encode()).hexdigest()[:10]
-    return f"{p.name}-{digest}"
+        blob = head_config(model, head).to_json_string(use_diff=False) + f"seed={seed}{head}"
+        name = model
+    else:
+        p = Path(model).expanduser().resolve()
+        blob, name = f"{p}seed={seed}{head}", p.name
+    suffix = "" if head == "base" else f"-{head}"
+    return f"{name}{suffix}-{hashlib.sha1(blob.encode()).hexdigest()[:10]}"
 
 
-def weights_dir(model: str, seed: int = 0, cache: Path | None = None) -> Path:
-    """Directory holding config.json + model.safetensors for ``model``.
+def weights_dir(model: str, seed: int = 0, cache: Path | None = None,
+                head: str = "base") -> Path:
+    """Directory holding config.json + model.safetensors for ``model`` with ``head``.
 
-    Zoo models are initialised in PyTorch from ``seed`` on first use and cached;
-    the write is atomic, so concurrent or interrupted runs never see half a file.
+    Zoo models are initialised in PyTorch from ``seed`` on first use and cached.
+    A local checkpoint is used in place for the base model; with a task head, its
+    body is loaded and the new head initialised from ``seed`` in PyTorch, then
+    saved, so every framework gets the same head too. Writes are atomic, so
+    concurrent or interrupted runs never see half a file.
     """
     check_model(model)
-    if model not in ZOO:
+    if model not in ZOO and head == "base":
         return Path(model).expanduser().resolve()
-    target = (cache or CACHE) / "weights" / model_key(model, seed)
+    target = (cache or CACHE) / "weights" / model_key(model, seed, head)
     if (target / WEIGHTS_FILE).is_file():
         return target
     import torch
     import transformers
 
+    auto = getattr(transformers, AUTO_CLASS[head])
     torch.manual_seed(seed)
-    net = transformers.AutoModel.from_config(config_for(model))
+    if model in ZOO:
+        net = auto.from_config(head_config(model, head))
+    else:
+        net = auto.from_pretrained(Path(model).expanduser(), config=head_config(model, head),
+                                   local_files_only=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import yaml
 
 from . import models
-from .spec import DEVICES, DTYPES, FRAMEWORKS, MODES
+from .spec import DEVICES, DTYPES, FRAMEWORKS, MODES, TRAIN_MODES
 
 # Set by `fwcompare report` for each notebook; not part of a params file.
 RUNTIME_KEYS = {"profile": "quick", "output_dir": ""}
@@ -75,14 +75,16 @@ def _models(v):
     return _non_empty(v)
 
 
-def _modes(v):
-    for fw, modes in v.items():
-        if fw not in FRAMEWORKS:
-            return f"unknown framework {fw!r}; known: {', '.join(FRAMEWORKS)}"
-        for mode in modes:
-            if mode not in MODES[fw]:
-                return f"unknown mode {mode!r} for {fw}; allowed: {', '.join(MODES[fw])}"
-    return None
+def _modes_in(table: dict):
+    def check(v):
+        for fw, modes in v.items():
+            if fw not in FRAMEWORKS:
+                return f"unknown framework {fw!r}; known: {', '.join(FRAMEWORKS)}"
+            for mode in modes:
+                if mode not in table[fw]:
+                    return f"unknown mode {mode!r} for {fw}; allowed: {', '.join(table[fw])}"
+        return None
+    return check
 
 
 TIMING = {
@@ -94,27 +96,55 @@ TIMING = {
     "target_rel_ci": Param("float", 0.02, "stop once the 95% CI half-width of the median is within this share of it", _positive),
 }
 
+def _grid(models_default, modes_default, modes_table, batch_default, seq_default,
+          timeout_default) -> dict[str, Param]:
+    """The keys every study shares: what to run, where, and how to time it."""
+    return {
+        "models": Param("list[str]", models_default,
+                        "zoo names or local checkpoint directories", _models),
+        "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
+                            _all(_non_empty, _one_of(FRAMEWORKS))),
+        "modes": Param("dict[str, list[str]]", modes_default, "modes per framework",
+                       _modes_in(modes_table)),
+        "batch_sizes": Param("list[int]", batch_default, "batch sizes",
+                             _all(_non_empty, _positive)),
+        "seq_lens": Param("list[int]", seq_default, "sequence lengths in tokens",
+                          _all(_non_empty, _positive)),
+        "device": Param("str", "cpu", "cpu or gpu", _one_of(DEVICES)),
+        "dtype": Param("str", "float32", "compute dtype", _one_of(DTYPES)),
+        "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", _non_negative),
+        "rounds": Param("int", 1, "run the groups this many times, alternating order", _positive),
+        "seed": Param("int", 0, "seed of weights and token ids", _non_negative),
+        "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", _positive),
+    }
+
+
 INFERENCE_SWEEP = {
-    "models": Param("list[str]", ["bert-base-cased", "gpt2", "distilbert-base-uncased"],
-                    "zoo names or local checkpoint directories", _models),
-    "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
-                        _all(_non_empty, _one_of(FRAMEWORKS))),
-    "modes": Param("dict[str, list[str]]",
-                   {"torch": ["eager"], "tensorflow": ["eager", "graph"], "jax": ["jit"]},
-                   "modes per framework", _modes),
-    "batch_sizes": Param("list[int]", [1, 2], "batch sizes", _all(_non_empty, _positive)),
-    "seq_lens": Param("list[int]", [32, 128], "sequence lengths in tokens", _all(_non_empty, _positive)),
-    "device": Param("str", "cpu", "cpu or gpu", _one_of(DEVICES)),
-    "dtype": Param("str", "float32", "compute dtype", _one_of(DTYPES)),
-    "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", _non_negative),
-    "rounds": Param("int", 1, "run the groups this many times, alternating order", _positive),
-    "seed": Param("int", 0, "seed of weights and token ids", _non_negative),
+    **_grid(["bert-base-cased", "gpt2", "distilbert-base-uncased"],
+            {"torch": ["eager"], "tensorflow": ["eager", "graph"], "jax": ["jit"]}, MODES,
+            [1, 2], [32, 128], 1800.0),
     "equiv_tol": Param("float", 1e-4, "max abs error against the PyTorch reference before a cell is flagged not_equivalent", _positive),
-    "group_timeout_s": Param("float", 1800.0, "seconds a (framework, model) group may run before it is stopped", _positive),
     **TIMING,
 }
 
-SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP}
+TRAINING = {
+    **_grid(["bert-base-cased", "gpt2"],
+            {"torch": ["eager"], "tensorflow": ["graph", "xla"], "jax": ["jit"]}, TRAIN_MODES,
+            [2], [64], 1800.0),
+    "learning_rate": Param("float", 1e-4, "AdamW learning rate (every framework)", _positive),
+    "weight_decay": Param("float", 0.01, "AdamW decoupled weight decay", _non_negative),
+    "beta1": Param("float", 0.9, "AdamW beta1", _positive),
+    "beta2": Param("float", 0.999, "AdamW beta2", _positive),
+    "eps": Param("float", 1e-8, "AdamW epsilon", _positive),
+    "accumulation_steps": Param("int", 1, "micro-batches per optimizer step (divides every batch size)", _positive),
+    "agreement_steps": Param("int", 5, "training steps on a fixed batch whose losses are compared before timing", _positive),
+    "loss_tol": Param("float", 1e-4, "max abs difference of the first loss from PyTorch's before a framework is flagged", _positive),
+    "loss_curve_rtol": Param("float", 1e-2, "max relative difference of any agreement-step loss from PyTorch's", _positive),
+    **TIMING,
+}
+
+SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP,
+                                        "training": TRAINING}
 
 
 def _type_ok(value, type_: str) -> bool:
@@ -172,6 +202,11 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
             problems.append(f"key 'modes': no modes given for framework(s) {', '.join(missing)}")
         if full["min_time_s"] > full["max_time_s"]:
             problems.append("key 'max_time_s': must be >= min_time_s")
+        acc = full.get("accumulation_steps", 1)
+        uneven = [b for b in full["batch_sizes"] if b % acc]
+        if uneven:
+            problems.append(f"key 'accumulation_steps': {acc} does not divide batch size(s) "
+                            f"{', '.join(map(str, uneven))}")
     if problems:
         if len(problems) == 1:
             raise ParamsError(f"{source}: {problems[0]}")

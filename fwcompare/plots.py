@@ -104,6 +104,48 @@ def latency_vs_seq(summary, manifest):
                          "ci_high_s", scale=1e3, title="Latency per forward call")
 
 
+def step_time_vs_seq(summary, manifest):
+    return metric_vs_seq(summary, manifest, "median_s", "median time per step (ms)", "ci_low_s",
+                         "ci_high_s", scale=1e3,
+                         title="Time per training step (forward, loss, backward, AdamW)")
+
+
+def loss_curves(losses: pd.DataFrame, manifest: dict):
+    """Per model: each framework/mode's loss over the agreement steps on the same
+    batch from the same weights (top), and its distance from PyTorch's loss on a
+    log scale (bottom), since agreeing curves hide each other."""
+    models = sorted(losses["model"].unique())
+    fig, axes = plt.subplots(2, len(models), squeeze=False, sharex="col",
+                             figsize=(4.6 * len(models) + 2.4, 6.0))
+    losses = losses.assign(variant=losses["framework"] + "/" + losses["mode"])
+    colors = palette(losses["variant"])
+    floor = 1e-9  # identical losses are drawn at this floor
+    for j, model in enumerate(models):
+        top, bottom = axes[0, j], axes[1, j]
+        g = losses[losses["model"] == model]
+        ref = g.drop_duplicates("step").sort_values("step")
+        top.plot(ref["step"], ref["reference_loss"], color="0.2", ls="--", lw=2.5, alpha=0.5,
+                 label="PyTorch reference")
+        for var, h in g.groupby("variant"):
+            h = h.sort_values("step")
+            top.plot(h["step"], h["loss"], marker="o", ms=4, color=colors[var], label=var)
+            diff = np.maximum((h["loss"] - h["reference_loss"]).abs(), floor)
+            bottom.plot(h["step"], diff, marker="o", ms=4, color=colors[var])
+        top.set_title(model, fontsize=10)
+        top.set_ylabel("loss")
+        bottom.set_yscale("log")
+        bottom.set_ylabel("|loss - PyTorch loss|")
+        bottom.set_xlabel("training step (same batch)")
+        bottom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.suptitle("Loss agreement: same weights, same batch, each framework's AdamW",
+                 x=0.02, ha="left")
+    _footer(fig, manifest, f"bottom: differences below {floor:g} drawn at {floor:g}")
+    fig.tight_layout(rect=(0, 0.06, 0.8, 0.95))
+    return fig
+
+
 def throughput(summary, manifest):
     return metric_vs_seq(summary, manifest, "tokens_per_s", "tokens / s", "tokens_per_s_low",
                          "tokens_per_s_high", title="Throughput (higher is better)")

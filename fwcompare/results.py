@@ -4,6 +4,7 @@ Layout under a study's results directory::
 
     cells/<cell_id>-r<round>.parquet     one row per finished cell
     samples/<cell_id>-r<round>.parquet   its raw samples
+    losses/<model>-<framework>-<mode>.parquet   training: loss per agreement step
     results.parquet, samples.parquet     consolidated copies (after a run)
 
 Each finished cell is written to its own file through a temporary file and an
@@ -38,7 +39,9 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
            "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes",
            "flops_per_call", "achieved_flops_per_s", "pct_of_peak",
-           "equiv_max_abs_err", "equiv_rel_err"]
+           "equiv_max_abs_err", "equiv_rel_err",
+           # training: losses over the agreement steps, analytic memory breakdown
+           "loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes"]
 PROVENANCE = {"mem_method": "string", "framework_version": "string",
               "framework_threads": "float64", "device_name": "string", "cpu_model": "string",
               "hostname": "string", "versions": "string", "git_commit": "string",
@@ -88,6 +91,16 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df[COLUMNS]
 
 
+def losses_frame(model: str, framework: str, mode: str, losses, reference) -> pd.DataFrame:
+    """Loss per training step of one framework/mode beside the PyTorch reference."""
+    return pd.DataFrame({"model": pd.Series([model] * len(losses), dtype="string"),
+                         "framework": pd.Series([framework] * len(losses), dtype="string"),
+                         "mode": pd.Series([mode] * len(losses), dtype="string"),
+                         "step": pd.Series(range(len(losses)), dtype="int64"),
+                         "loss": pd.Series(losses, dtype="float64"),
+                         "reference_loss": pd.Series(reference, dtype="float64")})
+
+
 def _write_atomic(df: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name("." + path.name + ".tmp")
@@ -133,6 +146,15 @@ class ResultStore:
                               "calls_per_sample": calls})
             _write_atomic(s, self.samples_dir / name)
         _write_atomic(_frame([row]), self.cells_dir / name)
+
+    def append_losses(self, df: pd.DataFrame, name: str) -> None:
+        _write_atomic(df, self.dir / "losses" / f"{name}.parquet")
+
+    def load_losses(self) -> pd.DataFrame:
+        files = sorted((self.dir / "losses").glob("*.parquet"))
+        if not files:
+            return losses_frame("", "", "", [], [])
+        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
     def load(self) -> pd.DataFrame:
         files = sorted(self.cells_dir.glob("*.parquet"))

@@ -34,7 +34,9 @@ from .timing import TimingConfig
 from .worker import EVENT_PREFIX
 
 MAX_RESTARTS = 3
-GATE_SHAPE = (2, 32)
+# The gate's batch: an odd shape that no sensible grid uses, so that the gate's
+# trace/compile never pre-pays a cell's first call (first_call_s stays honest).
+GATE_SHAPE = (3, 17)
 
 
 # Keep transformers from importing the other frameworks into a worker (it
@@ -105,10 +107,15 @@ class _Worker:
         return f"exit code {rc}"
 
 
+TRAIN_KEYS = ("learning_rate", "weight_decay", "beta1", "beta2", "eps", "accumulation_steps",
+              "agreement_steps", "loss_tol", "loss_curve_rtol")
+
+
 class Runner:
     def __init__(self, params: dict, store_dir: Path, profile: str = "adhoc",
-                 progress: bool = True):
+                 progress: bool = True, task: str = "inference"):
         self.params = params
+        self.task = task
         self.store = ResultStore(store_dir)
         self.profile = profile
         self.progress = progress
@@ -149,20 +156,32 @@ class Runner:
             tqdm.write(message, file=sys.stdout)  # keeps a terminal bar intact
 
     # -- jobs -------------------------------------------------------------------
+    def _key(self, model: str) -> str:
+        return models.model_key(model, self.params["seed"], self._head(model))
+
+    def _head(self, model: str) -> str:
+        if self.task == "inference":
+            return "base"
+        return models.train_head(models.config_for(model))
+
     def _job(self, kind: str, model: str, **extra) -> dict:
-        return {"kind": kind, "model": model, "seed": self.params["seed"],
-                "model_key": models.model_key(model, self.params["seed"]),
+        return {"kind": kind, "task": self.task, "model": model, "seed": self.params["seed"],
+                "head": self._head(model), "model_key": self._key(model),
                 "device": self.params["device"], "threads": self.threads,
-                "gate_dir": str(self.work_dir / "gate"), "gate_shape": GATE_SHAPE,
+                "gate_dir": str(self.work_dir / "gate"),
+                "gate_shape": (GATE_SHAPE[0] * self.params.get("accumulation_steps", 1),
+                               GATE_SHAPE[1]),
                 "store_dir": str(self.store.dir), "run_id": self.run_id,
                 "profile": self.profile, "timing": self.timing,
-                "equiv_tol": self.params["equiv_tol"], "provenance": self.provenance, **extra}
+                "equiv_tol": self.params.get("equiv_tol"),
+                "train": {k: self.params[k] for k in TRAIN_KEYS if k in self.params},
+                "provenance": self.provenance, **extra}
 
     def _prepare(self, model: str) -> str | None:
-        """Weights and equivalence reference; returns an error message or None."""
+        """Weights and the gate's reference; returns an error message or None."""
         w = _Worker(self._job("prepare", model), self.work_dir / "jobs",
-                    f"prepare-{models.model_key(model, self.params['seed'])}",
-                    self.threads, self.params["device"], "prepare")
+                    f"prepare-{self._key(model)}", self.threads, self.params["device"],
+                    "prepare")
         try:
             w.proc.wait(timeout=self.params["group_timeout_s"])
         except subprocess.TimeoutExpired:
@@ -180,7 +199,7 @@ class Runner:
         while remaining:
             job = self._job("group", model, framework=framework,
                             cells=[{"spec": s.to_dict(), "round": r} for s, r in remaining.values()])
-            name = f"{framework}-{models.model_key(model, self.params['seed'])}"
+            name = f"{framework}-{self._key(model)}"
             w = _Worker(job, self.work_dir / "jobs", name, self.threads, self.params["device"],
                         framework)
             in_flight, timed_out = None, False
@@ -261,6 +280,8 @@ class Runner:
                         prepared[model] = self._prepare(model)
                     for fw in order:
                         cells = [(s, r) for s, r in mine if s.framework == fw]
+                        # Ascending size, so a cell's peak RSS is not inflated by a
+                        # larger cell's allocator caches.
                         cells.sort(key=lambda c: (c[0].batch_size * c[0].seq_len,
                                                   c[0].batch_size, c[0].mode))
                         if not cells:

@@ -7,15 +7,21 @@ import json
 from dataclasses import dataclass
 
 FRAMEWORKS = ("torch", "tensorflow", "jax")
-# Modes each backend implements; anything else is rejected by params validation.
+# Modes each backend implements, per task; anything else is rejected by params
+# validation. graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
 MODES = {
     "torch": ("eager",),
-    "tensorflow": ("eager", "graph"),
+    "tensorflow": ("eager", "graph", "xla"),
     "jax": ("eager", "jit"),
+}
+TRAIN_MODES = {
+    "torch": ("eager",),
+    "tensorflow": ("graph", "xla"),
+    "jax": ("jit",),
 }
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32",)
-TASKS = ("inference",)
+TASKS = ("inference", "train")
 
 
 @dataclass(frozen=True)

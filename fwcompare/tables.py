@@ -134,6 +134,35 @@ def equivalence_table(summary: pd.DataFrame) -> pd.DataFrame:
             .max().reset_index())
 
 
+def loss_agreement_table(losses: pd.DataFrame) -> pd.DataFrame:
+    """Per model and framework/mode: first and last agreement-step loss, their
+    differences from PyTorch's, and whether the loss fell over the steps."""
+    rows = []
+    for (model, fw, mode), g in losses.groupby(["model", "framework", "mode"]):
+        g = g.sort_values("step")
+        diff = (g["loss"] - g["reference_loss"]).abs()
+        rows.append({"model": model, "variant": variant(fw, mode), "steps": len(g),
+                     "first_loss": g["loss"].iloc[0], "last_loss": g["loss"].iloc[-1],
+                     "first_loss_abs_diff": diff.iloc[0],
+                     "max_rel_diff": (diff / g["reference_loss"].abs()).max(),
+                     "loss_decreased": bool(g["loss"].iloc[-1] < g["loss"].iloc[0]),
+                     "all_finite": bool(np.isfinite(g["loss"]).all())})
+    return pd.DataFrame(rows)
+
+
+def memory_breakdown_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Measured peak memory beside what parameters, gradients and AdamW state
+    need in fp32 (analytic); the rest is activations, workspace and runtime."""
+    cols = ["param_bytes", "grad_bytes", "optimizer_state_bytes"]
+    out = summary[["model", "variant", "batch_size", "seq_len", "status", "peak_mem_bytes",
+                   *cols]].copy()
+    mib = 2 ** 20
+    for c in ["peak_mem_bytes", *cols]:
+        out[c.replace("_bytes", "_mib")] = out.pop(c) / mib
+    out["rest_mib"] = out["peak_mem_mib"] - out[[c.replace("_bytes", "_mib") for c in cols]].sum(axis=1)
+    return out
+
+
 # The 2019 Hugging Face study ("Benchmarking Transformers: PyTorch and
 # TensorFlow"): arithmetic mean inference latency over its whole grid.
 HF_2019_MEAN_LATENCY_S = {"cpu": {"torch": 0.748, "tensorflow": 0.823},

@@ -2,10 +2,12 @@
 
 Two kinds of job:
 
-- ``prepare``: make the shared weights of one model (PyTorch, fixed seed) and
-  the equivalence reference: PyTorch eager fp32 output on fixed token ids.
-- ``group``: one (framework, model) group. Loads the model once, runs the
-  equivalence gate for every mode before any timing, then measures each cell
+- ``prepare``: make the shared weights of one model and head (PyTorch, fixed
+  seed) and the reference the gate compares against: PyTorch eager fp32 output
+  on fixed token ids (inference), or its losses over the first training steps
+  on a fixed batch (training).
+- ``group``: one (framework, model) group. Runs the gate before any timing
+  (equivalence of outputs, or agreement of losses), then measures each cell
   (timing pass, then a separate memory pass) and appends its row to the store.
 
 Progress goes to stdout as lines starting with EVENT_PREFIX; everything else a
@@ -44,36 +46,19 @@ def token_ids(seed: int, batch: int, seq: int, vocab: int):
     return np.random.default_rng([seed, batch, seq]).integers(low, vocab, size=(batch, seq))
 
 
-def gate_path(job: dict) -> Path:
-    return Path(job["gate_dir"]) / f"{job['model_key']}.npz"
-
-
-def prepare(job: dict) -> None:
+def train_labels(seed: int, ids, head: str):
+    """Labels of a synthetic training batch: the ids themselves for a causal LM
+    (shifted inside the loss), seeded class labels for classification."""
     import numpy as np
-    import torch
-    import transformers
 
-    from . import models
+    if head == "causal_lm":
+        return ids
+    b, s = ids.shape
+    return np.random.default_rng([seed, b, s, 1]).integers(0, 2, size=b)
 
-    wdir = models.weights_dir(job["model"], job["seed"])
-    net = transformers.AutoModel.from_pretrained(wdir, local_files_only=True).eval()
-    config = net.config
-    b, s = job["gate_shape"]
-    maxpos = models.max_positions(config)
-    s = min(s, maxpos) if maxpos else s
-    ids = token_ids(job["seed"], b, s, config.vocab_size)
-    with torch.inference_mode():
-        ref = net(input_ids=torch.as_tensor(ids)).last_hidden_state.double().numpy()
-    n_emb = sum(p.numel() for n, p in net.named_parameters()
-                if "emb" in n or n.split(".")[-2:-1] in (["wte"], ["wpe"]))
-    info = models.param_counts(config, sum(p.numel() for p in net.parameters()), n_emb)
-    info.update(vocab_size=config.vocab_size, max_positions=maxpos or 0,
-                weights_dir=str(wdir))
-    path = gate_path(job)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, ids=ids, reference=ref, info=json.dumps(info))
-    os.replace(tmp, path)
+
+def optimizer_settings(job: dict) -> dict:
+    return {k: job["train"][k] for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps")}
 
 
 def release_freed_heap() -> None:
@@ -86,6 +71,47 @@ def release_freed_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def gate_path(job: dict) -> Path:
+    return Path(job["gate_dir"]) / f"{job['model_key']}.npz"
+
+
+def prepare(job: dict) -> None:
+    import numpy as np
+
+    from . import models
+    from .frameworks import get_backend
+
+    head = job["head"]
+    wdir = models.weights_dir(job["model"], job["seed"], head=head)
+    torch_backend = get_backend("torch")
+    torch_backend.configure(job["threads"], "cpu")
+    net = torch_backend.load(wdir, "cpu", head)
+    config = net.config
+    b, s = job["gate_shape"]
+    maxpos = models.max_positions(config)
+    s = min(s, maxpos) if maxpos else s
+    ids = token_ids(job["seed"], b, s, config.vocab_size)
+    n_emb = sum(p.numel() for n, p in net.named_parameters()
+                if "emb" in n or n.split(".")[-2:-1] in (["wte"], ["wpe"]))
+    info = models.param_counts(config, torch_backend.n_params(net), n_emb)
+    info.update(vocab_size=config.vocab_size, max_positions=maxpos or 0, weights_dir=str(wdir))
+    labels = train_labels(job["seed"], ids, head)
+    if job["task"] == "train":
+        step = torch_backend.make_train_step(net, "eager", "cpu", optimizer_settings(job), head,
+                                             job["train"]["accumulation_steps"])
+        batch = torch_backend.make_batch(ids, labels, "cpu")
+        reference = np.array([float(torch_backend.to_numpy(step(batch)))
+                              for _ in range(job["train"]["agreement_steps"])])
+    else:
+        forward = torch_backend.make_forward(net, "eager", "cpu")
+        reference = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+    path = gate_path(job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, ids=ids, labels=labels, reference=reference, info=json.dumps(info))
+    os.replace(tmp, path)
 
 
 def _fault(label: str) -> None:
@@ -109,87 +135,80 @@ def failure_status(backend, exc: BaseException) -> str:
     return "oom" if backend.is_oom(exc) else "error"
 
 
-def run_group(job: dict) -> None:
-    import numpy as np
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
-    from . import models
-    from .frameworks import get_backend
-    from .memory import PeakRSS, current_rss_bytes
-    from .precision import error_metrics
-    from .results import ResultStore, make_row
-    from .spec import RunSpec
-    from .stats import iqr, median_ci
-    from .timing import TimingConfig, measure
 
-    fw, device = job["framework"], job["device"]
-    backend = get_backend(fw)
-    backend.configure(job["threads"], device)
-    store = ResultStore(job["store_dir"])
-    cfg = TimingConfig(**job["timing"])
-    cells = [(RunSpec.from_dict(c["spec"]), c["round"]) for c in job["cells"]]
-    provenance = dict(job["provenance"])
-    baseline_rss = current_rss_bytes()
+class Group:
+    """One (framework, model) group inside its worker process."""
 
-    def finish(spec, rnd, status, error="", figures=None, samples=None):
+    def __init__(self, job: dict):
+        import numpy as np
+
+        from .frameworks import get_backend
+        from .memory import current_rss_bytes
+        from .results import ResultStore
+        from .spec import RunSpec
+        from .timing import TimingConfig
+
+        self.job = job
+        self.fw, self.device, self.head = job["framework"], job["device"], job["head"]
+        self.backend = get_backend(self.fw)
+        self.backend.configure(job["threads"], self.device)
+        self.store = ResultStore(job["store_dir"])
+        self.cfg = TimingConfig(**job["timing"])
+        self.cells = [(RunSpec.from_dict(c["spec"]), c["round"]) for c in job["cells"]]
+        self.provenance = dict(job["provenance"])
+        self.gate = np.load(gate_path(job))
+        self.info = json.loads(str(self.gate["info"]))
+        self.baseline_rss = current_rss_bytes()  # imports done, no model yet
+
+    def finish(self, spec, rnd, status, error="", figures=None, samples=None):
+        from .results import make_row
+
         row = make_row(spec, status=status, error=error, figures=figures,
-                       provenance=provenance, run_id=job["run_id"],
-                       profile=job["profile"], round=rnd)
-        store.append(row, samples)
+                       provenance=self.provenance, run_id=self.job["run_id"],
+                       profile=self.job["profile"], round=rnd)
+        self.store.append(row, samples)
         emit("done", cell=spec.cell_id, round=rnd, status=status,
              median_s=figures.get("median_s") if figures else None,
              ci=[figures.get("ci_low_s"), figures.get("ci_high_s")] if figures else None,
              error=error[:200])
 
-    gate = np.load(gate_path(job))
-    info = json.loads(str(gate["info"]))
-    try:
+    def load(self):
+        """The model with the shared weights; its load time in seconds."""
         t0 = time.perf_counter()
-        model = backend.load(info["weights_dir"], device)
+        model = self.backend.load(self.info["weights_dir"], self.device, self.head)
         load_s = time.perf_counter() - t0
         release_freed_heap()
-        provenance.update(backend.runtime_info(device))
-    except Exception as exc:  # the whole group cannot run
-        status = failure_status(backend, exc)
-        for spec, rnd in cells:
-            emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
-            finish(spec, rnd, status, f"loading the model failed: {type(exc).__name__}: {exc}")
-        return
+        self.provenance.update(self.backend.runtime_info(self.device))
+        return model, load_s
 
-    # Equivalence gate, before any timing: same ids, every mode, vs the reference.
-    forwards, gate_errors, mode_problems = {}, {}, {}
-    for mode in sorted({spec.mode for spec, _ in cells}):
-        try:
-            fn = backend.make_forward(model, mode, device)
-            out = fn(backend.make_inputs(gate["ids"], device))
-            backend.sync(out)
-            gate_errors[mode] = error_metrics(backend.to_numpy(out), gate["reference"])
-            forwards[mode] = fn
-        except Exception as exc:
-            mode_problems[mode] = (failure_status(backend, exc), f"{type(exc).__name__}: {exc}")
-    emit("gate", errors={m: e["max_abs_err"] for m, e in gate_errors.items()})
+    def skip_reason(self, spec) -> str | None:
+        maxpos = self.info["max_positions"]
+        if maxpos and spec.seq_len > maxpos:
+            return f"seq_len {spec.seq_len} exceeds the model's {maxpos} positions"
+        return None
 
-    for spec, rnd in cells:
+    def measure(self, spec, rnd, call, known: dict, flops: float, not_equivalent: str) -> None:
+        """Timing pass, then a separate memory pass, then the row."""
+        import numpy as np
+
+        from .memory import PeakRSS
+        from .stats import iqr, median_ci
+        from .timing import measure
+
         emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
-        if spec.mode in mode_problems:
-            finish(spec, rnd, *mode_problems[spec.mode])
-            continue
-        if info["max_positions"] and spec.seq_len > info["max_positions"]:
-            finish(spec, rnd, "unsupported", f"seq_len {spec.seq_len} exceeds the model's "
-                   f"{info['max_positions']} positions")
-            continue
-        err = gate_errors[spec.mode]
-        # Known before the cell runs, so kept on its row even if the cell fails.
-        known = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"],
-                 "load_s": load_s}
+        reason = self.skip_reason(spec)
+        if reason:
+            self.finish(spec, rnd, "unsupported", reason, known)
+            return
         try:
             _fault(spec.label)
-            fn = forwards[spec.mode]
-            x = backend.make_inputs(token_ids(job["seed"], spec.batch_size, spec.seq_len,
-                                              info["vocab_size"]), device)
-            timing = measure(lambda: fn(x), backend.sync, cfg)
+            fn = call()
+            timing = measure(fn, self.backend.sync, self.cfg)
             samples = timing.samples_s
-            med, lo, hi = median_ci(samples, cfg.confidence)
-            flops = models.forward_flops(info, spec.batch_size, spec.seq_len)
+            med, lo, hi = median_ci(samples, self.cfg.confidence)
             figures = dict(
                 known, n_samples=len(samples), calls_per_sample=timing.calls_per_sample,
                 median_s=med, ci_low_s=lo, ci_high_s=hi, rel_ci=timing.rel_ci,
@@ -197,39 +216,144 @@ def run_group(job: dict) -> None:
                 p90_s=float(np.percentile(samples, 90)), first_call_s=timing.first_call_s,
                 throughput_samples_per_s=spec.batch_size / med,
                 tokens_per_s=spec.batch_size * spec.seq_len / med,
-                flops_per_call=flops, achieved_flops_per_s=flops / med)
+                flops_per_call=flops, achieved_flops_per_s=flops / med,
+                converged=timing.converged)
             # Memory: a pass of its own, after timing, so sampling never perturbs timing.
             release_freed_heap()
-            if device == "gpu":
-                backend.reset_peak_memory(device)
-                backend.sync(fn(x))
-                figures["peak_mem_bytes"] = backend.peak_memory_bytes(device)
-                figures["mem_method"] = f"{fw}_allocator_peak"
+            if self.device == "gpu":
+                self.backend.reset_peak_memory(self.device)
+                self.backend.sync(fn())
+                figures["peak_mem_bytes"] = self.backend.peak_memory_bytes(self.device)
+                figures["mem_method"] = f"{self.fw}_allocator_peak"
             else:
                 with PeakRSS() as peak:
-                    backend.sync(fn(x))
-                figures["peak_mem_bytes"] = peak.peak_bytes - baseline_rss
+                    self.backend.sync(fn())
+                figures["peak_mem_bytes"] = peak.peak_bytes - self.baseline_rss
                 figures["mem_method"] = peak.method + "_over_pre_model_baseline"
-            status = "ok" if err["max_abs_err"] <= job["equiv_tol"] else "not_equivalent"
-            note = "" if status == "ok" else (
-                f"max abs error {err['max_abs_err']:.3g} vs reference exceeds "
-                f"equiv_tol {job['equiv_tol']:g}")
+            notes = [not_equivalent] if not_equivalent else []
             if not timing.converged:
-                note = (note + "; " if note else "") + (
-                    f"did not converge: CI half-width {timing.rel_ci:.1%} of the median "
-                    f"after {cfg.max_time_s:g} s")
-            figures["converged"] = timing.converged
-            finish(spec, rnd, status, note, figures, samples)
+                notes.append(f"did not converge: CI half-width {timing.rel_ci:.1%} of the "
+                             f"median after {self.cfg.max_time_s:g} s")
+            self.finish(spec, rnd, "not_equivalent" if not_equivalent else "ok",
+                        "; ".join(notes), figures, samples)
         except Exception as exc:
-            finish(spec, rnd, failure_status(backend, exc), f"{type(exc).__name__}: {exc}", known)
+            self.finish(spec, rnd, failure_status(self.backend, exc), _describe(exc), known)
             gc.collect()
+
+    def fail_all(self, cells, status: str, error: str, known: dict | None = None) -> None:
+        for spec, rnd in cells:
+            emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
+            self.finish(spec, rnd, status, error, known)
+
+    # -- inference: one model, every mode gated against the reference output ----
+    def run_inference(self) -> None:
+        from . import models
+        from .precision import error_metrics
+
+        try:
+            model, load_s = self.load()
+        except Exception as exc:  # the whole group cannot run
+            self.fail_all(self.cells, failure_status(self.backend, exc),
+                          f"loading the model failed: {_describe(exc)}")
+            return
+        forwards, errors, problems = {}, {}, {}
+        for mode in sorted({spec.mode for spec, _ in self.cells}):
+            try:
+                fn = self.backend.make_forward(model, mode, self.device)
+                out = fn(self.backend.make_inputs(self.gate["ids"], self.device))
+                self.backend.sync(out)
+                errors[mode] = error_metrics(self.backend.to_numpy(out), self.gate["reference"])
+                forwards[mode] = fn
+            except Exception as exc:
+                problems[mode] = (failure_status(self.backend, exc), _describe(exc))
+        emit("gate", errors={m: e["max_abs_err"] for m, e in errors.items()})
+        tol = self.job["equiv_tol"]
+        for spec, rnd in self.cells:
+            if spec.mode in problems:
+                self.fail_all([(spec, rnd)], *problems[spec.mode])
+                continue
+            err = errors[spec.mode]
+            known = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"],
+                     "load_s": load_s}
+            ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
+                            self.info["vocab_size"])
+            fn = forwards[spec.mode]
+
+            def call(fn=fn, ids=ids):
+                x = self.backend.make_inputs(ids, self.device)
+                return lambda: fn(x)
+            bad = (f"max abs error {err['max_abs_err']:.3g} vs reference exceeds equiv_tol "
+                   f"{tol:g}") if err["max_abs_err"] > tol else ""
+            self.measure(spec, rnd, call, known,
+                         models.forward_flops(self.info, spec.batch_size, spec.seq_len), bad)
+
+    # -- training: per mode a fresh model, losses gated against the reference ----
+    def run_train(self) -> None:
+        import numpy as np
+
+        from . import models
+        from .results import losses_frame
+
+        train = self.job["train"]
+        ref = self.gate["reference"]
+        n = self.info["n_params"]
+        breakdown = {"param_bytes": 4.0 * n, "grad_bytes": 4.0 * n,
+                     "optimizer_state_bytes": 8.0 * n}  # fp32; AdamW keeps m and v
+        for mode in sorted({spec.mode for spec, _ in self.cells}):
+            cells = [(s, r) for s, r in self.cells if s.mode == mode]
+            try:
+                model, load_s = self.load()
+                step = self.backend.make_train_step(model, mode, self.device,
+                                                    optimizer_settings(self.job), self.head,
+                                                    train["accumulation_steps"])
+                batch = self.backend.make_batch(self.gate["ids"], self.gate["labels"],
+                                                self.device)
+                losses = np.array([float(self.backend.to_numpy(step(batch)))
+                                   for _ in range(len(ref))])
+            except Exception as exc:
+                self.fail_all(cells, failure_status(self.backend, exc), _describe(exc), breakdown)
+                continue
+            self.store.append_losses(losses_frame(
+                self.job["model"], self.fw, mode, losses, ref),
+                f"{self.job['model_key']}-{self.fw}-{mode}")
+            step0 = abs(losses[0] - ref[0])
+            curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
+            emit("gate", errors={mode: step0})
+            known = dict(breakdown, load_s=load_s, loss_step0=float(losses[0]),
+                         loss_final=float(losses[-1]), equiv_max_abs_err=float(step0),
+                         equiv_rel_err=curve)
+            problems = []
+            if not np.all(np.isfinite(losses)):
+                problems.append("non-finite loss during the agreement steps")
+            if step0 > train["loss_tol"]:
+                problems.append(f"first loss differs from PyTorch by {step0:.3g} "
+                                f"(loss_tol {train['loss_tol']:g})")
+            if curve > train["loss_curve_rtol"]:
+                problems.append(f"loss curve departs from PyTorch by {curve:.3g} relative "
+                                f"(loss_curve_rtol {train['loss_curve_rtol']:g})")
+            for spec, rnd in cells:
+                ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
+                                self.info["vocab_size"])
+                labels = train_labels(self.job["seed"], ids, self.head)
+
+                def call(ids=ids, labels=labels):
+                    b = self.backend.make_batch(ids, labels, self.device)
+                    return lambda: step(b)
+                flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
+                self.measure(spec, rnd, call, known, flops, "; ".join(problems))
+            del model, step
+            release_freed_heap()
 
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text())
     pin_threads(job["threads"])
     try:
-        prepare(job) if job["kind"] == "prepare" else run_group(job)
+        if job["kind"] == "prepare":
+            prepare(job)
+        else:
+            group = Group(job)
+            group.run_train() if job["task"] == "train" else group.run_inference()
     except Exception:
         traceback.print_exc()
         return 1

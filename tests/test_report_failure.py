@@ -18,7 +18,7 @@ def test_failed_study_is_reported_not_lost(tmp_path, monkeypatch):
     nbformat.write(nb, nbdir / "inference_sweep.ipynb")
     monkeypatch.setattr(report, "NOTEBOOKS", nbdir)
     with pytest.raises(report.ReportError, match="boom in the study"):
-        report.build("smoke", out_root=tmp_path / "out")
+        report.build("smoke", out_root=tmp_path / "out", studies=["inference_sweep"])
     out = tmp_path / "out" / "smoke"
     failed = out / "inference_sweep" / "inference_sweep.failed.ipynb"
     assert failed.is_file() and "boom in the study" in failed.read_text()

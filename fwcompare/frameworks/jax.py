@@ -33,14 +33,21 @@ def _device(device: str):
         raise Unsupported(f"device {device} not available to JAX: {exc}") from exc
 
 
-def load(weights_dir, device: str):
+_MAPPING = {"base": "FLAX_MODEL_MAPPING",
+            "seq_cls": "FLAX_MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+            "causal_lm": "FLAX_MODEL_FOR_CAUSAL_LM_MAPPING"}
+
+
+def load(weights_dir, device: str, head: str = "base"):
     import transformers
 
+    from ..models import AUTO_CLASS
+
     config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
-    if type(config) not in transformers.FLAX_MODEL_MAPPING:
-        raise Unsupported(f"transformers has no Flax class for {config.model_type}")
-    model = transformers.FlaxAutoModel.from_pretrained(weights_dir, from_pt=True,
-                                                       local_files_only=True)
+    if type(config) not in getattr(transformers, _MAPPING[head]):
+        raise Unsupported(f"transformers has no Flax {head} class for {config.model_type}")
+    auto = getattr(transformers, "Flax" + AUTO_CLASS[head])
+    model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
     model.params = _jax().device_put(model.params, _device(device))
     return model
 
@@ -61,6 +68,49 @@ def make_forward(model, mode: str, device: str):
         jitted = jax.jit(apply)
         return lambda ids: jitted(model.params, ids)
     raise Unsupported(f"jax mode {mode!r} is not implemented")
+
+
+def make_train_step(model, mode: str, device: str, opt: dict, head: str,
+                    accumulation_steps: int = 1):
+    """Forward, loss, gradient and optax AdamW in one jax.jit-compiled function;
+    ``step((ids, labels)) -> loss``. Dropout is off in the config, so the
+    deterministic call computes the same function as the other frameworks'
+    training mode."""
+    import optax
+
+    jax = _jax()
+    if mode != "jit":
+        raise Unsupported(f"jax training mode {mode!r} is not implemented")
+    tx = optax.adamw(opt["learning_rate"], b1=opt["beta1"], b2=opt["beta2"], eps=opt["eps"],
+                     weight_decay=opt["weight_decay"])
+
+    def loss_fn(params, ids, labels):
+        logits = model(ids, params=params, train=False).logits
+        if head == "causal_lm":  # predict token t+1 from tokens <= t
+            logits, labels = logits[:, :-1], labels[:, 1:]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+    def train(params, opt_state, ids, labels):
+        grads, total = None, 0.0
+        for mids, mlabels in zip(jax.numpy.split(ids, accumulation_steps),
+                                 jax.numpy.split(labels, accumulation_steps)):
+            loss, g = jax.value_and_grad(loss_fn)(params, mids, mlabels)
+            g = jax.tree_util.tree_map(lambda x: x / accumulation_steps, g)
+            grads = g if grads is None else jax.tree_util.tree_map(jax.numpy.add, grads, g)
+            total = total + loss / accumulation_steps
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, total
+    compiled = jax.jit(train, donate_argnums=(0, 1))
+    state = {"params": model.params, "opt": tx.init(model.params)}
+
+    def step(batch):
+        state["params"], state["opt"], loss = compiled(state["params"], state["opt"], *batch)
+        return loss
+    return step
+
+
+def make_batch(ids: np.ndarray, labels: np.ndarray, device: str):
+    return make_inputs(ids, device), make_inputs(labels, device)
 
 
 def make_inputs(ids: np.ndarray, device: str):

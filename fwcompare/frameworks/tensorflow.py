@@ -32,13 +32,20 @@ def configure(threads: int, device: str) -> None:
     transformers.TFAutoModel  # resolve the lazy import now, before the memory baseline
 
 
-def load(weights_dir, device: str):
+_MAPPING = {"base": "TF_MODEL_MAPPING",
+            "seq_cls": "TF_MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+            "causal_lm": "TF_MODEL_FOR_CAUSAL_LM_MAPPING"}
+
+
+def load(weights_dir, device: str, head: str = "base"):
+    from ..models import AUTO_CLASS
+
     config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
-    if type(config) not in transformers.TF_MODEL_MAPPING:
-        raise Unsupported(f"transformers has no TensorFlow class for {config.model_type}")
+    if type(config) not in getattr(transformers, _MAPPING[head]):
+        raise Unsupported(f"transformers has no TensorFlow {head} class for {config.model_type}")
+    auto = getattr(transformers, "TF" + AUTO_CLASS[head])
     with tf.device(_device_name(device)):
-        return transformers.TFAutoModel.from_pretrained(weights_dir, from_pt=True,
-                                                        local_files_only=True)
+        return auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
 
 
 def n_params(model) -> int:
@@ -53,9 +60,59 @@ def make_forward(model, mode: str, device: str):
             return model(input_ids=ids, training=False).last_hidden_state
     if mode == "eager":
         return eager
-    if mode == "graph":
-        return tf.function(eager)
+    if mode in ("graph", "xla"):
+        return tf.function(eager, jit_compile=mode == "xla")
     raise Unsupported(f"tensorflow mode {mode!r} is not implemented")
+
+
+def _loss(logits, labels, head: str):
+    if head == "causal_lm":  # predict token t+1 from tokens <= t
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+
+
+def make_train_step(model, mode: str, device: str, opt: dict, head: str,
+                    accumulation_steps: int = 1):
+    """Forward, loss, backward and tf-keras AdamW inside tf.function (XLA with
+    mode "xla"); ``step((ids, labels)) -> loss``. Keras' Adam adds epsilon to
+    sqrt(v) rather than to sqrt(v_hat) (PyTorch, optax): the same update up to
+    epsilon's scale, negligible at epsilon 1e-8."""
+    import tf_keras
+
+    if mode not in ("graph", "xla"):
+        raise Unsupported(f"tensorflow training mode {mode!r} is not implemented "
+                          "(graph: tf.function, xla: tf.function(jit_compile=True))")
+    dev = _device_name(device)
+    with tf.device(dev):
+        optimizer = tf_keras.optimizers.AdamW(
+            learning_rate=opt["learning_rate"], weight_decay=opt["weight_decay"],
+            beta_1=opt["beta1"], beta_2=opt["beta2"], epsilon=opt["eps"])
+    variables = model.trainable_variables
+
+    def train(ids, labels):
+        grads, total = None, tf.zeros(())
+        for mids, mlabels in zip(tf.split(ids, accumulation_steps),
+                                 tf.split(labels, accumulation_steps)):
+            with tf.GradientTape() as tape:
+                logits = model(input_ids=mids, training=True).logits
+                loss = _loss(logits, mlabels, head) / accumulation_steps
+            g = tape.gradient(loss, variables)
+            g = [tf.convert_to_tensor(x) for x in g]  # dense: same update as the others
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+            total += loss
+        optimizer.apply_gradients(zip(grads, variables))
+        return total
+    compiled = tf.function(train, jit_compile=mode == "xla")
+
+    def step(batch):
+        with tf.device(dev):
+            return compiled(*batch)
+    return step
+
+
+def make_batch(ids: np.ndarray, labels: np.ndarray, device: str):
+    with tf.device(_device_name(device)):
+        return tf.constant(ids, dtype=tf.int32), tf.constant(labels, dtype=tf.int32)
 
 
 def make_inputs(ids: np.ndarray, device: str):

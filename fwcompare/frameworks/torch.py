@@ -21,9 +21,11 @@ def configure(threads: int, device: str) -> None:
     transformers.AutoModel  # resolve the lazy import now, before the memory baseline
 
 
-def load(weights_dir, device: str):
-    model = transformers.AutoModel.from_pretrained(weights_dir, local_files_only=True,
-                                                   torch_dtype=torch.float32)
+def load(weights_dir, device: str, head: str = "base"):
+    from ..models import AUTO_CLASS
+
+    auto = getattr(transformers, AUTO_CLASS[head])
+    model = auto.from_pretrained(weights_dir, local_files_only=True, torch_dtype=torch.float32)
     return model.eval().to(_device(device))
 
 
@@ -39,6 +41,44 @@ def make_forward(model, mode: str, device: str):
         with torch.inference_mode():
             return model(input_ids=ids).last_hidden_state
     return forward
+
+
+def _loss(logits, labels, head: str):
+    if head == "causal_lm":  # predict token t+1 from tokens <= t
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             labels.reshape(-1))
+
+
+def make_train_step(model, mode: str, device: str, opt: dict, head: str,
+                    accumulation_steps: int = 1):
+    """Forward, loss, backward and AdamW step; ``step((ids, labels)) -> loss``.
+    With accumulation, the batch is split into equal micro-batches whose
+    gradients are averaged before one optimizer step."""
+    if mode != "eager":
+        raise Unsupported(f"torch training mode {mode!r} is not implemented")
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=opt["learning_rate"],
+                                  betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
+                                  weight_decay=opt["weight_decay"])
+
+    def step(batch):
+        ids, labels = batch
+        total = torch.zeros((), device=ids.device)
+        for mids, mlabels in zip(ids.chunk(accumulation_steps), labels.chunk(accumulation_steps)):
+            loss = _loss(model(input_ids=mids).logits, mlabels, head) / accumulation_steps
+            loss.backward()
+            total += loss.detach()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return total
+    return step
+
+
+def make_batch(ids: np.ndarray, labels: np.ndarray, device: str):
+    dev = _device(device)
+    return (torch.as_tensor(ids, dtype=torch.long, device=dev),
+            torch.as_tensor(labels, dtype=torch.long, device=dev))
 
 
 def make_inputs(ids: np.ndarray, device: str):
