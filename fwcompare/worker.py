@@ -341,7 +341,7 @@ class Group:
                     return lambda: step(b)
                 flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
                 self.measure(spec, rnd, call, known, flops, "; ".join(problems))
-            del model, step
+            model = step = None  # drop this mode's model before the next one loads
             release_freed_heap()
 
 
