@@ -199,7 +199,8 @@ class Runner:
         while remaining:
             job = self._job("group", model, framework=framework,
                             cells=[{"spec": s.to_dict(), "round": r} for s, r in remaining.values()])
-            name = f"{framework}-{self._key(model)}"
+            modes = sorted({s.mode for s, _ in remaining.values()})
+            name = f"{framework}-{'-'.join(modes)}-{self._key(model)}"
             w = _Worker(job, self.work_dir / "jobs", name, self.threads, self.params["device"],
                         framework)
             in_flight, timed_out = None, False
@@ -246,6 +247,22 @@ class Runner:
                         if killed else "") + why)
             restarts += 1
 
+    def _groups(self, cells: list[tuple[RunSpec, int]], order: list[str]):
+        """(framework, cells) per worker process. Inference modes share one model
+        and process; each training mode trains its own model, so it gets its own
+        process, and its memory is not inflated by another mode's leftovers."""
+        for fw in order:
+            mine = [(s, r) for s, r in cells if s.framework == fw]
+            # Ascending size, so a cell's peak RSS is not inflated by a larger
+            # cell's allocator caches.
+            mine.sort(key=lambda c: (c[0].batch_size * c[0].seq_len, c[0].batch_size,
+                                     c[0].mode))
+            if self.task == "train":
+                for mode in sorted({s.mode for s, _ in mine}):
+                    yield fw, [(s, r) for s, r in mine if s.mode == mode]
+            elif mine:
+                yield fw, mine
+
     def run(self, specs: list[RunSpec]) -> None:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
@@ -278,14 +295,7 @@ class Runner:
                     if model not in prepared:
                         self.bar.set_postfix_str(f"preparing {model}", refresh=True)
                         prepared[model] = self._prepare(model)
-                    for fw in order:
-                        cells = [(s, r) for s, r in mine if s.framework == fw]
-                        # Ascending size, so a cell's peak RSS is not inflated by a
-                        # larger cell's allocator caches.
-                        cells.sort(key=lambda c: (c[0].batch_size * c[0].seq_len,
-                                                  c[0].batch_size, c[0].mode))
-                        if not cells:
-                            continue
+                    for fw, cells in self._groups(mine, order):
                         if prepared[model]:
                             for s, r in cells:
                                 self._fail(s, r, "error", prepared[model])
