@@ -10,7 +10,9 @@
    grows until the timer's own overhead is under 0.1% of a sample.
 4. Sampling stops once ``min_iters`` samples and ``min_time_s`` have passed and
    the 95% CI of the median is within ``target_rel_ci`` of it, or at
-   ``max_time_s``; then ``converged`` is False, and that is recorded.
+   ``max_time_s``; then ``converged`` is False, and that is recorded. It never
+   stops before ``min_iters`` samples (6 are the fewest that give a 95% CI of
+   the median).
 5. Every raw sample is kept (seconds per call, with the block size).
 """
 from __future__ import annotations
@@ -99,7 +101,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
             if result.rel_ci <= config.target_rel_ci:
                 result.converged = True
                 break
-        if spent >= config.max_time_s:
+        if spent >= config.max_time_s and len(result.samples_s) >= config.min_iters:
             result.rel_ci = rel_ci_halfwidth(result.samples_s, config.confidence)
             break
     return result

@@ -60,3 +60,10 @@ def test_converges_on_a_steady_workload():
         warmup_iters=1, warmup_s=0.0, min_iters=10, min_time_s=0.05, max_time_s=3.0,
         target_rel_ci=0.05))
     assert t.converged is True and t.rel_ci <= 0.05
+
+
+def test_max_time_never_cuts_below_min_iters():
+    cfg = TimingConfig(warmup_iters=0, warmup_s=0.0, min_iters=6, min_time_s=0.01,
+                       max_time_s=0.01, target_rel_ci=1e-9)
+    t = measure(lambda: busy(0.01), config=cfg)
+    assert len(t.samples_s) == 6 and t.converged is False

@@ -38,6 +38,26 @@ def looks_like_oom(exc: BaseException) -> bool:
     return any(m in text for m in _OOM_MARKERS)
 
 
+_MAPPING_SUFFIX = {"base": "", "seq_cls": "_FOR_SEQUENCE_CLASSIFICATION",
+                   "causal_lm": "_FOR_CAUSAL_LM"}
+
+
+def auto_class(prefix: str, weights_dir, head: str):
+    """transformers' Auto class for a head ("", "TF" or "Flax" prefix), or
+    Unsupported when transformers has no such class for the architecture."""
+    import transformers
+
+    from ..models import AUTO_CLASS
+
+    if prefix:
+        config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
+        mapping = getattr(transformers, f"{prefix.upper()}_MODEL{_MAPPING_SUFFIX[head]}_MAPPING")
+        if type(config) not in mapping:
+            raise Unsupported(f"transformers has no {prefix} {head} class for "
+                              f"{config.model_type}")
+    return getattr(transformers, prefix + AUTO_CLASS[head])
+
+
 def get_backend(framework: str) -> ModuleType:
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from . import Unsupported, looks_like_oom
+from . import Unsupported, auto_class, looks_like_oom
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 
@@ -33,20 +33,8 @@ def _device(device: str):
         raise Unsupported(f"device {device} not available to JAX: {exc}") from exc
 
 
-_MAPPING = {"base": "FLAX_MODEL_MAPPING",
-            "seq_cls": "FLAX_MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
-            "causal_lm": "FLAX_MODEL_FOR_CAUSAL_LM_MAPPING"}
-
-
 def load(weights_dir, device: str, head: str = "base"):
-    import transformers
-
-    from ..models import AUTO_CLASS
-
-    config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
-    if type(config) not in getattr(transformers, _MAPPING[head]):
-        raise Unsupported(f"transformers has no Flax {head} class for {config.model_type}")
-    auto = getattr(transformers, "Flax" + AUTO_CLASS[head])
+    auto = auto_class("Flax", weights_dir, head)
     model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
     model.params = _jax().device_put(model.params, _device(device))
     return model

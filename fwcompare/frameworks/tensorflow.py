@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
-from . import Unsupported, looks_like_oom  # noqa: E402
+from . import Unsupported, auto_class, looks_like_oom  # noqa: E402
 
 
 def _device_name(device: str) -> str:
@@ -32,18 +32,8 @@ def configure(threads: int, device: str) -> None:
     transformers.TFAutoModel  # resolve the lazy import now, before the memory baseline
 
 
-_MAPPING = {"base": "TF_MODEL_MAPPING",
-            "seq_cls": "TF_MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
-            "causal_lm": "TF_MODEL_FOR_CAUSAL_LM_MAPPING"}
-
-
 def load(weights_dir, device: str, head: str = "base"):
-    from ..models import AUTO_CLASS
-
-    config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
-    if type(config) not in getattr(transformers, _MAPPING[head]):
-        raise Unsupported(f"transformers has no TensorFlow {head} class for {config.model_type}")
-    auto = getattr(transformers, "TF" + AUTO_CLASS[head])
+    auto = auto_class("TF", weights_dir, head)
     with tf.device(_device_name(device)):
         return auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
 

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 import transformers
 
-from . import Unsupported, looks_like_oom
+from . import Unsupported, auto_class, looks_like_oom
 
 
 def _device(device: str) -> torch.device:
@@ -22,10 +22,8 @@ def configure(threads: int, device: str) -> None:
 
 
 def load(weights_dir, device: str, head: str = "base"):
-    from ..models import AUTO_CLASS
-
-    auto = getattr(transformers, AUTO_CLASS[head])
-    model = auto.from_pretrained(weights_dir, local_files_only=True, torch_dtype=torch.float32)
+    model = auto_class("", weights_dir, head).from_pretrained(
+        weights_dir, local_files_only=True, torch_dtype=torch.float32)
     return model.eval().to(_device(device))
 
 
