@@ -42,9 +42,9 @@ ZOO: dict[str, tuple[str, dict]] = {
 
 WEIGHTS_FILE = "model.safetensors"
 
-# Model heads: "base" (hidden states, inference), "seq_cls" (sequence
-# classification, 2 labels) for encoders, "causal_lm" for decoders.
-HEADS = ("base", "seq_cls", "causal_lm")
+# Model heads, with transformers' Auto class of each: "base" (hidden states,
+# inference), "seq_cls" (sequence classification, 2 labels) for encoders,
+# "causal_lm" for decoders.
 DECODERS = ("gpt2",)
 AUTO_CLASS = {"base": "AutoModel", "seq_cls": "AutoModelForSequenceClassification",
               "causal_lm": "AutoModelForCausalLM"}

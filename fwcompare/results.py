@@ -108,6 +108,14 @@ def _write_atomic(df: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _read_all(directory: Path, empty) -> pd.DataFrame:
+    """Every Parquet file of a directory as one frame; ``empty()`` when there is none."""
+    files = sorted(directory.glob("*.parquet"))
+    if not files:
+        return empty()
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
 class ResultStore:
     def __init__(self, directory: Path | str):
         self.dir = Path(directory)
@@ -151,26 +159,16 @@ class ResultStore:
         _write_atomic(df, self.dir / "losses" / f"{name}.parquet")
 
     def load_losses(self) -> pd.DataFrame:
-        files = sorted((self.dir / "losses").glob("*.parquet"))
-        if not files:
-            return losses_frame("", "", "", [], [])
-        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        return _read_all(self.dir / "losses", lambda: losses_frame("", "", "", [], []))
 
     def load(self) -> pd.DataFrame:
-        files = sorted(self.cells_dir.glob("*.parquet"))
-        if not files:
-            return _frame([])
-        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        return _read_all(self.cells_dir, lambda: _frame([]))
 
     def load_samples(self) -> pd.DataFrame:
-        files = sorted(self.samples_dir.glob("*.parquet"))
-        if not files:
-            return pd.DataFrame({"cell_id": pd.Series(dtype="string"),
-                                 "round": pd.Series(dtype="int64"),
-                                 "sample": pd.Series(dtype="int64"),
-                                 "seconds": pd.Series(dtype="float64"),
-                                 "calls_per_sample": pd.Series(dtype="int64")})
-        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        return _read_all(self.samples_dir, lambda: pd.DataFrame(
+            {"cell_id": pd.Series(dtype="string"), "round": pd.Series(dtype="int64"),
+             "sample": pd.Series(dtype="int64"), "seconds": pd.Series(dtype="float64"),
+             "calls_per_sample": pd.Series(dtype="int64")}))
 
     def finished(self) -> set[tuple[str, int]]:
         """(cell_id, round) of cells a resumed run keeps."""
