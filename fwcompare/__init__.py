@@ -49,6 +49,11 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
 
     params = validate(study, params or {}, source=f"{study} params")
     out = study_dir(study, profile, output_dir)
-    Runner(params, out / "results", profile=profile, progress=progress,
-           task=STUDIES[study].task).run(STUDIES[study].cells(params))
+    spec = STUDIES[study]
+    cells = spec.cells(params)
+    for task in spec.tasks:
+        if progress and len(spec.tasks) > 1:
+            print(f"{study}: {task} cells", flush=True)
+        Runner(params, out / "results", profile=profile, progress=progress, task=task,
+               precision_errors=spec.precision_errors).run([c for c in cells if c.task == task])
     return load_results(out)

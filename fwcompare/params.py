@@ -96,6 +96,13 @@ TIMING = {
     "target_rel_ci": Param("float", 0.02, "stop once the 95% CI half-width of the median is within this share of it", _positive),
 }
 
+def _float32_only(v):
+    if v == "float32":
+        return None
+    hint = " (reduced precisions: the mixed_precision study)" if v in DTYPES else ""
+    return f"unknown value {v!r}; allowed: float32{hint}"
+
+
 def _grid(models_default, modes_default, modes_table, batch_default, seq_default,
           timeout_default) -> dict[str, Param]:
     """The keys every study shares: what to run, where, and how to time it."""
@@ -111,11 +118,12 @@ def _grid(models_default, modes_default, modes_table, batch_default, seq_default
         "seq_lens": Param("list[int]", seq_default, "sequence lengths in tokens",
                           _all(_non_empty, _positive)),
         "device": Param("str", "cpu", "cpu or gpu", _one_of(DEVICES)),
-        "dtype": Param("str", "float32", "compute dtype", _one_of(DTYPES)),
+        "dtype": Param("str", "float32", "compute dtype (other precisions: the mixed_precision study)", _float32_only),
         "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", _non_negative),
         "rounds": Param("int", 1, "run the groups this many times, alternating order", _positive),
         "seed": Param("int", 0, "seed of weights and token ids", _non_negative),
         "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", _positive),
+        "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", _positive),
     }
 
 
@@ -143,8 +151,34 @@ TRAINING = {
     **TIMING,
 }
 
+def _has_float32(v):
+    return None if "float32" in v else "must include float32 (the baseline of every speed-up and loss curve)"
+
+
+_FRAMEWORK_MODES = {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}
+
+MIXED_PRECISION = {
+    **{k: p for k, p in _grid(["all-minilm-l6-v2", "bert-base-cased"], _FRAMEWORK_MODES, MODES, [1, 8],
+                              [128], 1800.0).items() if k != "dtype"},
+    "precisions": Param("list[str]", ["float32", "tf32", "bfloat16", "float16"],
+                        "float32, tf32 (NVIDIA GPUs only), and bfloat16 / float16 as each framework's mixed precision",
+                        _all(_non_empty, _one_of(DTYPES), _has_float32)),
+    "equiv_tol": INFERENCE_SWEEP["equiv_tol"],
+    "mp_equiv_rtol": Param("float", 0.1, "relative L2 error against float64 on the gate batch above which a reduced-precision forward is flagged not_equivalent (a sanity bound against wrong weights or casts, not rounding)", _positive),
+    "train_models": Param("list[str]", ["all-minilm-l6-v2"], "models trained in every precision (stability, then step time); [] for none", lambda v: _models(v) if v else None),
+    "train_modes": Param("dict[str, list[str]]", _FRAMEWORK_MODES, "training modes per framework", _modes_in(TRAIN_MODES)),
+    "train_batch_size": Param("int", 8, "batch size of the timed training cells", _positive),
+    "train_seq_len": Param("int", 64, "sequence length of the timed training cells", _positive),
+    "stability_steps": Param("int", 30, "training steps per precision from identical weights on one fixed batch: the loss curves compared", _positive),
+    **{k: TRAINING[k] for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps",
+                                "loss_tol", "loss_curve_rtol")},
+    "mp_loss_rtol": Param("float", 0.05, "relative difference of a reduced precision's first loss from PyTorch float32's above which it is flagged not_equivalent", _positive),
+    **TIMING,
+}
+
 SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP,
-                                        "training": TRAINING}
+                                        "training": TRAINING,
+                                        "mixed_precision": MIXED_PRECISION}
 
 
 def _type_ok(value, type_: str) -> bool:
@@ -197,9 +231,10 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
         if problem:
             problems.append(f"key {key!r}: {problem}")
     if not problems and "modes" in full:
-        missing = [fw for fw in full["frameworks"] if not full["modes"].get(fw)]
-        if missing:
-            problems.append(f"key 'modes': no modes given for framework(s) {', '.join(missing)}")
+        for key in ("modes", "train_modes"):
+            missing = [fw for fw in full["frameworks"] if key in full and not full[key].get(fw)]
+            if missing:
+                problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
         if full["min_time_s"] > full["max_time_s"]:
             problems.append("key 'max_time_s': must be >= min_time_s")
         acc = full.get("accumulation_steps", 1)
@@ -233,3 +268,13 @@ def load_file(path: Path | str, study: str | None = None) -> dict:
 def collect(study: str, namespace: dict) -> dict:
     """The study's params from a notebook's globals (after papermill injection)."""
     return {k: namespace[k] for k in schema(study) if k in namespace}
+
+
+def parameters_cell(study: str) -> str:
+    """The source of a study notebook's parameters cell: every schema key with
+    its default and help, then the keys `fwcompare report` sets."""
+    lines = [f"# Parameters: papermill injects params/{study}/<profile>.yaml after this cell."]
+    lines += [f"{key} = {p.default!r}  # {p.help}" for key, p in schema(study).items()]
+    lines += ["profile = 'quick'  # set by `fwcompare report`: names the output folder",
+              f"output_dir = ''  # set by `fwcompare report`; empty: outputs/<profile>/{study}"]
+    return "\n".join(lines)

@@ -30,6 +30,10 @@ _PLAIN_MINOR = matplotlib.ticker.FuncFormatter(
     else "")
 
 
+_SHORT = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.2g}")
+_NO_LABEL = matplotlib.ticker.NullFormatter()
+
+
 def palette(variants) -> dict:
     variants = sorted(set(variants))
     return dict(zip(variants, sns.color_palette("colorblind", len(variants))))
@@ -219,6 +223,134 @@ def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
     fig.suptitle("Time ratio against the baseline, per cell (95% bootstrap CI)",
                  x=0.02, ha="left", fontsize=12)
     _footer(fig, manifest, "grey hatched: the cell failed (status shown)")
+    return fig
+
+
+# -- mixed precision --------------------------------------------------------------
+PRECISION_MARKER = {"float32": "o", "tf32": "D", "bfloat16": "s", "float16": "^"}
+
+
+def speed_vs_error(table: pd.DataFrame, manifest: dict):
+    """Per model: each inference cell as a point, x its speed-up over float32
+    of the same framework (95% bootstrap CI as a horizontal bar), y its
+    relative L2 error against float64 (log). Colour: framework/mode; marker:
+    precision. Cells that did not run are listed under the panels."""
+    t = table[table["task"] == "inference"]
+    models = sorted(t["model"].unique())
+    colors = palette(t["variant"])
+    fig, axes = plt.subplots(1, len(models), squeeze=False,
+                             figsize=(4.8 * len(models) + 2.8, 4.6))
+    failed = []
+    for j, model in enumerate(models):
+        ax = axes[0, j]
+        g = t[t["model"] == model]
+        for _, r in g.iterrows():
+            if not (math.isfinite(r["speedup"]) and r["fp64_rel_l2_err"] > 0):
+                failed.append(f"{r['dtype']} {r['status']}")
+                continue
+            lo, hi = r["speedup_low"], r["speedup_high"]
+            xerr = ([[r["speedup"] - lo], [hi - r["speedup"]]]
+                    if math.isfinite(lo) and math.isfinite(hi) else None)
+            ax.errorbar(r["speedup"], r["fp64_rel_l2_err"], xerr=xerr,
+                        marker=PRECISION_MARKER.get(r["dtype"], "o"), ms=7, ls="",
+                        color=colors[r["variant"]], capsize=2,
+                        mfc="none" if r["status"] == "not_equivalent" else colors[r["variant"]])
+        ax.axvline(1.0, color="0.5", lw=1, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(_SHORT)
+        lo, hi = ax.get_xlim()
+        ax.xaxis.set_minor_formatter(_SHORT if hi / lo < 4 else _NO_LABEL)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("speed-up over float32, same framework (> 1: faster)")
+        if j == 0:
+            ax.set_ylabel("relative L2 error vs float64")
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
+    handles += [plt.Line2D([], [], color="0.3", marker=m, ls="", label=d)
+                for d, m in PRECISION_MARKER.items() if d in set(t["dtype"])]
+    handles.append(plt.Line2D([], [], color="0.3", marker="o", mfc="none", ls="",
+                              label="not equivalent (hollow)"))
+    fig.legend(handles=handles, loc="center right", fontsize=8)
+    fig.suptitle("Speed against error: what each precision buys and costs (inference)",
+                 x=0.02, ha="left")
+    note = "bars: 95% bootstrap CI of the speed-up"
+    if failed:
+        counts = pd.Series(failed).value_counts()
+        note += "; cells not drawn: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    _footer(fig, manifest, note)
+    fig.tight_layout(rect=(0, 0.08, 0.8, 0.95))
+    return fig
+
+
+def precision_loss_curves(losses: pd.DataFrame, manifest: dict):
+    """Per framework/mode (columns) and model: the loss of each precision over
+    the same steps from the same weights and batch (top), and its relative
+    deviation from that framework's float32 loss (bottom, log)."""
+    losses = losses.assign(variant=losses["framework"] + "/" + losses["mode"])
+    cols = [(m, v) for m in sorted(losses["model"].unique())
+            for v in sorted(losses.loc[losses["model"] == m, "variant"].unique())]
+    fig, axes = plt.subplots(2, len(cols), squeeze=False, sharex="col",
+                             figsize=(3.8 * len(cols) + 2.0, 5.8))
+    dtypes = [d for d in PRECISION_MARKER if d in set(losses["dtype"])]
+    colors = dict(zip(dtypes, sns.color_palette("colorblind", len(dtypes))))
+    floor = 1e-7
+    for j, (model, var) in enumerate(cols):
+        top, bottom = axes[0, j], axes[1, j]
+        g = losses[(losses["model"] == model) & (losses["variant"] == var)]
+        base = g[g["dtype"] == "float32"].set_index("step")["loss"]
+        for dtype in dtypes:
+            h = g[g["dtype"] == dtype].sort_values("step")
+            if h.empty:
+                continue
+            kw = dict(color=colors[dtype], marker=PRECISION_MARKER[dtype], ms=3, label=dtype)
+            top.plot(h["step"], h["loss"], **kw)
+            skipped = h[h["skipped"]]
+            top.scatter(skipped["step"], skipped["loss"], marker="x", s=60, color="red", zorder=5)
+            if dtype != "float32" and len(base):
+                dev = ((h.set_index("step")["loss"] - base).abs() / base.abs()).dropna()
+                bottom.plot(dev.index, np.maximum(dev.to_numpy(), floor), **kw)
+        top.set_title(f"{model}\n{var}", fontsize=9)
+        bottom.set_yscale("log")
+        bottom.set_xlabel("training step (same batch)")
+        bottom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        if j == 0:
+            top.set_ylabel("loss")
+            bottom.set_ylabel("|loss - fp32 loss| / fp32 loss")
+    handles = [plt.Line2D([], [], color=colors[d], marker=PRECISION_MARKER[d], label=d)
+               for d in dtypes]
+    handles.append(plt.Line2D([], [], color="red", marker="x", ls="", label="step skipped"))
+    fig.legend(handles=handles, loc="center right", fontsize=8)
+    fig.suptitle("Training in each precision: same weights, same batch, same steps",
+                 x=0.02, ha="left")
+    _footer(fig, manifest, f"bottom: deviations below {floor:g} drawn at {floor:g}")
+    fig.tight_layout(rect=(0, 0.06, 0.85, 0.95))
+    return fig
+
+
+def loss_scale_trajectories(losses: pd.DataFrame, manifest: dict):
+    """The dynamic loss scale after each step of every scaled run (float16),
+    skipped steps marked; a flat line means no overflow."""
+    scaled = losses[np.isfinite(losses["loss_scale"])]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    if scaled.empty:
+        ax.text(0.5, 0.5, "no run used loss scaling", ha="center", transform=ax.transAxes)
+        return fig
+    scaled = scaled.assign(label=scaled["model"] + " " + scaled["framework"] + "/"
+                           + scaled["mode"] + " " + scaled["dtype"])
+    colors = palette(scaled["label"])
+    for label, h in scaled.groupby("label"):
+        h = h.sort_values("step")
+        ax.step(h["step"], h["loss_scale"], where="post", color=colors[label], label=label)
+        sk = h[h["skipped"]]
+        ax.scatter(sk["step"], sk["loss_scale"], marker="x", s=60, color="red", zorder=5)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss scale")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title("Dynamic loss scale (float16); x: step skipped on overflow", fontsize=10)
+    _footer(fig, manifest)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 

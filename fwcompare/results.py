@@ -41,8 +41,11 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "flops_per_call", "achieved_flops_per_s", "pct_of_peak",
            "equiv_max_abs_err", "equiv_rel_err",
            # training: losses over the agreement steps, analytic memory breakdown
-           "loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes"]
-PROVENANCE = {"mem_method": "string", "framework_version": "string",
+           "loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes",
+           # precision: output errors against a float64 reference; loss scaling
+           "fp64_max_abs_err", "fp64_rel_l2_err", "fp64_cosine", "fp64_argmax_agreement",
+           "out_nonfinite", "skipped_steps", "nonfinite_losses", "final_loss_scale"]
+PROVENANCE = {"mem_method": "string", "precision_setup": "string", "framework_version": "string",
               "framework_threads": "float64", "device_name": "string", "cpu_model": "string",
               "hostname": "string", "versions": "string", "git_commit": "string",
               "git_dirty": "bool", "params_hash": "string", "timestamp": "string"}
@@ -91,14 +94,23 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df[COLUMNS]
 
 
-def losses_frame(model: str, framework: str, mode: str, losses, reference) -> pd.DataFrame:
-    """Loss per training step of one framework/mode beside the PyTorch reference."""
-    return pd.DataFrame({"model": pd.Series([model] * len(losses), dtype="string"),
-                         "framework": pd.Series([framework] * len(losses), dtype="string"),
-                         "mode": pd.Series([mode] * len(losses), dtype="string"),
-                         "step": pd.Series(range(len(losses)), dtype="int64"),
+def losses_frame(model: str, framework: str, mode: str, losses, reference,
+                 dtype: str = "float32", loss_scale=None, skipped=None) -> pd.DataFrame:
+    """Loss per training step of one framework/mode/precision beside PyTorch's
+    float32 reference; the dynamic loss scale after each step (NaN without
+    scaling) and whether loss scaling skipped the step."""
+    n = len(losses)
+
+    def text(value):
+        return pd.Series([value] * n, dtype="string")
+    return pd.DataFrame({"model": text(model), "framework": text(framework), "mode": text(mode),
+                         "dtype": text(dtype), "step": pd.Series(range(n), dtype="int64"),
                          "loss": pd.Series(losses, dtype="float64"),
-                         "reference_loss": pd.Series(reference, dtype="float64")})
+                         "reference_loss": pd.Series(reference, dtype="float64"),
+                         "loss_scale": pd.Series(math.nan if loss_scale is None else loss_scale,
+                                                 index=range(n), dtype="float64"),
+                         "skipped": pd.Series(False if skipped is None else skipped,
+                                              index=range(n), dtype="bool")})
 
 
 def _write_atomic(df: pd.DataFrame, path: Path) -> None:

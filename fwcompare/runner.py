@@ -13,6 +13,7 @@ enforces the per-group timeout, and writes rows for cells a worker could not:
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import signal
@@ -28,6 +29,7 @@ from tqdm import tqdm
 
 from . import env, models
 from .paths import ROOT
+from .frameworks import Unsupported, check_precision
 from .results import ResultStore, make_row
 from .spec import RunSpec
 from .timing import TimingConfig
@@ -108,14 +110,18 @@ class _Worker:
 
 
 TRAIN_KEYS = ("learning_rate", "weight_decay", "beta1", "beta2", "eps", "accumulation_steps",
-              "agreement_steps", "loss_tol", "loss_curve_rtol")
+              "agreement_steps", "loss_tol", "loss_curve_rtol", "mp_loss_rtol")
 
 
 class Runner:
     def __init__(self, params: dict, store_dir: Path, profile: str = "adhoc",
-                 progress: bool = True, task: str = "inference"):
+                 progress: bool = True, task: str = "inference", precision_errors: bool = False):
+        """``precision_errors``: inference outputs are logits for decoders (hidden
+        states for encoders) and each cell's output is compared with a float64
+        PyTorch reference computed for its shape (the mixed-precision study)."""
         self.params = params
         self.task = task
+        self.precision_errors = precision_errors
         self.store = ResultStore(store_dir)
         self.profile = profile
         self.progress = progress
@@ -160,26 +166,36 @@ class Runner:
         return models.model_key(model, self.params["seed"], self._head(model))
 
     def _head(self, model: str) -> str:
-        if self.task == "inference":
-            return "base"
-        return models.train_head(models.config_for(model))
+        config = models.config_for(model)
+        if self.task == "train":
+            return models.train_head(config)
+        if self.precision_errors and config.model_type in models.DECODERS:
+            return "causal_lm"  # logits: argmax agreement is next-token agreement
+        return "base"
 
     def _job(self, kind: str, model: str, **extra) -> dict:
+        train = {k: self.params[k] for k in TRAIN_KEYS if k in self.params}
+        train.setdefault("accumulation_steps", 1)
+        if "stability_steps" in self.params:
+            train["agreement_steps"] = self.params["stability_steps"]
         return {"kind": kind, "task": self.task, "model": model, "seed": self.params["seed"],
                 "head": self._head(model), "model_key": self._key(model),
                 "device": self.params["device"], "threads": self.threads,
                 "gate_dir": str(self.work_dir / "gate"),
-                "gate_shape": (GATE_SHAPE[0] * self.params.get("accumulation_steps", 1),
-                               GATE_SHAPE[1]),
+                "gate_shape": (GATE_SHAPE[0] * train["accumulation_steps"], GATE_SHAPE[1]),
                 "store_dir": str(self.store.dir), "run_id": self.run_id,
                 "profile": self.profile, "timing": self.timing,
                 "equiv_tol": self.params.get("equiv_tol"),
-                "train": {k: self.params[k] for k in TRAIN_KEYS if k in self.params},
-                "provenance": self.provenance, **extra}
+                "mp_equiv_rtol": self.params.get("mp_equiv_rtol"),
+                "train": train, "provenance": self.provenance, **extra}
 
-    def _prepare(self, model: str) -> str | None:
-        """Weights and the gate's reference; returns an error message or None."""
-        w = _Worker(self._job("prepare", model), self.work_dir / "jobs",
+    def _prepare(self, model: str, cells: list[tuple[RunSpec, int]]) -> str | None:
+        """Weights and the gate's reference(s); returns an error message or None."""
+        shapes = sorted({(s.batch_size, s.seq_len) for s, _ in cells})
+        job = self._job("prepare", model,
+                        fp64_shapes=shapes if self.precision_errors and self.task == "inference"
+                        else [])
+        w = _Worker(job, self.work_dir / "jobs",
                     f"prepare-{self._key(model)}", self.threads, self.params["device"],
                     "prepare")
         try:
@@ -199,25 +215,31 @@ class Runner:
         while remaining:
             job = self._job("group", model, framework=framework,
                             cells=[{"spec": s.to_dict(), "round": r} for s, r in remaining.values()])
-            modes = sorted({s.mode for s, _ in remaining.values()})
-            name = f"{framework}-{'-'.join(modes)}-{self._key(model)}"
+            kinds = sorted({s.mode for s, _ in remaining.values()}) + sorted(
+                {s.dtype for s, _ in remaining.values()} - {"float32"})
+            name = f"{framework}-{'-'.join(kinds)}-{self._key(model)}"
             w = _Worker(job, self.work_dir / "jobs", name, self.threads, self.params["device"],
                         framework)
-            in_flight, timed_out = None, False
+            in_flight, timed_out, cell_timed_out, started = None, False, False, 0.0
+            cell_limit = self.params.get("cell_timeout_s") or math.inf
             try:
                 while True:
                     try:
                         ev = w.events.get(timeout=0.5)
                     except queue.Empty:
-                        if time.monotonic() > deadline:
+                        now = time.monotonic()
+                        if now > deadline:
                             timed_out = True
+                            break
+                        if in_flight is not None and now - started > cell_limit:
+                            cell_timed_out = True
                             break
                         continue
                     if ev is None:
                         break
                     key = (ev.get("cell"), ev.get("round"))
                     if ev["event"] == "start":
-                        in_flight = key
+                        in_flight, started = key, time.monotonic()
                         self.bar.set_postfix_str(ev["label"], refresh=True)
                     elif ev["event"] == "done":
                         spec, _ = remaining.pop(key)
@@ -235,6 +257,12 @@ class Runner:
                 return
             if not remaining:
                 return
+            if cell_timed_out:  # that cell only; a fresh worker takes the rest
+                spec, rnd = remaining.pop(in_flight)
+                self._fail(spec, rnd, "timeout",
+                           f"no result within cell_timeout_s ({cell_limit:g} s); the worker was "
+                           "stopped and the group's other cells continued")
+                continue
             why = f"worker {w.exit_description()}: {w.stderr_tail()}"
             if in_flight is None or restarts >= MAX_RESTARTS:
                 for spec, rnd in list(remaining.values()):
@@ -248,15 +276,26 @@ class Runner:
             restarts += 1
 
     def _groups(self, cells: list[tuple[RunSpec, int]], order: list[str]):
-        """(framework, cells) per worker process. Inference modes share one model
-        and process; each training mode trains its own model, so it gets its own
-        process, and its memory is not inflated by another mode's leftovers."""
+        """(framework, cells) per worker process. Inference modes share one
+        process (a model per precision); each training mode trains its own model,
+        so it gets its own process, and its memory is not inflated by another
+        mode's leftovers. Precisions unsupported on the device get no process."""
         for fw in order:
             mine = [(s, r) for s, r in cells if s.framework == fw]
             # Ascending size, so a cell's peak RSS is not inflated by a larger
             # cell's allocator caches.
             mine.sort(key=lambda c: (c[0].batch_size * c[0].seq_len, c[0].batch_size,
                                      c[0].mode))
+            unsupported: dict[str, str] = {}
+            for dtype in {s.dtype for s, _ in mine}:
+                try:  # e.g. tf32 on a CPU
+                    check_precision(dtype, self.params["device"])
+                except Unsupported as exc:
+                    unsupported[dtype] = str(exc)
+            for s, r in mine:
+                if s.dtype in unsupported:
+                    self._fail(s, r, "unsupported", unsupported[s.dtype])
+            mine = [(s, r) for s, r in mine if s.dtype not in unsupported]
             if self.task == "train":
                 for mode in sorted({s.mode for s, _ in mine}):
                     yield fw, [(s, r) for s, r in mine if s.mode == mode]
@@ -294,7 +333,8 @@ class Runner:
                         continue
                     if model not in prepared:
                         self.bar.set_postfix_str(f"preparing {model}", refresh=True)
-                        prepared[model] = self._prepare(model)
+                        prepared[model] = self._prepare(
+                            model, [(s, r) for s, r in todo if s.model == model])
                     for fw, cells in self._groups(mine, order):
                         if prepared[model]:
                             for s, r in cells:

@@ -20,7 +20,10 @@ TRAIN_MODES = {
     "jax": ("jit",),
 }
 DEVICES = ("cpu", "gpu")
-DTYPES = ("float32",)
+# Precisions: float32 (TF32 off on GPUs), tf32 (float32 with TF32 tensor-core
+# matmuls: NVIDIA GPUs only), and bfloat16 / float16 as each framework's idiomatic
+# mixed precision (fp32 weights, reduced-precision compute).
+DTYPES = ("float32", "tf32", "bfloat16", "float16")
 TASKS = ("inference", "train")
 
 
@@ -47,7 +50,9 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        return (f"{self.model} {self.framework}/{self.mode} "
+        precision = "" if self.dtype == "float32" else f" {self.dtype}"
+        task = " train" if self.task == "train" else ""
+        return (f"{self.model}{task} {self.framework}/{self.mode}{precision} "
                 f"b={self.batch_size} s={self.seq_len}")
 
     def to_dict(self) -> dict:

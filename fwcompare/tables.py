@@ -174,3 +174,125 @@ def reference_2019() -> pd.DataFrame:
              "source": "Hugging Face 2019, own grid and hardware"}
             for dev, d in HF_2019_MEAN_LATENCY_S.items() for fw, v in d.items()]
     return pd.DataFrame(rows)
+
+
+# -- mixed precision ------------------------------------------------------------
+PRECISION_KEYS = ["model", "framework", "mode", "device", "batch_size", "seq_len", "task"]
+ERROR_COLUMNS = ["fp64_max_abs_err", "fp64_rel_l2_err", "fp64_cosine", "fp64_argmax_agreement",
+                 "out_nonfinite"]
+
+
+def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: median time with its CI, ``speedup`` = float32 time / this
+    precision's time of the same framework, mode and size (above 1: faster)
+    with a bootstrap CI, and the output's errors against float64. A cell whose
+    float32 twin failed has NaN speed-up and says so in ``status``."""
+    by_cell = samples_by_cell(samples)
+    base = summary[summary["dtype"] == "float32"].set_index(PRECISION_KEYS)
+    rows = []
+    for _, r in summary.iterrows():
+        row = {k: r[k] for k in PRECISION_KEYS}
+        row.update(dtype=r["dtype"], variant=r["variant"], status=r["status"],
+                   median_s=r["median_s"], ci_low_s=r["ci_low_s"], ci_high_s=r["ci_high_s"],
+                   speedup=math.nan, speedup_low=math.nan, speedup_high=math.nan,
+                   **{c: r.get(c, math.nan) for c in ERROR_COLUMNS}, error=r["error"])
+        key = tuple(r[k] for k in PRECISION_KEYS)
+        if r["dtype"] == "float32":
+            row.update(speedup=1.0 if r["status"] in ("ok", "not_equivalent") else math.nan)
+        elif key not in base.index:
+            row["status"] = "no baseline" if r["status"] == "ok" else r["status"]
+        else:
+            b = base.loc[key]
+            if b["status"] not in ("ok", "not_equivalent") and r["status"] == "ok":
+                row["status"] = f"baseline {b['status']}"
+            mine, theirs = by_cell.get(r["cell_id"]), by_cell.get(b["cell_id"])
+            if mine is not None and theirs is not None:
+                # float32 / this: the speed-up, so the CI of base/mine.
+                row["speedup"], row["speedup_low"], row["speedup_high"] = geomean_ratio_ci(
+                    [(theirs, mine)])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    from .spec import DTYPES
+
+    order = out["dtype"].map(DTYPES.index)
+    return (out.assign(_o=order).sort_values(["task", "model", "framework", "mode", "batch_size",
+                                              "seq_len", "_o"])
+            .drop(columns="_o").reset_index(drop=True))
+
+
+def precision_summary(table: pd.DataFrame, samples: pd.DataFrame,
+                      summary: pd.DataFrame) -> pd.DataFrame:
+    """Per task, framework/mode and precision, over the cells both it and float32
+    ran: geometric-mean speed-up with a bootstrap CI, and the worst output error
+    against float64 (largest relative L2 error, lowest argmax agreement)."""
+    by_cell = samples_by_cell(samples)
+    ids = summary.set_index([*PRECISION_KEYS, "dtype"])["cell_id"]
+    rows = []
+    for (task, var, dtype), g in table.groupby(["task", "variant", "dtype"], sort=False):
+        ok = g[g["status"].isin(["ok", "not_equivalent"])]
+        pairs = []
+        for _, r in ok.iterrows():
+            key = tuple(r[k] for k in PRECISION_KEYS)
+            base_id = ids.get((*key, "float32"))
+            mine = by_cell.get(ids.get((*key, dtype)))
+            theirs = by_cell.get(base_id)
+            if mine is not None and theirs is not None:
+                pairs.append((theirs, mine))
+        if dtype == "float32":  # the baseline itself
+            gm, lo, hi = (1.0 if len(ok) else math.nan), math.nan, math.nan
+        else:
+            gm, lo, hi = geomean_ratio_ci(pairs) if pairs else (math.nan,) * 3
+        rows.append({"task": task, "variant": var, "dtype": dtype, "cells": len(g),
+                     "cells_ok": len(ok), "geomean_speedup": gm, "speedup_low": lo,
+                     "speedup_high": hi,
+                     "max_fp64_rel_l2_err": ok["fp64_rel_l2_err"].max(),
+                     "min_argmax_agreement": ok["fp64_argmax_agreement"].min(),
+                     "statuses": ", ".join(sorted(set(g["status"]) - {"ok"})) or "ok"})
+    return pd.DataFrame(rows)
+
+
+def stability_table(losses: pd.DataFrame) -> pd.DataFrame:
+    """Training stability per model, framework/mode and precision over the same
+    steps from the same weights and batch:
+
+    - ``max_rel_dev`` / ``final_rel_dev``: largest and last |loss - float32 loss|
+      / |float32 loss|, against the same framework/mode's float32 run;
+    - ``max_rel_dev_vs_torch_fp32``: the same against PyTorch's float32 losses;
+    - ``skipped_steps``: steps dynamic loss scaling skipped (gradients overflowed,
+      the update was dropped and the scale lowered);
+    - ``nonfinite_losses``: steps whose loss was NaN or infinite;
+    - ``applied_steps_pct``: 100 x steps with a finite loss and an applied
+      update / steps; the only honest reading of a "stability %" (see the
+      notebook for why it is not a stability score).
+    """
+    from .spec import DTYPES
+
+    rows = []
+    for (model, fw, mode), g in losses.groupby(["model", "framework", "mode"]):
+        base = g[g["dtype"] == "float32"].set_index("step")["loss"]
+        for dtype, h in g.groupby("dtype"):
+            h = h.sort_values("step")
+            loss = h.set_index("step")["loss"]
+            dev = ((loss - base).abs() / base.abs()).dropna() if len(base) else pd.Series(
+                dtype=float)
+            finite = np.isfinite(h["loss"].to_numpy())
+            applied = finite & ~h["skipped"].to_numpy()
+            scale = h["loss_scale"].to_numpy()
+            rows.append({
+                "model": model, "variant": variant(fw, mode), "dtype": dtype, "steps": len(h),
+                "first_loss": h["loss"].iloc[0], "final_loss": h["loss"].iloc[-1],
+                "max_rel_dev": dev.max() if len(dev) else math.nan,
+                "final_rel_dev": dev.iloc[-1] if len(dev) else math.nan,
+                "max_rel_dev_vs_torch_fp32": float(np.max(
+                    np.abs(h["loss"] - h["reference_loss"]) / np.abs(h["reference_loss"]))),
+                "skipped_steps": int(h["skipped"].sum()),
+                "nonfinite_losses": int((~finite).sum()),
+                "first_loss_scale": scale[0], "final_loss_scale": scale[-1],
+                "applied_steps_pct": 100.0 * applied.mean(),
+                "_o": DTYPES.index(dtype) if dtype in DTYPES else len(DTYPES)})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.sort_values(["model", "variant", "_o"]).drop(columns="_o").reset_index(drop=True)

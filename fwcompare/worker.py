@@ -74,7 +74,7 @@ def release_freed_heap() -> None:
 
 
 def gate_path(job: dict) -> Path:
-    return Path(job["gate_dir"]) / f"{job['model_key']}.npz"
+    return Path(job["gate_dir"]) / f"{job['model_key']}-{job['task']}.npz"
 
 
 def prepare(job: dict) -> None:
@@ -105,13 +105,46 @@ def prepare(job: dict) -> None:
         reference = np.array([float(torch_backend.to_numpy(step(batch)))
                               for _ in range(job["train"]["agreement_steps"])])
     else:
-        forward = torch_backend.make_forward(net, "eager", "cpu")
+        forward = torch_backend.make_forward(net, "eager", "cpu", head)
         reference = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+    fp64 = {}
+    if job.get("fp64_shapes"):  # float64 references for the precision errors
+        forward = torch_backend.make_forward(net.double(), "eager", "cpu", head)
+        fp64["ref64_gate"] = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+        for b, s in job["fp64_shapes"]:
+            if not maxpos or s <= maxpos:
+                cell_ids = token_ids(job["seed"], b, s, config.vocab_size)[:REF_ROWS]
+                x = torch_backend.make_inputs(cell_ids, "cpu")
+                fp64[fp64_key(b, s)] = torch_backend.to_numpy(forward(x))
     path = gate_path(job)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, ids=ids, labels=labels, reference=reference, info=json.dumps(info))
+    np.savez(tmp, ids=ids, labels=labels, reference=reference, info=json.dumps(info), **fp64)
     os.replace(tmp, path)
+
+
+# Precision errors are computed over the first REF_ROWS sequences of a cell's
+# batch (sequences are independent), so float64 references of large decoder
+# logits (batch x seq x vocab) stay small.
+REF_ROWS = 2
+
+
+def fp64_key(batch: int, seq: int) -> str:
+    return f"ref64_{batch}x{seq}"
+
+
+# Precision errors of a cell's output against the float64 reference: results
+# columns <- precision.error_metrics keys.
+FP64_COLUMNS = {"fp64_max_abs_err": "max_abs_err", "fp64_rel_l2_err": "rel_l2_err",
+                "fp64_cosine": "cosine_similarity", "fp64_argmax_agreement": "argmax_agreement",
+                "out_nonfinite": "n_nonfinite"}
+
+
+def dtype_order(dtypes) -> list[str]:
+    """float32 first: the baseline of every speed-up."""
+    from .spec import DTYPES
+
+    return sorted(set(dtypes), key=DTYPES.index)
 
 
 def _fault(label: str) -> None:
@@ -175,10 +208,16 @@ class Group:
              ci=[figures.get("ci_low_s"), figures.get("ci_high_s")] if figures else None,
              error=error[:200])
 
-    def load(self):
-        """The model with the shared weights; its load time in seconds."""
+    def load(self, dtype: str = "float32"):
+        """The model with the shared weights, set up for ``dtype``; its load time.
+        Peak memory counts from here: the baseline is the process's RSS before
+        this model, so a previous precision's leftovers are not charged to it."""
+        from .memory import current_rss_bytes
+
+        release_freed_heap()
+        self.baseline_rss = current_rss_bytes()
         t0 = time.perf_counter()
-        model = self.backend.load(self.info["weights_dir"], self.device, self.head)
+        model = self.backend.load(self.info["weights_dir"], self.device, self.head, dtype)
         load_s = time.perf_counter() - t0
         release_freed_heap()
         self.provenance.update(self.backend.runtime_info(self.device))
@@ -190,8 +229,10 @@ class Group:
             return f"seq_len {spec.seq_len} exceeds the model's {maxpos} positions"
         return None
 
-    def measure(self, spec, rnd, call, known: dict, flops: float, not_equivalent: str) -> None:
-        """Timing pass, then a separate memory pass, then the row."""
+    def measure(self, spec, rnd, call, known: dict, flops: float, not_equivalent: str,
+                after=None) -> None:
+        """Timing pass, then a separate memory pass, then ``after(fn)`` (more
+        figures from the warm callable, e.g. precision errors), then the row."""
         import numpy as np
 
         from .memory import PeakRSS
@@ -230,6 +271,8 @@ class Group:
                     self.backend.sync(fn())
                 figures["peak_mem_bytes"] = peak.peak_bytes - self.baseline_rss
                 figures["mem_method"] = peak.method + "_over_pre_model_baseline"
+            if after is not None:
+                figures.update(after(fn))
             notes = [not_equivalent] if not_equivalent else []
             if not timing.converged:
                 notes.append(f"did not converge: CI half-width {timing.rel_ci:.1%} of the "
@@ -245,50 +288,144 @@ class Group:
             emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
             self.finish(spec, rnd, status, error, known)
 
-    # -- inference: one model, every mode gated against the reference output ----
+    # -- inference: per precision one model, every mode gated --------------------
     def run_inference(self) -> None:
-        from . import models
+        for dtype in dtype_order(spec.dtype for spec, _ in self.cells):
+            self.run_inference_precision(dtype, [(s, r) for s, r in self.cells if s.dtype == dtype])
+            release_freed_heap()
+
+    def gate_forwards(self, model, modes, dtype):
+        """Each mode's forward, checked on the gate batch before any timing:
+        float32 against PyTorch's float32 output (max abs error within
+        equiv_tol); a reduced precision against the float64 reference where the
+        study computed one (relative L2 error within mp_equiv_rtol), which
+        catches wrong weights or a broken cast, not rounding."""
         from .precision import error_metrics
 
-        try:
-            model, load_s = self.load()
-        except Exception as exc:  # the whole group cannot run
-            self.fail_all(self.cells, failure_status(self.backend, exc),
-                          f"loading the model failed: {_describe(exc)}")
-            return
-        forwards, errors, problems = {}, {}, {}
-        for mode in sorted({spec.mode for spec, _ in self.cells}):
+        ref64 = self.gate["ref64_gate"] if "ref64_gate" in self.gate else None
+        forwards, known, problems = {}, {}, {}
+        for mode in modes:
             try:
-                fn = self.backend.make_forward(model, mode, self.device)
+                fn = self.backend.make_forward(model, mode, self.device, self.head, dtype)
                 out = fn(self.backend.make_inputs(self.gate["ids"], self.device))
                 self.backend.sync(out)
-                errors[mode] = error_metrics(self.backend.to_numpy(out), self.gate["reference"])
-                forwards[mode] = fn
+                out = self.backend.to_numpy(out)
             except Exception as exc:
                 problems[mode] = (failure_status(self.backend, exc), _describe(exc))
-        emit("gate", errors={m: e["max_abs_err"] for m, e in errors.items()})
-        tol = self.job["equiv_tol"]
-        for spec, rnd in self.cells:
+                continue
+            err = error_metrics(out, self.gate["reference"])
+            known[mode] = {"equiv_max_abs_err": err["max_abs_err"],
+                           "equiv_rel_err": err["rel_l2_err"]}
+            if dtype == "float32":
+                tol = self.job["equiv_tol"]
+                bad = (f"max abs error {err['max_abs_err']:.3g} vs reference exceeds "
+                       f"equiv_tol {tol:g}") if not err["max_abs_err"] <= tol else ""
+            else:
+                if ref64 is not None:
+                    err = error_metrics(out, ref64)
+                tol = self.job["mp_equiv_rtol"]
+                bad = (f"{dtype} output's relative L2 error {err['rel_l2_err']:.3g} on the gate "
+                       f"batch exceeds mp_equiv_rtol {tol:g}") if not err["rel_l2_err"] <= tol else ""
+            forwards[mode] = (fn, bad)
+        emit("gate", dtype=dtype, errors={m: k["equiv_max_abs_err"] for m, k in known.items()})
+        return forwards, known, problems
+
+    def precision_errors(self, spec):
+        """``after`` for measure: the cell's output against its float64 reference."""
+        from .precision import error_metrics
+
+        key = fp64_key(spec.batch_size, spec.seq_len)
+        if key not in self.gate:
+            return None
+
+        def after(fn):
+            out = self.backend.to_numpy(fn())[:REF_ROWS]
+            err = error_metrics(out, self.gate[key])
+            return {col: err[k] for col, k in FP64_COLUMNS.items()}
+        return after
+
+    def run_inference_precision(self, dtype: str, cells) -> None:
+        from . import models
+
+        try:
+            model, load_s = self.load(dtype)
+        except Exception as exc:  # the whole precision cannot run
+            status = failure_status(self.backend, exc)
+            self.fail_all(cells, status, _describe(exc) if status == "unsupported" else
+                          f"loading the model for {dtype} failed: {_describe(exc)}")
+            return
+        forwards, known, problems = self.gate_forwards(
+            model, sorted({spec.mode for spec, _ in cells}), dtype)
+        for spec, rnd in cells:
             if spec.mode in problems:
                 self.fail_all([(spec, rnd)], *problems[spec.mode])
                 continue
-            err = errors[spec.mode]
-            known = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"],
-                     "load_s": load_s}
+            fn, bad = forwards[spec.mode]
             ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
                             self.info["vocab_size"])
-            fn = forwards[spec.mode]
 
             def call(fn=fn, ids=ids):
                 x = self.backend.make_inputs(ids, self.device)
                 return lambda: fn(x)
-            bad = (f"max abs error {err['max_abs_err']:.3g} vs reference exceeds equiv_tol "
-                   f"{tol:g}") if err["max_abs_err"] > tol else ""
-            self.measure(spec, rnd, call, known,
-                         models.forward_flops(self.info, spec.batch_size, spec.seq_len), bad)
+            self.measure(spec, rnd, call, dict(known[spec.mode], load_s=load_s),
+                         models.forward_flops(self.info, spec.batch_size, spec.seq_len), bad,
+                         after=self.precision_errors(spec))
 
-    # -- training: per mode a fresh model, losses gated against the reference ----
+    # -- training: per mode and precision a fresh model, losses gated ------------
     def run_train(self) -> None:
+        for mode in sorted({spec.mode for spec, _ in self.cells}):
+            mine = [(s, r) for s, r in self.cells if s.mode == mode]
+            for dtype in dtype_order(spec.dtype for spec, _ in mine):
+                self.run_train_precision(mode, dtype, [(s, r) for s, r in mine
+                                                       if s.dtype == dtype])
+                release_freed_heap()
+
+    def agreement_steps(self, step, n: int):
+        """``n`` steps on the gate batch: losses, the loss scale after each step,
+        and which steps dynamic loss scaling skipped (the scale went down)."""
+        import numpy as np
+
+        batch = self.backend.make_batch(self.gate["ids"], self.gate["labels"], self.device)
+        losses, scales = [], []
+        before = step.loss_scale()
+        skipped = []
+        for _ in range(n):
+            losses.append(float(self.backend.to_numpy(step(batch))))
+            scales.append(step.loss_scale())
+            skipped.append(bool(scales[-1] < before))
+            before = scales[-1]
+        return np.array(losses), np.array(scales), np.array(skipped)
+
+    def train_problems(self, dtype, losses, ref) -> list[str]:
+        """Why this mode/precision's losses do not stand for the same training:
+        float32 must follow PyTorch's losses (loss_tol on the first, then
+        loss_curve_rtol); a reduced precision must start from the same loss
+        (mp_loss_rtol relative on the first step: the same weights and data,
+        only rounding differs) and stay finite. How far its curve departs
+        later is what the mixed-precision study measures, not a failure."""
+        import numpy as np
+
+        train = self.job["train"]
+        problems = []
+        if not np.all(np.isfinite(losses)):
+            problems.append(f"{int((~np.isfinite(losses)).sum())} non-finite loss(es) "
+                            "during the agreement steps")
+        step0 = abs(losses[0] - ref[0])
+        if dtype == "float32":
+            curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
+            if not step0 <= train["loss_tol"]:
+                problems.append(f"first loss differs from PyTorch by {step0:.3g} "
+                                f"(loss_tol {train['loss_tol']:g})")
+            if not curve <= train["loss_curve_rtol"]:
+                problems.append(f"loss curve departs from PyTorch by {curve:.3g} relative "
+                                f"(loss_curve_rtol {train['loss_curve_rtol']:g})")
+        elif not step0 / abs(ref[0]) <= train["mp_loss_rtol"]:
+            problems.append(f"{dtype} first loss differs from PyTorch float32 by "
+                            f"{step0 / abs(ref[0]):.3g} relative (mp_loss_rtol "
+                            f"{train['mp_loss_rtol']:g})")
+        return problems
+
+    def run_train_precision(self, mode: str, dtype: str, cells) -> None:
         import numpy as np
 
         from . import models
@@ -299,50 +436,38 @@ class Group:
         n = self.info["n_params"]
         breakdown = {"param_bytes": 4.0 * n, "grad_bytes": 4.0 * n,
                      "optimizer_state_bytes": 8.0 * n}  # fp32; AdamW keeps m and v
-        for mode in sorted({spec.mode for spec, _ in self.cells}):
-            cells = [(s, r) for s, r in self.cells if s.mode == mode]
-            try:
-                model, load_s = self.load()
-                step = self.backend.make_train_step(model, mode, self.device,
-                                                    optimizer_settings(self.job), self.head,
-                                                    train["accumulation_steps"])
-                batch = self.backend.make_batch(self.gate["ids"], self.gate["labels"],
-                                                self.device)
-                losses = np.array([float(self.backend.to_numpy(step(batch)))
-                                   for _ in range(len(ref))])
-            except Exception as exc:
-                self.fail_all(cells, failure_status(self.backend, exc), _describe(exc), breakdown)
-                continue
-            self.store.append_losses(losses_frame(
-                self.job["model"], self.fw, mode, losses, ref),
-                f"{self.job['model_key']}-{self.fw}-{mode}")
-            step0 = abs(losses[0] - ref[0])
-            curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
-            emit("gate", errors={mode: step0})
-            known = dict(breakdown, load_s=load_s, loss_step0=float(losses[0]),
-                         loss_final=float(losses[-1]), equiv_max_abs_err=float(step0),
-                         equiv_rel_err=curve)
-            problems = []
-            if not np.all(np.isfinite(losses)):
-                problems.append("non-finite loss during the agreement steps")
-            if step0 > train["loss_tol"]:
-                problems.append(f"first loss differs from PyTorch by {step0:.3g} "
-                                f"(loss_tol {train['loss_tol']:g})")
-            if curve > train["loss_curve_rtol"]:
-                problems.append(f"loss curve departs from PyTorch by {curve:.3g} relative "
-                                f"(loss_curve_rtol {train['loss_curve_rtol']:g})")
-            for spec, rnd in cells:
-                ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
-                                self.info["vocab_size"])
-                labels = train_labels(self.job["seed"], ids, self.head)
+        try:
+            model, load_s = self.load(dtype)
+            step = self.backend.make_train_step(model, mode, self.device,
+                                                optimizer_settings(self.job), self.head,
+                                                train["accumulation_steps"], dtype)
+            losses, scales, skipped = self.agreement_steps(step, len(ref))
+        except Exception as exc:
+            self.fail_all(cells, failure_status(self.backend, exc), _describe(exc), breakdown)
+            return
+        self.store.append_losses(
+            losses_frame(self.job["model"], self.fw, mode, losses, ref, dtype=dtype,
+                         loss_scale=scales, skipped=skipped),
+            f"{self.job['model_key']}-{self.fw}-{mode}-{dtype}")
+        step0 = abs(losses[0] - ref[0])
+        emit("gate", dtype=dtype, errors={mode: step0})
+        known = dict(breakdown, load_s=load_s, loss_step0=float(losses[0]),
+                     loss_final=float(losses[-1]), equiv_max_abs_err=float(step0),
+                     equiv_rel_err=float(np.max(np.abs(losses - ref) / np.abs(ref))),
+                     skipped_steps=float(skipped.sum()),
+                     nonfinite_losses=float((~np.isfinite(losses)).sum()),
+                     final_loss_scale=float(scales[-1]))
+        problems = "; ".join(self.train_problems(dtype, losses, ref))
+        for spec, rnd in cells:
+            ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
+                            self.info["vocab_size"])
+            labels = train_labels(self.job["seed"], ids, self.head)
 
-                def call(ids=ids, labels=labels):
-                    b = self.backend.make_batch(ids, labels, self.device)
-                    return lambda: step(b)
-                flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
-                self.measure(spec, rnd, call, known, flops, "; ".join(problems))
-            model = step = None  # drop this mode's model before the next one loads
-            release_freed_heap()
+            def call(ids=ids, labels=labels):
+                b = self.backend.make_batch(ids, labels, self.device)
+                return lambda: step(b)
+            flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
+            self.measure(spec, rnd, call, known, flops, problems)
 
 
 def main(argv: list[str]) -> int:

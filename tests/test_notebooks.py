@@ -57,3 +57,8 @@ def test_each_profile_has_a_params_file_with_known_keys(study):
         path = PARAMS / study / f"{profile}.yaml"
         keys = set(yaml.safe_load(path.read_text()))
         assert keys <= set(params.schema(study)), keys - set(params.schema(study))
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_parameters_cell_is_generated_from_the_schema(study):
+    assert parameters_cell(load(study)) == params.parameters_cell(study)

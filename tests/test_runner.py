@@ -57,6 +57,15 @@ def test_hung_group_times_out_in_bounded_time(tmp_path, monkeypatch):
     no_orphans()
 
 
+def test_hung_cell_times_out_and_the_group_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("FWCOMPARE_FAULT", "hang:b=1 s=8")
+    st, df = statuses(run_study("inference_sweep", {**BASE, "cell_timeout_s": 8.0},
+                                output_dir=tmp_path, progress=False))
+    assert st == {(1, 8): "timeout", (2, 8): "ok"}  # a fresh worker ran the next cell
+    assert "cell_timeout_s" in df[df["status"] == "timeout"]["error"].iloc[0]
+    no_orphans()
+
+
 def test_interrupted_run_resumes_and_keeps_finished_cells(tmp_path):
     res = run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False)
     assert set(res.results["status"]) == {"ok"}

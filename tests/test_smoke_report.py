@@ -74,7 +74,8 @@ def test_report_files_exist_and_link(smoke):
     out, index, _ = smoke
     figures = {"inference_sweep": ("latency", "speed_ratio", "throughput", "peak_memory"),
                "training": ("loss_agreement", "step_time", "speed_ratio", "throughput",
-                            "peak_memory")}
+                            "peak_memory"),
+               "mixed_precision": ("speed_vs_error", "loss_by_precision", "loss_scale")}
     for name, pngs in figures.items():
         study = out / name
         for fig in pngs:
@@ -86,6 +87,8 @@ def test_report_files_exist_and_link(smoke):
         assert not list(study.glob(".*.running.ipynb"))
     assert "Equivalence gate" in (out / "inference_sweep" / "inference_sweep.html").read_text()
     assert "Loss agreement" in (out / "training" / "training.html").read_text()
+    assert "Training stability, defined" in (
+        out / "mixed_precision" / "mixed_precision.html").read_text()
     for href in re.findall(r'href="([^"#]+)"', index.read_text()):
         assert (out / href).exists(), href
 
@@ -97,3 +100,48 @@ def test_second_report_with_unchanged_inputs_is_skipped(smoke):
     report.build("smoke", out_root=out.parent)
     assert time.perf_counter() - t0 < 15 < first_s
     assert (out / "inference_sweep" / "inference_sweep.ipynb").stat().st_mtime_ns == before
+
+
+def test_mixed_precision_errors_and_stability(smoke):
+    out, _, _ = smoke
+    res = load_results(out / "mixed_precision")
+    df, losses = res.results, res.losses
+    p = load_file(PARAMS / "mixed_precision" / "smoke.yaml")
+    inf = df[df["task"] == "inference"]
+    n_modes = sum(len(p["modes"][fw]) for fw in p["frameworks"])
+    assert len(inf) == (len(p["models"]) * n_modes * len(p["precisions"])
+                        * len(p["batch_sizes"]) * len(p["seq_lens"]))
+    # Every framework is present in every precision, or marked unsupported with a reason.
+    for (fw, dtype), g in inf.groupby(["framework", "dtype"]):
+        bad = g[~g["status"].isin(["ok", "unsupported"])]
+        assert bad.empty, bad[["framework", "dtype", "status", "error"]]
+        assert (g.loc[g["status"] == "unsupported", "error"].str.len() > 10).all()
+    assert set(inf.loc[inf["status"] == "ok", "framework"]) == {"torch", "tensorflow", "jax"}
+    tf32 = inf[inf["dtype"] == "tf32"]  # the CPU has no TF32 mode
+    assert (tf32["status"] == "unsupported").all() and tf32["error"].str.contains("GPU").all()
+    ok = inf[inf["status"] == "ok"].set_index(["model", "framework", "batch_size", "seq_len",
+                                               "dtype"])
+    fp32 = ok.xs("float32", level="dtype")
+    bf16 = ok.xs("bfloat16", level="dtype")
+    # float32 sits at float32 rounding of the float64 reference; bfloat16 (8 mantissa
+    # bits) errs far more, yet stays a close approximation; float16 in between.
+    assert (fp32["fp64_rel_l2_err"] < 1e-5).all()
+    assert (bf16["fp64_rel_l2_err"] > 10 * fp32.loc[bf16.index, "fp64_rel_l2_err"]).all()
+    assert (bf16["fp64_rel_l2_err"] < 0.1).all() and (bf16["fp64_cosine"] > 0.99).all()
+    assert (ok["out_nonfinite"] == 0).all() and (ok["fp64_argmax_agreement"] > 0.5).all()
+    assert ok["precision_setup"].str.contains("autocast|policy|compute dtype|float32").all()
+    # Real trained weights are among the models compared.
+    assert "all-minilm-l6-v2" in set(ok.index.get_level_values("model"))
+    # Training: every precision trained the same steps from the same first loss.
+    train = df[(df["task"] == "train") & (df["status"] != "unsupported")]
+    assert (train["status"] == "ok").all(), train[["framework", "dtype", "error"]]
+    assert (train["median_s"] > 0).all()
+    n_runs = len(p["train_models"]) * len(p["frameworks"]) * 3  # float32, bfloat16, float16
+    assert len(losses) == n_runs * p["stability_steps"]
+    for (fw, dtype), g in losses.groupby(["framework", "dtype"]):
+        g = g.sort_values("step")
+        assert np.isfinite(g["loss"]).all() and g["loss"].iloc[-1] < g["loss"].iloc[0]
+        first = abs(g["loss"].iloc[0] - g["reference_loss"].iloc[0]) / g["reference_loss"].iloc[0]
+        assert first < p["mp_loss_rtol"]
+        # Only float16 runs scale the loss; the scale is recorded after every step.
+        assert np.isfinite(g["loss_scale"]).all() == (dtype == "float16")

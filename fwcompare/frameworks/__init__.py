@@ -3,10 +3,14 @@
 Each module (torch.py, tensorflow.py, jax.py) provides:
 
 - ``configure(threads, device)``: thread counts and device, before any work;
-- ``load(weights_dir, device)``: the base model with the shared weights;
+- ``load(weights_dir, device, head, dtype)``: the model with the shared
+  weights (fp32 in every precision), set up for precision ``dtype``;
 - ``n_params(model)``: parameter count;
-- ``make_forward(model, mode, device)``: a callable ``fn(inputs) -> output``
-  for an inference mode (raises Unsupported for a mode it cannot run);
+- ``make_forward(model, mode, device, head, dtype)``: a callable
+  ``fn(inputs) -> output`` (hidden states of the base model, logits with a
+  head) for an inference mode (raises Unsupported for a mode it cannot run);
+- ``make_train_step(model, mode, device, opt, head, accumulation_steps, dtype)``:
+  ``step((ids, labels)) -> loss``, with ``step.loss_scale()``;
 - ``make_inputs(ids, device)``: framework tensor of int token ids;
 - ``sync(out)``: wait until ``out`` is computed;
 - ``to_numpy(out)``: the last hidden state as float64 NumPy;
@@ -29,6 +33,17 @@ class Unsupported(RuntimeError):
 
 _OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted",
                 "can't allocate memory", "oom when allocating")
+
+
+def check_precision(dtype: str, device: str) -> None:
+    """Raise Unsupported for a precision the device cannot run."""
+    from ..spec import DTYPES
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown precision {dtype!r}; known: {', '.join(DTYPES)}")
+    if dtype == "tf32" and device != "gpu":
+        raise Unsupported("tf32 is a tensor-core matmul mode of NVIDIA GPUs (Ampere and "
+                          "later); a CPU has no TF32 mode")
 
 
 def looks_like_oom(exc: BaseException) -> bool:

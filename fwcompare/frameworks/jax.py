@@ -5,9 +5,13 @@ import os
 
 import numpy as np
 
-from . import Unsupported, auto_class, looks_like_oom
+from . import Unsupported, auto_class, check_precision, looks_like_oom
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
+_SETUP: dict[str, str] = {}
+# Initial dynamic loss scale for float16 training: jmp's documented default
+# (TensorFlow's too; PyTorch's GradScaler starts at 2**16).
+INITIAL_LOSS_SCALE = 2.0 ** 15
 
 
 def configure(threads: int, device: str) -> None:
@@ -33,9 +37,30 @@ def _device(device: str):
         raise Unsupported(f"device {device} not available to JAX: {exc}") from exc
 
 
-def load(weights_dir, device: str, head: str = "base"):
+def set_precision(dtype: str, device: str) -> None:
+    """float32 matmuls at full precision ("highest": on a GPU, XLA's default
+    would use TF32), "tensorfloat32" for tf32; bfloat16/float16 are Flax's
+    compute dtype (set at load) with fp32 parameters."""
+    check_precision(dtype, device)
+    if device == "gpu":
+        _jax().config.update("jax_default_matmul_precision",
+                             "tensorfloat32" if dtype == "tf32" else "highest")
+    _SETUP["precision"] = ((f"Flax compute dtype {dtype}, fp32 params" if dtype in (
+        "bfloat16", "float16") else "float32")
+        + (", jmp dynamic loss scale in training" if dtype == "float16" else "")
+        + (f"; TF32 {'on' if dtype == 'tf32' else 'off'}" if device == "gpu" else ""))
+
+
+def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
+    """Parameters stay float32 (the master weights); ``dtype`` is the compute
+    dtype of the Flax module for bfloat16/float16."""
+    import jax.numpy as jnp
+
+    set_precision(dtype, device)
+    compute = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}.get(dtype, jnp.float32)
     auto = auto_class("Flax", weights_dir, head)
-    model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
+    model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True,
+                                 dtype=compute)
     model.params = _jax().device_put(model.params, _device(device))
     return model
 
@@ -45,11 +70,13 @@ def n_params(model) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(model.params)))
 
 
-def make_forward(model, mode: str, device: str):
+def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32"):
+    """The precision is the model's compute dtype (set at load)."""
     jax = _jax()
 
     def apply(params, ids):
-        return model(ids, params=params, train=False).last_hidden_state
+        out = model(ids, params=params, train=False)
+        return out.last_hidden_state if head == "base" else out.logits
     if mode == "eager":
         return lambda ids: apply(model.params, ids)
     if mode == "jit":
@@ -59,11 +86,16 @@ def make_forward(model, mode: str, device: str):
 
 
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
-                    accumulation_steps: int = 1):
+                    accumulation_steps: int = 1, dtype: str = "float32"):
     """Forward, loss, gradient and optax AdamW in one jax.jit-compiled function;
     ``step((ids, labels)) -> loss``. Dropout is off in the config, so the
     deterministic call computes the same function as the other frameworks'
-    training mode."""
+    training mode. Mixed precision: the model's compute dtype with fp32
+    parameters and optimizer state; float16 adds jmp's dynamic loss scale (a
+    step with non-finite gradients keeps the old parameters and halves the
+    scale). ``step.loss_scale()`` is the current scale (NaN without scaling)."""
+    import jax.numpy as jnp
+    import jmp
     import optax
 
     jax = _jax()
@@ -72,28 +104,41 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     tx = optax.adamw(opt["learning_rate"], b1=opt["beta1"], b2=opt["beta2"], eps=opt["eps"],
                      weight_decay=opt["weight_decay"])
 
-    def loss_fn(params, ids, labels):
-        logits = model(ids, params=params, train=False).logits
+    scaled = dtype == "float16"
+
+    def loss_fn(params, scale, ids, labels):
+        logits = model(ids, params=params, train=False).logits.astype(jnp.float32)
         if head == "causal_lm":  # predict token t+1 from tokens <= t
             logits, labels = logits[:, :-1], labels[:, 1:]
-        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return scale.scale(loss), loss
 
-    def train(params, opt_state, ids, labels):
+    def train(params, opt_state, scale, ids, labels):
         grads, total = None, 0.0
-        for mids, mlabels in zip(jax.numpy.split(ids, accumulation_steps),
-                                 jax.numpy.split(labels, accumulation_steps)):
-            loss, g = jax.value_and_grad(loss_fn)(params, mids, mlabels)
-            g = jax.tree_util.tree_map(lambda x: x / accumulation_steps, g)
-            grads = g if grads is None else jax.tree_util.tree_map(jax.numpy.add, grads, g)
+        for mids, mlabels in zip(jnp.split(ids, accumulation_steps),
+                                 jnp.split(labels, accumulation_steps)):
+            g, loss = jax.grad(loss_fn, has_aux=True)(params, scale, mids, mlabels)
+            g = jax.tree_util.tree_map(lambda x: x / accumulation_steps, scale.unscale(g))
+            grads = g if grads is None else jax.tree_util.tree_map(jnp.add, grads, g)
             total = total + loss / accumulation_steps
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, total
+        updates, new_opt = tx.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        if scaled:  # skip the update when the gradients overflowed
+            finite = jmp.all_finite(grads)
+            scale = scale.adjust(finite)
+            new_params, new_opt = jmp.select_tree(finite, (new_params, new_opt),
+                                                  (params, opt_state))
+        return new_params, new_opt, scale, total
     compiled = jax.jit(train, donate_argnums=(0, 1))
-    state = {"params": model.params, "opt": tx.init(model.params)}
+    state = {"params": model.params, "opt": tx.init(model.params),
+             "scale": (jmp.DynamicLossScale(jnp.asarray(INITIAL_LOSS_SCALE, jnp.float32))
+                       if scaled else jmp.NoOpLossScale())}
 
     def step(batch):
-        state["params"], state["opt"], loss = compiled(state["params"], state["opt"], *batch)
+        state["params"], state["opt"], state["scale"], loss = compiled(
+            state["params"], state["opt"], state["scale"], *batch)
         return loss
+    step.loss_scale = lambda: (float(state["scale"].loss_scale) if scaled else float("nan"))
     return step
 
 
@@ -135,4 +180,5 @@ def runtime_info(device: str) -> dict:
     dev = _device(device)
     return {"framework_version": jax.__version__,
             "framework_threads": len(os.sched_getaffinity(0)),
-            "device_name": getattr(dev, "device_kind", str(dev))}
+            "device_name": getattr(dev, "device_kind", str(dev)),
+            "precision_setup": _SETUP.get("precision", "")}

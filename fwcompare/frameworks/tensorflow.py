@@ -10,7 +10,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
-from . import Unsupported, auto_class, looks_like_oom  # noqa: E402
+from . import Unsupported, auto_class, check_precision, looks_like_oom  # noqa: E402
+
+# tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
+_POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",
+           "float16": "mixed_float16"}
+_SETUP: dict[str, str] = {}
 
 
 def _device_name(device: str) -> str:
@@ -32,8 +37,25 @@ def configure(threads: int, device: str) -> None:
     transformers.TFAutoModel  # resolve the lazy import now, before the memory baseline
 
 
-def load(weights_dir, device: str, head: str = "base"):
+def set_precision(dtype: str, device: str) -> None:
+    """The tf-keras global policy for ``dtype`` (it applies to layers built
+    afterwards), and TF32 on only for "tf32": TensorFlow enables TF32 by
+    default on GPUs, so float32 switches it off."""
+    import tf_keras
+
+    check_precision(dtype, device)
+    tf_keras.mixed_precision.set_global_policy(_POLICY[dtype])
+    tf.config.experimental.enable_tensor_float_32_execution(dtype == "tf32")
+    _SETUP["precision"] = (f"tf-keras policy {_POLICY[dtype]}"
+                           + (", LossScaleOptimizer in training" if dtype == "float16" else "")
+                           + (f"; TF32 {'on' if dtype == 'tf32' else 'off'}"
+                              if device == "gpu" else ""))
+
+
+def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
+    """The model built under ``dtype``'s mixed-precision policy (fp32 variables)."""
     auto = auto_class("TF", weights_dir, head)
+    set_precision(dtype, device)
     with tf.device(_device_name(device)):
         return auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
 
@@ -42,12 +64,14 @@ def n_params(model) -> int:
     return int(sum(np.prod(w.shape) for w in model.weights))
 
 
-def make_forward(model, mode: str, device: str):
+def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32"):
+    """The precision is the model's (its policy, set at load)."""
     dev = _device_name(device)
 
     def eager(ids):
         with tf.device(dev):
-            return model(input_ids=ids, training=False).last_hidden_state
+            out = model(input_ids=ids, training=False)
+            return out.last_hidden_state if head == "base" else out.logits
     if mode == "eager":
         return eager
     if mode in ("graph", "xla"):
@@ -56,17 +80,21 @@ def make_forward(model, mode: str, device: str):
 
 
 def _loss(logits, labels, head: str):
+    logits = tf.cast(logits, tf.float32)  # the loss in float32 under mixed precision too
     if head == "causal_lm":  # predict token t+1 from tokens <= t
         logits, labels = logits[:, :-1], labels[:, 1:]
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
 
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
-                    accumulation_steps: int = 1):
+                    accumulation_steps: int = 1, dtype: str = "float32"):
     """Forward, loss, backward and tf-keras AdamW inside tf.function (XLA with
     mode "xla"); ``step((ids, labels)) -> loss``. Keras' Adam adds epsilon to
     sqrt(v) rather than to sqrt(v_hat) (PyTorch, optax): the same update up to
-    epsilon's scale, negligible at epsilon 1e-8."""
+    epsilon's scale, negligible at epsilon 1e-8. Mixed precision comes from the
+    policy the model was built under; float16 wraps the optimizer in tf-keras'
+    dynamic LossScaleOptimizer (an overflowing step is skipped and the scale
+    halved). ``step.loss_scale()`` is the current scale (NaN without scaling)."""
     import tf_keras
 
     if mode not in ("graph", "xla"):
@@ -77,6 +105,9 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
         optimizer = tf_keras.optimizers.AdamW(
             learning_rate=opt["learning_rate"], weight_decay=opt["weight_decay"],
             beta_1=opt["beta1"], beta_2=opt["beta2"], epsilon=opt["eps"])
+        scaled = dtype == "float16"
+        if scaled:
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     variables = model.trainable_variables
 
     def train(ids, labels):
@@ -86,8 +117,11 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
             with tf.GradientTape() as tape:
                 logits = model(input_ids=mids, training=True).logits
                 loss = _loss(logits, mlabels, head) / accumulation_steps
-            g = tape.gradient(loss, variables)
+                target = optimizer.get_scaled_loss(loss) if scaled else loss
+            g = tape.gradient(target, variables)
             g = [tf.convert_to_tensor(x) for x in g]  # dense: same update as the others
+            if scaled:
+                g = optimizer.get_unscaled_gradients(g)
             grads = g if grads is None else [a + b for a, b in zip(grads, g)]
             total += loss
         optimizer.apply_gradients(zip(grads, variables))
@@ -97,6 +131,7 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     def step(batch):
         with tf.device(dev):
             return compiled(*batch)
+    step.loss_scale = lambda: float(optimizer.loss_scale) if scaled else float("nan")
     return step
 
 
@@ -147,4 +182,5 @@ def runtime_info(device: str) -> dict:
             info["device_name"] = tf.config.experimental.get_device_details(gpus[0]).get(
                 "device_name", "gpu")
         info["tf32_matmul"] = bool(tf.config.experimental.tensor_float_32_execution_enabled())
+    info["precision_setup"] = _SETUP.get("precision", "")
     return info

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 import transformers
 
-from . import Unsupported, auto_class, looks_like_oom
+from . import Unsupported, auto_class, check_precision, looks_like_oom
 
 
 def _device(device: str) -> torch.device:
@@ -16,28 +16,60 @@ def _device(device: str) -> torch.device:
     return torch.device("cpu")
 
 
+_AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_SETUP: dict[str, str] = {}
+
+
 def configure(threads: int, device: str) -> None:
     torch.set_num_threads(threads)
     transformers.AutoModel  # resolve the lazy import now, before the memory baseline
 
 
-def load(weights_dir, device: str, head: str = "base"):
+def set_precision(dtype: str, device: str) -> None:
+    """TF32 on only for the "tf32" precision (a GPU tensor-core mode); float32
+    means full float32, so TF32 is switched off explicitly."""
+    check_precision(dtype, device)
+    if device == "gpu":
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        torch.backends.cudnn.allow_tf32 = dtype == "tf32"
+    _SETUP["precision"] = ((f"torch.autocast({dtype}), fp32 weights" if dtype in _AUTOCAST
+                            else "float32")
+                           + (", GradScaler in training" if dtype == "float16" else "")
+                           + (f"; TF32 {'on' if dtype == 'tf32' else 'off'}"
+                              if device == "gpu" else ""))
+
+
+def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
+    """fp32 weights in every precision: bfloat16 and float16 run through
+    torch.autocast at call time (mixed precision), not by casting the model."""
+    set_precision(dtype, device)
     model = auto_class("", weights_dir, head).from_pretrained(
         weights_dir, local_files_only=True, torch_dtype=torch.float32)
     return model.eval().to(_device(device))
+
+
+def _autocast(device: str, dtype: str):
+    dev = "cuda" if device == "gpu" else "cpu"
+    if dtype in _AUTOCAST:
+        return torch.autocast(dev, dtype=_AUTOCAST[dtype])
+    return torch.autocast(dev, enabled=False)
+
+
+def _output(out, head: str):
+    return out.last_hidden_state if head == "base" else out.logits
 
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def make_forward(model, mode: str, device: str):
+def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32"):
     if mode != "eager":
         raise Unsupported(f"torch mode {mode!r} is not implemented")
 
     def forward(ids):
-        with torch.inference_mode():
-            return model(input_ids=ids).last_hidden_state
+        with torch.inference_mode(), _autocast(device, dtype):
+            return _output(model(input_ids=ids), head)
     return forward
 
 
@@ -49,27 +81,36 @@ def _loss(logits, labels, head: str):
 
 
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
-                    accumulation_steps: int = 1):
+                    accumulation_steps: int = 1, dtype: str = "float32"):
     """Forward, loss, backward and AdamW step; ``step((ids, labels)) -> loss``.
     With accumulation, the batch is split into equal micro-batches whose
-    gradients are averaged before one optimizer step."""
+    gradients are averaged before one optimizer step. bfloat16/float16: the
+    forward and loss under torch.autocast, fp32 weights and optimizer; float16
+    adds torch.amp.GradScaler (dynamic loss scaling: a step whose gradients
+    overflow is skipped and the scale halved). ``step.loss_scale()`` is the
+    current scale (NaN without scaling)."""
     if mode != "eager":
         raise Unsupported(f"torch training mode {mode!r} is not implemented")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=opt["learning_rate"],
                                   betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
                                   weight_decay=opt["weight_decay"])
+    scaler = torch.amp.GradScaler("cuda" if device == "gpu" else "cpu",
+                                  enabled=dtype == "float16")
 
     def step(batch):
         ids, labels = batch
         total = torch.zeros((), device=ids.device)
         for mids, mlabels in zip(ids.chunk(accumulation_steps), labels.chunk(accumulation_steps)):
-            loss = _loss(model(input_ids=mids).logits, mlabels, head) / accumulation_steps
-            loss.backward()
-            total += loss.detach()
-        optimizer.step()
+            with _autocast(device, dtype):
+                loss = _loss(model(input_ids=mids).logits, mlabels, head) / accumulation_steps
+            scaler.scale(loss).backward()
+            total += loss.detach().float()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         return total
+    step.loss_scale = lambda: float(scaler.get_scale()) if scaler.is_enabled() else float("nan")
     return step
 
 
@@ -89,7 +130,7 @@ def sync(out) -> None:
 
 
 def to_numpy(out) -> np.ndarray:
-    return out.detach().cpu().numpy().astype(np.float64)
+    return out.detach().to(torch.float64).cpu().numpy()
 
 
 def reset_peak_memory(device: str) -> None:
@@ -112,7 +153,7 @@ def is_oom(exc: BaseException) -> bool:
 def runtime_info(device: str) -> dict:
     info = {"framework_version": torch.__version__,
             "framework_threads": torch.get_num_threads(),
-            "device_name": "cpu"}
+            "device_name": "cpu", "precision_setup": _SETUP.get("precision", "")}
     if device == "gpu" and torch.cuda.is_available():
         info["device_name"] = torch.cuda.get_device_name()
         info["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
