@@ -286,6 +286,11 @@ def precision_loss_curves(losses: pd.DataFrame, manifest: dict):
     """Per framework/mode (columns) and model: the loss of each precision over
     the same steps from the same weights and batch (top), and its relative
     deviation from that framework's float32 loss (bottom, log)."""
+    if losses.empty:
+        fig, ax = plt.subplots(figsize=(6, 1.5))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no training run recorded losses", ha="center")
+        return fig
     losses = losses.assign(variant=losses["framework"] + "/" + losses["mode"])
     cols = [(m, v) for m in sorted(losses["model"].unique())
             for v in sorted(losses.loc[losses["model"] == m, "variant"].unique())]

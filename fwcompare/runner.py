@@ -327,7 +327,7 @@ class Runner:
             for rnd in range(rounds):
                 # Alternate group order between rounds so drift shows as spread, not bias.
                 order = frameworks if rnd % 2 == 0 else frameworks[::-1]
-                for model in self.params["models"]:
+                for model in dict.fromkeys(s.model for s in specs):  # a task's own models
                     mine = [(s, r) for s, r in todo if r == rnd and s.model == model]
                     if not mine:
                         continue
