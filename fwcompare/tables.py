@@ -193,6 +193,7 @@ def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
     for _, r in summary.iterrows():
         row = {k: r[k] for k in PRECISION_KEYS}
         row.update(dtype=r["dtype"], variant=r["variant"], status=r["status"],
+                   cell_id=r["cell_id"], baseline_cell_id="",
                    median_s=r["median_s"], ci_low_s=r["ci_low_s"], ci_high_s=r["ci_high_s"],
                    speedup=math.nan, speedup_low=math.nan, speedup_high=math.nan,
                    **{c: r.get(c, math.nan) for c in ERROR_COLUMNS}, error=r["error"])
@@ -203,6 +204,7 @@ def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
             row["status"] = "no baseline" if r["status"] == "ok" else r["status"]
         else:
             b = base.loc[key]
+            row["baseline_cell_id"] = b["cell_id"]
             if b["status"] not in ("ok", "not_equivalent") and r["status"] == "ok":
                 row["status"] = f"baseline {b['status']}"
             mine, theirs = by_cell.get(r["cell_id"]), by_cell.get(b["cell_id"])
@@ -222,27 +224,20 @@ def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
             .drop(columns="_o").reset_index(drop=True))
 
 
-def precision_summary(table: pd.DataFrame, samples: pd.DataFrame,
-                      summary: pd.DataFrame) -> pd.DataFrame:
+def precision_summary(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """Per task, framework/mode and precision, over the cells both it and float32
-    ran: geometric-mean speed-up with a bootstrap CI, and the worst output error
-    against float64 (largest relative L2 error, lowest argmax agreement)."""
+    ran (the pairs ``precision_table`` made): geometric-mean speed-up with a
+    bootstrap CI, and the worst output error against float64 (largest relative
+    L2 error, lowest argmax agreement)."""
     by_cell = samples_by_cell(samples)
-    ids = summary.set_index([*PRECISION_KEYS, "dtype"])["cell_id"]
     rows = []
     for (task, var, dtype), g in table.groupby(["task", "variant", "dtype"], sort=False):
         ok = g[g["status"].isin(["ok", "not_equivalent"])]
-        pairs = []
-        for _, r in ok.iterrows():
-            key = tuple(r[k] for k in PRECISION_KEYS)
-            base_id = ids.get((*key, "float32"))
-            mine = by_cell.get(ids.get((*key, dtype)))
-            theirs = by_cell.get(base_id)
-            if mine is not None and theirs is not None:
-                pairs.append((theirs, mine))
         if dtype == "float32":  # the baseline itself
             gm, lo, hi = (1.0 if len(ok) else math.nan), math.nan, math.nan
         else:
+            pairs = [(by_cell[b], by_cell[c]) for c, b in zip(ok["cell_id"], ok["baseline_cell_id"])
+                     if b in by_cell and c in by_cell]
             gm, lo, hi = geomean_ratio_ci(pairs) if pairs else (math.nan,) * 3
         rows.append({"task": task, "variant": var, "dtype": dtype, "cells": len(g),
                      "cells_ok": len(ok), "geomean_speedup": gm, "speedup_low": lo,

@@ -61,7 +61,7 @@ def test_precision_table_speedup_is_float32_time_over_this_time():
     bf = table.loc["bfloat16"]
     assert bf["speedup_low"] < bf["speedup"] < bf["speedup_high"]
     assert math.isnan(table.loc["tf32", "speedup"]) and table.loc["tf32", "status"] == "unsupported"
-    overall = tables.precision_summary(table.reset_index(), samples, summary).set_index("dtype")
+    overall = tables.precision_summary(table.reset_index(), samples).set_index("dtype")
     assert overall.loc["bfloat16", "geomean_speedup"] == pytest.approx(2.0, rel=0.02)
     assert overall.loc["bfloat16", "max_fp64_rel_l2_err"] == 1e-2
     assert overall.loc["tf32", "statuses"] == "unsupported"
