@@ -220,7 +220,8 @@ class Group:
         model = self.backend.load(self.info["weights_dir"], self.device, self.head, dtype)
         load_s = time.perf_counter() - t0
         release_freed_heap()
-        self.provenance.update(self.backend.runtime_info(self.device))
+        self.provenance.update(self.backend.runtime_info(self.device),
+                               precision_setup=self.backend.precision_setup(dtype, self.device))
         return model, load_s
 
     def skip_reason(self, spec) -> str | None:

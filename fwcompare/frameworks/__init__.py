@@ -11,6 +11,7 @@ Each module (torch.py, tensorflow.py, jax.py) provides:
   head) for an inference mode (raises Unsupported for a mode it cannot run);
 - ``make_train_step(model, mode, device, opt, head, accumulation_steps, dtype)``:
   ``step((ids, labels)) -> loss``, with ``step.loss_scale()``;
+- ``precision_setup(dtype, device)``: how that framework runs ``dtype``, in words;
 - ``make_inputs(ids, device)``: framework tensor of int token ids;
 - ``sync(out)``: wait until ``out`` is computed;
 - ``to_numpy(out)``: the last hidden state as float64 NumPy;
@@ -44,6 +45,11 @@ def check_precision(dtype: str, device: str) -> None:
     if dtype == "tf32" and device != "gpu":
         raise Unsupported("tf32 is a tensor-core matmul mode of NVIDIA GPUs (Ampere and "
                           "later); a CPU has no TF32 mode")
+
+
+def tf32_note(dtype: str, device: str) -> str:
+    """The TF32 part of a row's ``precision_setup`` (GPUs only)."""
+    return f"; TF32 {'on' if dtype == 'tf32' else 'off'}" if device == "gpu" else ""
 
 
 def looks_like_oom(exc: BaseException) -> bool:

@@ -5,10 +5,9 @@ import os
 
 import numpy as np
 
-from . import Unsupported, auto_class, check_precision, looks_like_oom
+from . import Unsupported, auto_class, check_precision, looks_like_oom, tf32_note
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
-_SETUP: dict[str, str] = {}
 # Initial dynamic loss scale for float16 training: jmp's documented default
 # (TensorFlow's too; PyTorch's GradScaler starts at 2**16).
 INITIAL_LOSS_SCALE = 2.0 ** 15
@@ -45,10 +44,13 @@ def set_precision(dtype: str, device: str) -> None:
     if device == "gpu":
         _jax().config.update("jax_default_matmul_precision",
                              "tensorfloat32" if dtype == "tf32" else "highest")
-    _SETUP["precision"] = ((f"Flax compute dtype {dtype}, fp32 params" if dtype in (
-        "bfloat16", "float16") else "float32")
-        + (", jmp dynamic loss scale in training" if dtype == "float16" else "")
-        + (f"; TF32 {'on' if dtype == 'tf32' else 'off'}" if device == "gpu" else ""))
+
+
+def precision_setup(dtype: str, device: str) -> str:
+    return ((f"Flax compute dtype {dtype}, fp32 params" if dtype in ("bfloat16", "float16")
+             else "float32")
+            + (", jmp dynamic loss scale in training" if dtype == "float16" else "")
+            + tf32_note(dtype, device))
 
 
 def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
@@ -180,5 +182,4 @@ def runtime_info(device: str) -> dict:
     dev = _device(device)
     return {"framework_version": jax.__version__,
             "framework_threads": len(os.sched_getaffinity(0)),
-            "device_name": getattr(dev, "device_kind", str(dev)),
-            "precision_setup": _SETUP.get("precision", "")}
+            "device_name": getattr(dev, "device_kind", str(dev))}

@@ -10,12 +10,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
-from . import Unsupported, auto_class, check_precision, looks_like_oom  # noqa: E402
+from . import Unsupported, auto_class, check_precision, looks_like_oom, tf32_note  # noqa: E402
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
 _POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",
            "float16": "mixed_float16"}
-_SETUP: dict[str, str] = {}
 
 
 def _device_name(device: str) -> str:
@@ -46,10 +45,12 @@ def set_precision(dtype: str, device: str) -> None:
     check_precision(dtype, device)
     tf_keras.mixed_precision.set_global_policy(_POLICY[dtype])
     tf.config.experimental.enable_tensor_float_32_execution(dtype == "tf32")
-    _SETUP["precision"] = (f"tf-keras policy {_POLICY[dtype]}"
-                           + (", LossScaleOptimizer in training" if dtype == "float16" else "")
-                           + (f"; TF32 {'on' if dtype == 'tf32' else 'off'}"
-                              if device == "gpu" else ""))
+
+
+def precision_setup(dtype: str, device: str) -> str:
+    return (f"tf-keras policy {_POLICY[dtype]}"
+            + (", LossScaleOptimizer in training" if dtype == "float16" else "")
+            + tf32_note(dtype, device))
 
 
 def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
@@ -182,5 +183,4 @@ def runtime_info(device: str) -> dict:
             info["device_name"] = tf.config.experimental.get_device_details(gpus[0]).get(
                 "device_name", "gpu")
         info["tf32_matmul"] = bool(tf.config.experimental.tensor_float_32_execution_enabled())
-    info["precision_setup"] = _SETUP.get("precision", "")
     return info

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 import transformers
 
-from . import Unsupported, auto_class, check_precision, looks_like_oom
+from . import Unsupported, auto_class, check_precision, looks_like_oom, tf32_note
 
 
 def _device(device: str) -> torch.device:
@@ -17,7 +17,6 @@ def _device(device: str) -> torch.device:
 
 
 _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-_SETUP: dict[str, str] = {}
 
 
 def configure(threads: int, device: str) -> None:
@@ -32,11 +31,12 @@ def set_precision(dtype: str, device: str) -> None:
     if device == "gpu":
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         torch.backends.cudnn.allow_tf32 = dtype == "tf32"
-    _SETUP["precision"] = ((f"torch.autocast({dtype}), fp32 weights" if dtype in _AUTOCAST
-                            else "float32")
-                           + (", GradScaler in training" if dtype == "float16" else "")
-                           + (f"; TF32 {'on' if dtype == 'tf32' else 'off'}"
-                              if device == "gpu" else ""))
+
+
+def precision_setup(dtype: str, device: str) -> str:
+    return ((f"torch.autocast({dtype}), fp32 weights" if dtype in _AUTOCAST else "float32")
+            + (", GradScaler in training" if dtype == "float16" else "")
+            + tf32_note(dtype, device))
 
 
 def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
@@ -153,7 +153,7 @@ def is_oom(exc: BaseException) -> bool:
 def runtime_info(device: str) -> dict:
     info = {"framework_version": torch.__version__,
             "framework_threads": torch.get_num_threads(),
-            "device_name": "cpu", "precision_setup": _SETUP.get("precision", "")}
+            "device_name": "cpu"}
     if device == "gpu" and torch.cuda.is_available():
         info["device_name"] = torch.cuda.get_device_name()
         info["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
