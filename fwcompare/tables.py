@@ -213,14 +213,17 @@ def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
                 row["speedup"], row["speedup_low"], row["speedup_high"] = geomean_ratio_ci(
                     [(theirs, mine)])
         rows.append(row)
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
+    return _sort_by_precision(pd.DataFrame(rows), ["task", "model", "framework", "mode",
+                                                   "batch_size", "seq_len"])
+
+
+def _sort_by_precision(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Sorted by ``keys``, then precision in spec.DTYPES order (float32 first)."""
     from .spec import DTYPES
 
-    order = out["dtype"].map(DTYPES.index)
-    return (out.assign(_o=order).sort_values(["task", "model", "framework", "mode", "batch_size",
-                                              "seq_len", "_o"])
+    if df.empty:
+        return df
+    return (df.assign(_o=df["dtype"].map(DTYPES.index)).sort_values([*keys, "_o"])
             .drop(columns="_o").reset_index(drop=True))
 
 
@@ -262,8 +265,6 @@ def stability_table(losses: pd.DataFrame) -> pd.DataFrame:
       update / steps; the only honest reading of a "stability %" (see the
       notebook for why it is not a stability score).
     """
-    from .spec import DTYPES
-
     rows = []
     for (model, fw, mode), g in losses.groupby(["model", "framework", "mode"]):
         base = g[g["dtype"] == "float32"].set_index("step")["loss"]
@@ -285,9 +286,5 @@ def stability_table(losses: pd.DataFrame) -> pd.DataFrame:
                 "skipped_steps": int(h["skipped"].sum()),
                 "nonfinite_losses": int((~finite).sum()),
                 "first_loss_scale": scale[0], "final_loss_scale": scale[-1],
-                "applied_steps_pct": 100.0 * applied.mean(),
-                "_o": DTYPES.index(dtype) if dtype in DTYPES else len(DTYPES)})
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    return out.sort_values(["model", "variant", "_o"]).drop(columns="_o").reset_index(drop=True)
+                "applied_steps_pct": 100.0 * applied.mean()})
+    return _sort_by_precision(pd.DataFrame(rows), ["model", "variant"])
