@@ -27,7 +27,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    files = [Path(f) for f in args.files] or sorted(PARAMS.glob("*/*.yaml"))
+    files = [Path(f) for f in args.files] or sorted(PARAMS.glob(f"{args.study or '*'}/*.yaml"))
     bad = 0
     for f in files:
         try:
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("validate", help="check params files (default: all of them)")
     p.add_argument("files", nargs="*")
     p.add_argument("--study", choices=list(STUDIES),
-                   help="study of the files (default: their folder name)")
+                   help="study of the files (default: their folder name); without files, "
+                        "that study's params files")
     p.set_defaults(fn=_cmd_validate)
     p = sub.add_parser("env", help="print the environment and fairness manifest")
     p.set_defaults(fn=_cmd_env)

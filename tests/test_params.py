@@ -92,6 +92,14 @@ def test_cli_typo_fails_fast_naming_the_key(tmp_path):
     assert "unknown key 'batch_size'" in r.stderr
 
 
+def test_cli_validate_study_checks_that_studys_files_only():
+    r = subprocess.run([sys.executable, "-m", "fwcompare", "validate", "--study", "training"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    checked = [line.split()[-1] for line in r.stdout.splitlines()]
+    assert len(checked) == 3 and all("/params/training/" in f for f in checked), checked
+
+
 def test_report_refuses_a_bad_params_file_before_running(tmp_path, monkeypatch):
     from fwcompare import report
 
