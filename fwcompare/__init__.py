@@ -55,5 +55,6 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
         if progress and len(spec.tasks) > 1:
             print(f"{study}: {task} cells", flush=True)
         Runner(params, out / "results", profile=profile, progress=progress, task=task,
-               precision_errors=spec.precision_errors).run([c for c in cells if c.task == task])
+               precision_errors=spec.precision_errors,
+               acceleration=spec.acceleration).run([c for c in cells if c.task == task])
     return load_results(out)

@@ -176,9 +176,30 @@ MIXED_PRECISION = {
     **TIMING,
 }
 
+def _eager_in_each(v):
+    missing = [fw for fw, modes in v.items() if "eager" not in modes]
+    return (f"must include eager for {', '.join(missing)} (the baseline of every speed-up "
+            "and the reference each compiled output is checked against)" if missing else None)
+
+
+ACCELERATION = {
+    **_grid(["distilbert-base-uncased"],
+            {"torch": ["eager", "torchscript", "compile"], "tensorflow": ["eager", "graph", "xla"],
+             "jax": ["eager", "jit"]}, MODES, [1, 8], [16, 128], 1800.0),
+    "equiv_tol": INFERENCE_SWEEP["equiv_tol"],
+    "accel_tol": Param("float", 1e-4, "max abs error of a compiled mode's output against the same framework's eager output before the cell is flagged not_equivalent", _positive),
+    "torch_compile_mode": Param("str", "default", "torch.compile mode", _one_of(["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])),
+    "torch_compile_dynamic": Param("str", "auto", "torch.compile dynamic shapes: auto (recompile as dynamic after a shape changes), true, false", _one_of(["auto", "true", "false"])),
+    **TIMING,
+}
+ACCELERATION["modes"] = Param("dict[str, list[str]]", ACCELERATION["modes"].default,
+                              "modes per framework; eager is required in each (the baseline)",
+                              _all(_modes_in(MODES), _eager_in_each))
+
 SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP,
                                         "training": TRAINING,
-                                        "mixed_precision": MIXED_PRECISION}
+                                        "mixed_precision": MIXED_PRECISION,
+                                        "acceleration": ACCELERATION}
 
 
 def _type_ok(value, type_: str) -> bool:

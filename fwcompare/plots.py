@@ -167,17 +167,29 @@ def peak_memory(summary, manifest):
 def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
     """Per model and variant: time / baseline time over batch x sequence,
     each cell with its 95% bootstrap CI; failed cells grey with their status."""
-    if ratios.empty:
+    return _ratio_grid(ratios, manifest, "time_ratio", "ci_low", "ci_high",
+                       "time ratio (< 1: faster)",
+                       "Time ratio against the baseline, per cell (95% bootstrap CI)",
+                       lower_is_better=True)
+
+
+def _ratio_grid(df: pd.DataFrame, manifest: dict, value: str, low: str, high: str,
+                cbar_label: str, title: str, lower_is_better: bool):
+    """One heatmap per model (rows) and variant (columns) over batch x
+    sequence: ``value`` with its CI in each cell, coloured on a log2 scale
+    (blue: better); failed cells grey and hatched with their status. Each
+    panel is titled "variant / its baseline" (column ``baseline``)."""
+    if df.empty:
         fig = plt.figure(figsize=(4, 1))
         fig.text(0.5, 0.5, "no variant besides the baseline", ha="center")
         return fig
-    models = sorted(ratios["model"].unique())
-    variants = sorted(ratios["variant"].unique())
-    batches = sorted(ratios["batch_size"].unique())
-    seqs = sorted(ratios["seq_len"].unique())
+    models = sorted(df["model"].unique())
+    variants = sorted(df["variant"].unique())
+    batches = sorted(df["batch_size"].unique())
+    seqs = sorted(df["seq_len"].unique())
     span = 2.0  # colours saturate at 4x either way; the numbers carry the rest
     norm = matplotlib.colors.Normalize(-span, span, clip=True)
-    cmap = plt.get_cmap("RdBu_r")
+    cmap = plt.get_cmap("RdBu_r" if lower_is_better else "RdBu")
     fig, axes = plt.subplots(len(models), len(variants), squeeze=False,
                              figsize=(1.3 * len(seqs) * len(variants) + 2.4,
                                       0.85 * len(batches) * len(models) + 1.4 * len(models) + 0.6),
@@ -186,20 +198,20 @@ def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
     for i, model in enumerate(models):
         for j, var in enumerate(variants):
             ax = axes[i, j]
-            g = ratios[(ratios["model"] == model) & (ratios["variant"] == var)]
+            g = df[(df["model"] == model) & (df["variant"] == var)]
             ax.set_xlim(0, len(seqs))
             ax.set_ylim(len(batches), 0)
             for _, r in g.iterrows():
                 x, yy = seqs.index(r["seq_len"]), batches.index(r["batch_size"])
-                ok = math.isfinite(r["time_ratio"])
-                level = norm(np.log2(r["time_ratio"])) if ok else 0.5
+                ok = math.isfinite(r[value])
+                level = norm(np.log2(r[value])) if ok else 0.5
                 color = cmap(level) if ok else (0.85, 0.85, 0.85)
                 ax.add_patch(plt.Rectangle((x, yy), 1, 1, facecolor=color,
                                            hatch=None if ok else "//", edgecolor="white"))
                 if ok:
-                    txt = f"{r['time_ratio']:.2f}"
-                    if math.isfinite(r["ci_low"]):
-                        txt += f"\n[{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+                    txt = f"{r[value]:.2f}"
+                    if math.isfinite(r[low]):
+                        txt += f"\n[{r[low]:.2f}, {r[high]:.2f}]"
                     if r["status"] == "not_equivalent":
                         txt += "\n≠ equiv"
                 else:
@@ -210,7 +222,8 @@ def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
             ax.set_xticks(np.arange(len(seqs)) + 0.5, [str(s) for s in seqs])
             ax.set_yticks(np.arange(len(batches)) + 0.5, [str(b) for b in batches])
             ax.grid(False)
-            ax.set_title(f"{model}\n{var} / {ratios['baseline'].iloc[0]}", fontsize=8)
+            base = g["baseline"].iloc[0] if len(g) else ""
+            ax.set_title(f"{model}\n{var} / {base}", fontsize=8)
             if i == len(models) - 1:
                 ax.set_xlabel("sequence length")
             if j == 0:
@@ -219,9 +232,8 @@ def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
     cbar = fig.colorbar(sm, ax=axes, shrink=0.8, pad=0.02)
     ticks = np.arange(-span, span + 1)
     cbar.set_ticks(ticks, labels=[f"{2**t:g}" for t in ticks])
-    cbar.set_label("time ratio (< 1: faster)")
-    fig.suptitle("Time ratio against the baseline, per cell (95% bootstrap CI)",
-                 x=0.02, ha="left", fontsize=12)
+    cbar.set_label(cbar_label)
+    fig.suptitle(title, x=0.02, ha="left", fontsize=12)
     _footer(fig, manifest, "grey hatched: the cell failed (status shown)")
     return fig
 
@@ -356,6 +368,176 @@ def loss_scale_trajectories(losses: pd.DataFrame, manifest: dict):
     ax.set_title("Dynamic loss scale (float16); x: step skipped on overflow", fontsize=10)
     _footer(fig, manifest)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+# -- acceleration -----------------------------------------------------------------
+def speedup_heatmaps(table: pd.DataFrame, manifest: dict):
+    """Per model and compiled mode: speed-up over the same framework's eager
+    mode across batch x sequence, with its 95% bootstrap CI; where a mode
+    helps (blue) and where it hurts (red)."""
+    return _ratio_grid(table, manifest, "speedup", "speedup_low", "speedup_high",
+                       "speed-up over eager (> 1: faster)",
+                       "Speed-up over the same framework's eager mode, per cell "
+                       "(95% bootstrap CI; compile time not included)",
+                       lower_is_better=False)
+
+
+def _no_data(message: str):
+    fig, ax = plt.subplots(figsize=(6, 1.5))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center")
+    return fig
+
+
+def time_to_first_result(table: pd.DataFrame, manifest: dict):
+    """Per model: each compiled mode's time to first result in a fresh process
+    (trace or compile plus the first call, at the sweep's first shape) beside
+    the same framework's eager first call and one steady-state call, log scale;
+    the breakeven number of calls written at the bar's end."""
+    cold = table[table["cold"]]
+    if cold.empty:
+        return _no_data("no compiled mode ran")
+    models = sorted(cold["model"].unique())
+    height = max(len(cold[cold["model"] == m]) for m in models)
+    fig, axes = plt.subplots(1, len(models), squeeze=False,
+                             figsize=(6.2 * len(models) + 1.0, 0.55 * height + 2.0))
+    colors = palette(cold["variant"])
+    for j, model in enumerate(models):
+        ax = axes[0, j]
+        g = cold[cold["model"] == model].sort_values("variant", ascending=False)
+        y = np.arange(len(g))
+        ax.barh(y, g["first_call_s"], color=[colors[v] for v in g["variant"]], height=0.6)
+        ax.scatter(g["eager_first_call_s"], y, marker="|", s=300, color="0.2", zorder=5,
+                   label="eager first call")
+        ax.scatter(g["median_s"], y, marker="o", s=25, color="white", edgecolor="0.2",
+                   zorder=5, label="one steady-state call")
+        for yy, (_, r) in zip(y, g.iterrows()):
+            if not math.isfinite(r["first_call_s"]):
+                ax.text(0.02, yy, STATUS_MARK.get(r["status"], r["status"]), va="center",
+                        transform=ax.get_yaxis_transform(), fontsize=8)
+                continue
+            be = r["breakeven_calls"]
+            be_txt = ("never pays off" if be == math.inf else
+                      f"breakeven {be:,.0f} calls" if math.isfinite(be) else "")
+            ax.annotate(f" {r['first_call_s']:.3g} s  {be_txt}", (r["first_call_s"], yy),
+                        va="center", fontsize=8)
+        ax.set_yticks(y, g["variant"])
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_PLAIN)
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(lo, hi * 30)  # room for the labels
+        shape = g["shape"].iloc[0]
+        ax.set_title(f"{model}, first shape {shape}", fontsize=10)
+        ax.set_xlabel("seconds (log)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.suptitle("Time to first result: trace or compile plus the first call, in a fresh process",
+                 x=0.02, ha="left")
+    _footer(fig, manifest, "breakeven: calls at this shape after which the mode, first call "
+            "included, has taken no longer than eager")
+    fig.tight_layout(rect=(0, 0.07, 0.84, 0.95))
+    return fig
+
+
+def breakeven(table: pd.DataFrame, manifest: dict):
+    """Per model: calls to break even at each shape of the sweep (first shape:
+    the cold compile; later shapes: the recompile or re-trace a new shape
+    costs), with the range from the CI of the per-call saving; modes that never
+    pay off drawn at the top."""
+    if table.empty:
+        return _no_data("no compiled mode ran")
+    models = sorted(table["model"].unique())
+    fig, axes = plt.subplots(1, len(models), squeeze=False,
+                             figsize=(5.6 * len(models) + 2.6, 4.2))
+    colors = palette(table["variant"])
+    for j, model in enumerate(models):
+        ax = axes[0, j]
+        g = table[table["model"] == model]
+        shapes = list(g.sort_values("sweep_order").drop_duplicates("shape")["shape"])
+        finite = g["breakeven_calls"].replace(math.inf, np.nan)
+        top = max(float(np.nanmax(finite)) if finite.notna().any() else 10.0, 10.0) * 4
+        for k, (var, h) in enumerate(g.groupby("variant")):
+            h = h.sort_values("sweep_order")
+            x = np.array([shapes.index(sh) for sh in h["shape"]]) + (k - 0.5 * g["variant"].nunique()) * 0.06
+            be = h["breakeven_calls"].to_numpy(float)
+            shown = np.where(np.isinf(be), top, be)
+            lo = np.where(np.isfinite(h["breakeven_low"]), h["breakeven_low"], shown)
+            hi = np.where(np.isfinite(h["breakeven_high"]), h["breakeven_high"], top)
+            ax.errorbar(x, shown, yerr=[np.maximum(shown - lo, 0), np.maximum(hi - shown, 0)],
+                        marker="o", ms=5, capsize=2, color=colors[var], label=var)
+            never = np.isinf(be)
+            ax.scatter(x[never], shown[never], marker="^", s=80, color=colors[var], zorder=5)
+        ax.axhline(top, color="0.6", lw=0.8, ls=":")
+        ax.text(0.01, top, " never pays off", va="bottom", fontsize=7, color="0.4",
+                transform=ax.get_yaxis_transform())
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_PLAIN)
+        ax.set_xticks(range(len(shapes)), [f"{sh}\n(cold)" if i == 0 else sh
+                                           for i, sh in enumerate(shapes)])
+        ax.set_xlabel("shape, batch x sequence, in sweep order")
+        ax.set_title(model, fontsize=10)
+        if j == 0:
+            ax.set_ylabel("calls to break even (log)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.suptitle("Breakeven: calls at a shape until the mode has paid for its first call",
+                 x=0.02, ha="left")
+    _footer(fig, manifest, "bars: range from the 95% CI of the per-call saving (first calls are "
+            "single measurements); ▲ at the top: never pays off")
+    fig.tight_layout(rect=(0, 0.07, 0.82, 0.95))
+    return fig
+
+
+def recompilations(table: pd.DataFrame, manifest: dict):
+    """Per model: the traces/compilations each mode's first call at each new
+    shape triggered (top; the framework's own count, "n/a" where it exposes
+    none), and that first call's time above a steady call (bottom, log)."""
+    if table.empty:
+        return _no_data("no compiled mode ran")
+    models = sorted(table["model"].unique())
+    fig, axes = plt.subplots(2, len(models), squeeze=False, sharex="col",
+                             figsize=(5.6 * len(models) + 2.6, 6.0))
+    colors = palette(table["variant"])
+    variants = sorted(table["variant"].unique())
+    width = 0.8 / len(variants)
+    for j, model in enumerate(models):
+        top, bottom = axes[0, j], axes[1, j]
+        g = table[table["model"] == model]
+        shapes = list(g.sort_values("sweep_order").drop_duplicates("shape")["shape"])
+        for k, var in enumerate(variants):
+            h = g[g["variant"] == var].sort_values("sweep_order")
+            if h.empty:
+                continue
+            x = np.array([shapes.index(sh) for sh in h["shape"]])
+            counts = h["recompiles"].to_numpy(float)
+            xb = x - 0.4 + width * (k + 0.5)
+            top.bar(xb, np.nan_to_num(counts), width=width, color=colors[var], label=var)
+            for xx, c in zip(xb, counts):
+                top.text(xx, (c if math.isfinite(c) else 0) + 0.05,
+                         f"{c:g}" if math.isfinite(c) else "n/a", ha="center", va="bottom",
+                         fontsize=7)
+            over = h["first_call_overhead_s"].to_numpy(float)
+            bottom.plot(x, np.where(over > 0, over, np.nan), marker="o", ms=5,
+                        color=colors[var])
+        top.set_title(model, fontsize=10)
+        top.set_ylim(0, max(1.0, float(np.nanmax(g["recompiles"].to_numpy(float), initial=0))) * 1.25)
+        top.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        bottom.set_yscale("log")
+        bottom.yaxis.set_major_formatter(_PLAIN)
+        bottom.set_xticks(range(len(shapes)), [f"{sh}\n(cold)" if i == 0 else sh
+                                               for i, sh in enumerate(shapes)])
+        bottom.set_xlabel("shape, batch x sequence, in sweep order")
+        if j == 0:
+            top.set_ylabel("traces / compilations")
+            bottom.set_ylabel("first call − steady call (s)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.suptitle("Recompilation: what each new input shape triggers and costs", x=0.02,
+                 ha="left")
+    _footer(fig, manifest, "counts: torch.compile Dynamo graphs, TorchScript traces, "
+            "tf.function traces, jax.jit cache entries")
+    fig.tight_layout(rect=(0, 0.07, 0.82, 0.95))
     return fig
 
 

@@ -44,11 +44,14 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes",
            # precision: output errors against a float64 reference; loss scaling
            "fp64_max_abs_err", "fp64_rel_l2_err", "fp64_cosine", "fp64_argmax_agreement",
-           "out_nonfinite", "skipped_steps", "nonfinite_losses", "final_loss_scale"]
-PROVENANCE = {"mem_method": "string", "precision_setup": "string", "framework_version": "string",
-              "framework_threads": "float64", "device_name": "string", "cpu_model": "string",
-              "hostname": "string", "versions": "string", "git_commit": "string",
-              "git_dirty": "bool", "params_hash": "string", "timestamp": "string"}
+           "out_nonfinite", "skipped_steps", "nonfinite_losses", "final_loss_scale",
+           # acceleration: compiled output against eager; compilations of a cell's first call
+           "accel_max_abs_err", "accel_rel_err", "recompiles"]
+PROVENANCE = {"mem_method": "string", "precision_setup": "string", "mode_setup": "string",
+              "framework_version": "string", "framework_threads": "float64",
+              "device_name": "string", "cpu_model": "string", "hostname": "string",
+              "versions": "string", "git_commit": "string", "git_dirty": "bool",
+              "params_hash": "string", "timestamp": "string"}
 
 DTYPES: dict[str, str] = {
     "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",

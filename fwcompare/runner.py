@@ -16,9 +16,11 @@ import json
 import math
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -75,10 +77,14 @@ class _Worker:
         path.write_text(json.dumps(job))
         self.log_path = job_dir / f"{name}.log"
         self._log = open(self.log_path, "a")
+        env = _worker_env(threads, device, framework)
+        # torch.compile caches compiled kernels on disk: an empty cache per worker,
+        # so every run pays (and reports) a cold compile, not the previous run's.
+        self.cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
+        env.update(TORCHINDUCTOR_CACHE_DIR=self.cache_dir, TRITON_CACHE_DIR=self.cache_dir)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fwcompare.worker", str(path)], stdout=subprocess.PIPE,
-            stderr=self._log, text=True, env=_worker_env(threads, device, framework),
-            start_new_session=True, cwd=ROOT)
+            stderr=self._log, text=True, env=env, start_new_session=True, cwd=ROOT)
         self.events: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -96,6 +102,7 @@ class _Worker:
                 pass
         self.proc.wait()
         self._log.close()
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def stderr_tail(self, chars: int = 1500) -> str:
         text = self.log_path.read_text(errors="replace")
@@ -109,19 +116,25 @@ class _Worker:
         return f"exit code {rc}"
 
 
+# Params that change how a mode is built (frameworks' make_forward options).
+MODE_OPTIONS = ("torch_compile_mode", "torch_compile_dynamic")
 TRAIN_KEYS = ("learning_rate", "weight_decay", "beta1", "beta2", "eps", "accumulation_steps",
               "agreement_steps", "loss_tol", "loss_curve_rtol", "mp_loss_rtol")
 
 
 class Runner:
     def __init__(self, params: dict, store_dir: Path, profile: str = "adhoc",
-                 progress: bool = True, task: str = "inference", precision_errors: bool = False):
+                 progress: bool = True, task: str = "inference", precision_errors: bool = False,
+                 acceleration: bool = False):
         """``precision_errors``: inference outputs are logits for decoders (hidden
         states for encoders) and each cell's output is compared with a float64
-        PyTorch reference computed for its shape (the mixed-precision study)."""
+        PyTorch reference computed for its shape (the mixed-precision study).
+        ``acceleration``: every mode runs in a process of its own, compiled
+        modes checked against eager per cell (the acceleration study)."""
         self.params = params
         self.task = task
         self.precision_errors = precision_errors
+        self.acceleration = acceleration
         self.store = ResultStore(store_dir)
         self.profile = profile
         self.progress = progress
@@ -187,6 +200,8 @@ class Runner:
                 "profile": self.profile, "timing": self.timing,
                 "equiv_tol": self.params.get("equiv_tol"),
                 "mp_equiv_rtol": self.params.get("mp_equiv_rtol"),
+                "acceleration": self.acceleration, "accel_tol": self.params.get("accel_tol"),
+                "mode_options": {k: self.params[k] for k in MODE_OPTIONS if k in self.params},
                 "train": train, "provenance": self.provenance, **extra}
 
     def _prepare(self, model: str, cells: list[tuple[RunSpec, int]]) -> str | None:
@@ -279,7 +294,9 @@ class Runner:
         """(framework, cells) per worker process. Inference modes share one
         process (a model per precision); each training mode trains its own model,
         so it gets its own process, and its memory is not inflated by another
-        mode's leftovers. Precisions unsupported on the device get no process."""
+        mode's leftovers; in the acceleration study each mode gets its own
+        process, so its first call is a cold start. Precisions unsupported on
+        the device get no process."""
         for fw in order:
             mine = [(s, r) for s, r in cells if s.framework == fw]
             # Ascending size, so a cell's peak RSS is not inflated by a larger
@@ -296,7 +313,7 @@ class Runner:
                 if s.dtype in unsupported:
                     self._fail(s, r, "unsupported", unsupported[s.dtype])
             mine = [(s, r) for s, r in mine if s.dtype not in unsupported]
-            if self.task == "train":
+            if self.task == "train" or self.acceleration:
                 for mode in sorted({s.mode for s, _ in mine}):
                     yield fw, [(s, r) for s, r in mine if s.mode == mode]
             elif mine:

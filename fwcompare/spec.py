@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 # Modes each backend implements, per task; anything else is rejected by params
-# validation. graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
+# validation. torchscript: torch.jit.trace; compile: torch.compile (inductor);
+# graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
 MODES = {
-    "torch": ("eager",),
+    "torch": ("eager", "torchscript", "compile"),
     "tensorflow": ("eager", "graph", "xla"),
     "jax": ("eager", "jit"),
 }

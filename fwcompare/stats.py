@@ -94,3 +94,23 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
              n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """median(a)/median(b) with a bootstrap CI (see geomean_ratio_ci)."""
     return geomean_ratio_ci([(a, b)], confidence, n_resamples, seed)
+
+
+def _median_difference(a, b, axis=-1):
+    return np.median(a, axis=axis) - np.median(b, axis=axis)
+
+
+def median_diff_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                   n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """median(a) - median(b) with a bootstrap CI (each sample set resampled
+    independently, percentile method); NaN bounds with fewer than 2 samples."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if not (a.size and b.size):
+        return math.nan, math.nan, math.nan
+    point = float(_median_difference(a, b))
+    if a.size < 2 or b.size < 2:
+        return point, math.nan, math.nan
+    res = _st.bootstrap((a, b), _median_difference, vectorized=True, paired=False,
+                        confidence_level=confidence, n_resamples=n_resamples,
+                        method="percentile", rng=np.random.default_rng(seed))
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)

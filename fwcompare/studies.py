@@ -44,6 +44,8 @@ class Study:
     tasks: tuple[str, ...]
     # Inference outputs compared with a float64 reference per cell (logits for decoders).
     precision_errors: bool = False
+    # Every mode in a process of its own; compiled modes checked against eager per cell.
+    acceleration: bool = False
     grid: Callable[[dict], list[RunSpec]] | None = None
 
     def cells(self, params: dict) -> list[RunSpec]:
@@ -61,4 +63,7 @@ STUDIES = {
                              "Mixed precision: speed against numerical error",
                              "mixed_precision.ipynb", ("inference", "train"),
                              precision_errors=True, grid=_mixed_precision_cells),
+    "acceleration": Study("acceleration",
+                          "Acceleration: TorchScript, torch.compile, tf.function, XLA, jax.jit",
+                          "acceleration.ipynb", ("inference",), acceleration=True),
 }

@@ -68,12 +68,19 @@ def _time_block(fn: Callable[[], Any], sync: Callable[[Any], None], calls: int) 
 
 
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,
-            config: TimingConfig = TimingConfig()) -> Timing:
-    """Time ``fn`` under the protocol above; ``sync(out)`` waits for its result."""
+            config: TimingConfig = TimingConfig(),
+            on_first: Callable[[Any], None] | None = None) -> Timing:
+    """Time ``fn`` under the protocol above; ``sync(out)`` waits for its result.
+    ``on_first(out)`` gets the first call's output, untimed, before warm-up
+    (e.g. to check a compiled mode's output before its steady state is timed)."""
     t0 = time.perf_counter_ns()
-    sync(fn())
+    out = fn()
+    sync(out)
     first_ns = time.perf_counter_ns() - t0
     result = Timing(first_call_s=first_ns / 1e9)
+    if on_first is not None:
+        on_first(out)
+    del out
 
     warm_start = time.perf_counter()
     done = 0

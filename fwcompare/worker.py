@@ -231,9 +231,11 @@ class Group:
         return None
 
     def measure(self, spec, rnd, call, known: dict, flops: float, not_equivalent: str,
-                after=None) -> None:
+                after=None, first=None) -> None:
         """Timing pass, then a separate memory pass, then ``after(fn)`` (more
-        figures from the warm callable, e.g. precision errors), then the row."""
+        figures from the warm callable, e.g. precision errors), then the row.
+        ``first(out)`` -> (figures, problem) checks the first call's output
+        before warm-up; a problem flags the cell not_equivalent."""
         import numpy as np
 
         from .memory import PeakRSS
@@ -248,11 +250,19 @@ class Group:
         try:
             _fault(spec.label)
             fn = call()
-            timing = measure(fn, self.backend.sync, self.cfg)
+            checked: dict = {}
+
+            def on_first(out):
+                if first is not None:
+                    figures, problem = first(out)
+                    checked.update(figures, problem=problem)
+            timing = measure(fn, self.backend.sync, self.cfg, on_first)
+            problem = checked.pop("problem", "")
+            not_equivalent = "; ".join(p for p in (not_equivalent, problem) if p)
             samples = timing.samples_s
             med, lo, hi = median_ci(samples, self.cfg.confidence)
             figures = dict(
-                known, n_samples=len(samples), calls_per_sample=timing.calls_per_sample,
+                known, **checked, n_samples=len(samples), calls_per_sample=timing.calls_per_sample,
                 median_s=med, ci_low_s=lo, ci_high_s=hi, rel_ci=timing.rel_ci,
                 iqr_s=iqr(samples), mean_s=float(np.mean(samples)),
                 p90_s=float(np.percentile(samples, 90)), first_call_s=timing.first_call_s,
@@ -307,7 +317,8 @@ class Group:
         forwards, known, problems = {}, {}, {}
         for mode in modes:
             try:
-                fn = self.backend.make_forward(model, mode, self.device, self.head, dtype)
+                fn = self.backend.make_forward(model, mode, self.device, self.head, dtype,
+                                               self.job.get("mode_options"))
                 out = fn(self.backend.make_inputs(self.gate["ids"], self.device))
                 self.backend.sync(out)
                 out = self.backend.to_numpy(out)
@@ -362,6 +373,7 @@ class Group:
                 self.fail_all([(spec, rnd)], *problems[spec.mode])
                 continue
             fn, bad = forwards[spec.mode]
+            self.provenance["mode_setup"] = fn.setup
             ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
                             self.info["vocab_size"])
 
@@ -371,6 +383,70 @@ class Group:
             self.measure(spec, rnd, call, dict(known[spec.mode], load_s=load_s),
                          models.forward_flops(self.info, spec.batch_size, spec.seq_len), bad,
                          after=self.precision_errors(spec))
+
+    # -- acceleration: one mode per process, compiled output checked per cell ----
+    def run_acceleration(self) -> None:
+        """The runner gives each mode a process of its own, so a compiled mode's
+        first call is its cold time to first result: nothing in the process has
+        traced or compiled it before (the gate batch runs through eager only,
+        in every mode's process alike). Eager is gated against PyTorch's
+        reference as in every study; a compiled mode is checked at every cell
+        against this framework's eager output on the same input (max abs error
+        within ``accel_tol``), right after its first call and before its steady
+        state is timed. Cells run in ascending size, one compiled callable for
+        all, so each new shape's first call shows what recompiling costs."""
+        from . import models
+
+        try:
+            model, load_s = self.load("float32")
+        except Exception as exc:
+            self.fail_all(self.cells, failure_status(self.backend, exc),
+                          f"loading the model failed: {_describe(exc)}")
+            return
+        forwards, known, problems = self.gate_forwards(model, ["eager"], "float32")
+        if problems:
+            status, message = problems["eager"]
+            self.fail_all(self.cells, status, f"eager forward (the reference) failed: {message}")
+            return
+        eager, bad = forwards["eager"]
+        for mode in sorted({spec.mode for spec, _ in self.cells}):
+            cells = [(s, r) for s, r in self.cells if s.mode == mode]
+            try:
+                fn = eager if mode == "eager" else self.backend.make_forward(
+                    model, mode, self.device, self.head, "float32", self.job.get("mode_options"))
+            except Exception as exc:
+                self.fail_all(cells, failure_status(self.backend, exc), _describe(exc))
+                continue
+            self.provenance["mode_setup"] = fn.setup
+            for spec, rnd in cells:
+                ids = token_ids(self.job["seed"], spec.batch_size, spec.seq_len,
+                                self.info["vocab_size"])
+                x = self.backend.make_inputs(ids, self.device)
+                self.measure(spec, rnd, lambda fn=fn, x=x: (lambda: fn(x)),
+                             dict(known["eager"], load_s=load_s),
+                             models.forward_flops(self.info, spec.batch_size, spec.seq_len), bad,
+                             first=None if mode == "eager" else self.accel_check(fn, eager, x))
+
+    def accel_check(self, fn, eager, x):
+        """``first`` for measure: the compilations the first call on ``x`` did
+        (the framework's count before and after), and its output against
+        eager's on the same input."""
+        import math
+
+        from .precision import error_metrics
+
+        before = fn.compile_count()
+        tol = self.job["accel_tol"]
+
+        def check(out):
+            after = fn.compile_count()
+            err = error_metrics(self.backend.to_numpy(out), self.backend.to_numpy(eager(x)))
+            problem = "" if err["max_abs_err"] <= tol else (
+                f"output differs from eager by {err['max_abs_err']:.3g} max abs "
+                f"(accel_tol {tol:g})")
+            return {"accel_max_abs_err": err["max_abs_err"], "accel_rel_err": err["rel_l2_err"],
+                    "recompiles": math.nan if after is None else float(after - before)}, problem
+        return check
 
     # -- training: per mode and precision a fresh model, losses gated ------------
     def run_train(self) -> None:
@@ -479,7 +555,12 @@ def main(argv: list[str]) -> int:
             prepare(job)
         else:
             group = Group(job)
-            group.run_train() if job["task"] == "train" else group.run_inference()
+            if job["task"] == "train":
+                group.run_train()
+            elif job.get("acceleration"):
+                group.run_acceleration()
+            else:
+                group.run_inference()
     except Exception:
         traceback.print_exc()
         return 1

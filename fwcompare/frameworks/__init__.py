@@ -6,9 +6,15 @@ Each module (torch.py, tensorflow.py, jax.py) provides:
 - ``load(weights_dir, device, head, dtype)``: the model with the shared
   weights (fp32 in every precision), set up for precision ``dtype``;
 - ``n_params(model)``: parameter count;
-- ``make_forward(model, mode, device, head, dtype)``: a callable
+- ``make_forward(model, mode, device, head, dtype, options)``: a callable
   ``fn(inputs) -> output`` (hidden states of the base model, logits with a
-  head) for an inference mode (raises Unsupported for a mode it cannot run);
+  head) for an inference mode (raises Unsupported for a mode it cannot run).
+  A mode that traces or compiles does so in its first call, never before, so
+  the first call's time is the time to first result. ``fn.setup`` says how the
+  mode was built; ``fn.compile_count()`` is the number of traces or
+  compilations the framework has counted so far (None where it exposes none).
+  ``options``: mode settings from the params (``torch_compile_mode``,
+  ``torch_compile_dynamic``);
 - ``make_train_step(model, mode, device, opt, head, accumulation_steps, dtype)``:
   ``step((ids, labels)) -> loss``, with ``step.loss_scale()``;
 - ``precision_setup(dtype, device)``: how that framework runs ``dtype``, in words;
@@ -50,6 +56,13 @@ def check_precision(dtype: str, device: str) -> None:
 def tf32_note(dtype: str, device: str) -> str:
     """The TF32 part of a row's ``precision_setup`` (GPUs only)."""
     return f"; TF32 {'on' if dtype == 'tf32' else 'off'}" if device == "gpu" else ""
+
+
+def forward_fn(fn, setup: str, compile_count=None):
+    """``fn`` with ``fn.setup`` and ``fn.compile_count`` (see make_forward)."""
+    fn.setup = setup
+    fn.compile_count = compile_count or (lambda: None)
+    return fn
 
 
 def looks_like_oom(exc: BaseException) -> bool:

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from . import Unsupported, auto_class, check_precision, looks_like_oom, tf32_note
+from . import Unsupported, auto_class, check_precision, forward_fn, looks_like_oom, tf32_note
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 # Initial dynamic loss scale for float16 training: jmp's documented default
@@ -72,18 +72,23 @@ def n_params(model) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(model.params)))
 
 
-def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32"):
-    """The precision is the model's compute dtype (set at load)."""
+def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32",
+                 options: dict | None = None):
+    """eager: op by op; jit: ``jax.jit``, compiled on the first call and for
+    each new input shape; the count is the jitted function's cache size
+    (compiled executables). The precision is the model's compute dtype (set
+    at load)."""
     jax = _jax()
 
     def apply(params, ids):
         out = model(ids, params=params, train=False)
         return out.last_hidden_state if head == "base" else out.logits
     if mode == "eager":
-        return lambda ids: apply(model.params, ids)
+        return forward_fn(lambda ids: apply(model.params, ids), "eager (op by op)")
     if mode == "jit":
         jitted = jax.jit(apply)
-        return lambda ids: jitted(model.params, ids)
+        return forward_fn(lambda ids: jitted(model.params, ids), "jax.jit",
+                          getattr(jitted, "_cache_size", None))
     raise Unsupported(f"jax mode {mode!r} is not implemented")
 
 

@@ -10,7 +10,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
-from . import Unsupported, auto_class, check_precision, looks_like_oom, tf32_note  # noqa: E402
+from . import (Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
+               looks_like_oom, tf32_note)
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
 _POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",
@@ -65,8 +66,12 @@ def n_params(model) -> int:
     return int(sum(np.prod(w.shape) for w in model.weights))
 
 
-def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32"):
-    """The precision is the model's (its policy, set at load)."""
+def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32",
+                 options: dict | None = None):
+    """eager; graph: ``tf.function``, traced on the first call and again for
+    each new input shape; xla: ``tf.function(jit_compile=True)``, each trace
+    compiled by XLA. The count is tf.function's tracing count. The precision
+    is the model's (its policy, set at load)."""
     dev = _device_name(device)
 
     def eager(ids):
@@ -74,9 +79,12 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
             out = model(input_ids=ids, training=False)
             return out.last_hidden_state if head == "base" else out.logits
     if mode == "eager":
-        return eager
+        return forward_fn(eager, "eager")
     if mode in ("graph", "xla"):
-        return tf.function(eager, jit_compile=mode == "xla")
+        graph = tf.function(eager, jit_compile=mode == "xla")
+        return forward_fn(lambda ids: graph(ids),
+                          "tf.function(jit_compile=True)" if mode == "xla" else "tf.function",
+                          graph.experimental_get_tracing_count)
     raise Unsupported(f"tensorflow mode {mode!r} is not implemented")
 
 

@@ -5,7 +5,8 @@ import numpy as np
 import torch
 import transformers
 
-from . import Unsupported, auto_class, check_precision, looks_like_oom, tf32_note
+from . import (Unsupported, auto_class, check_precision, forward_fn, looks_like_oom,
+               tf32_note)
 
 
 def _device(device: str) -> torch.device:
@@ -44,7 +45,7 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
     torch.autocast at call time (mixed precision), not by casting the model."""
     set_precision(dtype, device)
     model = auto_class("", weights_dir, head).from_pretrained(
-        weights_dir, local_files_only=True, torch_dtype=torch.float32)
+        weights_dir, local_files_only=True, dtype=torch.float32)
     return model.eval().to(_device(device))
 
 
@@ -56,21 +57,58 @@ def _autocast(device: str, dtype: str):
 
 
 def _output(out, head: str):
-    return out.last_hidden_state if head == "base" else out.logits
+    key = "last_hidden_state" if head == "base" else "logits"
+    return out[key]  # a ModelOutput, or the dict a strict=False trace returns
 
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32"):
-    if mode != "eager":
-        raise Unsupported(f"torch mode {mode!r} is not implemented")
+_DYNAMIC = {"auto": None, "true": True, "false": False}
 
-    def forward(ids):
+
+def make_forward(model, mode: str, device: str, head: str = "base", dtype: str = "float32",
+                 options: dict | None = None):
+    """eager; torchscript: ``torch.jit.trace`` on the first call's input, then
+    the traced graph (PyTorch's profiling executor specialises it on the
+    first calls; those re-optimisations are not counted); compile:
+    ``torch.compile`` (inductor), compiled on the first call and recompiled
+    when guards fail (e.g. a new shape), counted as Dynamo's compiled graphs."""
+    options = options or {}
+
+    def eager(ids):
         with torch.inference_mode(), _autocast(device, dtype):
             return _output(model(input_ids=ids), head)
-    return forward
+    if mode == "eager":
+        return forward_fn(eager, "eager")
+    if mode == "torchscript":
+        if dtype != "float32":
+            raise Unsupported("TorchScript tracing under torch.autocast is not supported here")
+        traced: dict = {"traces": 0}
+
+        def scripted(ids):
+            if "fn" not in traced:
+                with torch.no_grad():
+                    traced["fn"] = torch.jit.trace(model, (ids,), strict=False)
+                traced["traces"] += 1
+            with torch.inference_mode():
+                return _output(traced["fn"](ids), head)
+        return forward_fn(scripted, "torch.jit.trace(strict=False) on the first call's input",
+                          lambda: traced["traces"])
+    if mode == "compile":
+        import torch._dynamo.utils as dynamo_utils
+
+        cmode = options.get("torch_compile_mode", "default")
+        dynamic = _DYNAMIC[options.get("torch_compile_dynamic", "auto")]
+        compiled = torch.compile(model, mode=cmode, dynamic=dynamic)
+
+        def fn(ids):
+            with torch.inference_mode(), _autocast(device, dtype):
+                return _output(compiled(input_ids=ids), head)
+        return forward_fn(fn, f"torch.compile(mode={cmode!r}, dynamic={dynamic}), inductor",
+                          lambda: int(dynamo_utils.counters["stats"]["unique_graphs"]))
+    raise Unsupported(f"torch mode {mode!r} is not implemented")
 
 
 def _loss(logits, labels, head: str):
