@@ -92,7 +92,7 @@ TIMING = {
     "warmup_s": Param("float", 0.3, "warm-up seconds before sampling (at least)", _non_negative),
     "min_iters": Param("int", 7, "samples per cell (at least)", _positive),
     "min_time_s": Param("float", 1.0, "sampling seconds per cell (at least)", _positive),
-    "max_time_s": Param("float", 8.0, "sampling seconds per cell (at most; then converged=False)", _positive),
+    "max_time_s": Param("float", 8.0, "sampling seconds per cell (at most; past it the cell is marked not converged)", _positive),
     "target_rel_ci": Param("float", 0.02, "stop once the 95% CI half-width of the median is within this share of it", _positive),
 }
 

@@ -62,3 +62,13 @@ def test_each_profile_has_a_params_file_with_known_keys(study):
 @pytest.mark.parametrize("study", list(STUDIES))
 def test_parameters_cell_is_generated_from_the_schema(study):
     assert parameters_cell(load(study)) == params.parameters_cell(study)
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_papermill_reads_every_parameter(study):
+    # Papermill parses the parameters cell itself; a line it cannot parse (e.g. an
+    # "=" inside a help comment) only warns and leaves that parameter unknown to it.
+    import papermill as pm
+
+    found = set(pm.inspect_notebook(str(NOTEBOOKS / STUDIES[study].notebook)))
+    assert found == set(params.schema(study)) | set(params.RUNTIME_KEYS)

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from fwcompare import load_results, report
+from fwcompare import load_results, report, tables
 from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
 
@@ -75,7 +75,9 @@ def test_report_files_exist_and_link(smoke):
     figures = {"inference_sweep": ("latency", "speed_ratio", "throughput", "peak_memory"),
                "training": ("loss_agreement", "step_time", "speed_ratio", "throughput",
                             "peak_memory"),
-               "mixed_precision": ("speed_vs_error", "loss_by_precision", "loss_scale")}
+               "mixed_precision": ("speed_vs_error", "loss_by_precision", "loss_scale"),
+               "acceleration": ("speedup_heatmaps", "time_to_first_result", "breakeven",
+                                "recompilations")}
     for name, pngs in figures.items():
         study = out / name
         for fig in pngs:
@@ -89,6 +91,7 @@ def test_report_files_exist_and_link(smoke):
     assert "Loss agreement" in (out / "training" / "training.html").read_text()
     assert "Training stability, defined" in (
         out / "mixed_precision" / "mixed_precision.html").read_text()
+    assert "Breakeven calls" in (out / "acceleration" / "acceleration.html").read_text()
     for href in re.findall(r'href="([^"#]+)"', index.read_text()):
         assert (out / href).exists(), href
 
@@ -145,3 +148,35 @@ def test_mixed_precision_errors_and_stability(smoke):
         assert first < p["mp_loss_rtol"]
         # Only float16 runs scale the loss; the scale is recorded after every step.
         assert np.isfinite(g["loss_scale"]).all() == (dtype == "float16")
+
+
+def test_acceleration_modes_match_eager_and_count_compiles(smoke):
+    out, _, _ = smoke
+    res = load_results(out / "acceleration")
+    df = res.results
+    p = load_file(PARAMS / "acceleration" / "smoke.yaml")
+    n_modes = sum(len(p["modes"][fw]) for fw in p["frameworks"])
+    assert len(df) == len(p["models"]) * n_modes * len(p["batch_sizes"]) * len(p["seq_lens"])
+    assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["framework", "mode", "error"]]
+    assert (df["mode_setup"] != "").all() and (df["equiv_max_abs_err"] < p["equiv_tol"]).all()
+    compiled = df[df["mode"] != "eager"]
+    assert set(compiled["mode"]) == {"torchscript", "compile", "graph", "xla", "jit"}
+    # Every compiled output matches its framework's eager output on the same input.
+    assert (compiled["accel_max_abs_err"] < p["accel_tol"]).all()
+    assert df.loc[df["mode"] == "eager", "recompiles"].isna().all()
+
+    summary = tables.summarize(df, res.samples)
+    table = tables.acceleration_table(summary, res.samples).set_index(["variant", "shape"])
+    cold = table[table["cold"]]
+    # The cold first call carries the trace/compile: positive and above a steady call.
+    assert (cold["first_call_overhead_s"] > 0).all() and (cold["recompiles"] == 1).all()
+    assert (table["speedup"] > 0).all() and table["speedup_low"].notna().all()
+    # Breakeven is computed for every cell: a number of calls, or never (inf).
+    assert (table["breakeven_calls"] >= 1).all()
+    # The second shape: tf.function and jax.jit trace/compile it again, TorchScript
+    # reuses its one trace, torch.compile recompiles (as dynamic).
+    second = table[~table["cold"]]["recompiles"].droplevel("shape")
+    assert second.loc[["tensorflow/graph", "tensorflow/xla", "jax/jit"]].eq(1).all()
+    assert second.loc["torch/torchscript"] == 0 and second.loc["torch/compile"] >= 1
+    claims = tables.acceleration_claims(summary, res.samples)
+    assert claims["measured_speedup"].notna().all() and (claims["cells"] > 0).all()
