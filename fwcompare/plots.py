@@ -390,6 +390,27 @@ def _no_data(message: str):
     return fig
 
 
+def _sweep_shapes(g: pd.DataFrame) -> list[str]:
+    """The shapes ("BxS") of an acceleration table in sweep order."""
+    return list(g.sort_values("sweep_order").drop_duplicates("shape")["shape"])
+
+
+def _sweep_axis(ax, shapes: list[str]) -> None:
+    ax.set_xticks(range(len(shapes)), [f"{sh}\n(cold)" if i == 0 else sh
+                                       for i, sh in enumerate(shapes)])
+    ax.set_xlabel("shape, batch x sequence, in sweep order")
+
+
+def _legend_right(fig, axes, title: str, manifest: dict, note: str, right: float):
+    """A figure legend on the right from the first panel, the title, the footer."""
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.suptitle(title, x=0.02, ha="left")
+    _footer(fig, manifest, note)
+    fig.tight_layout(rect=(0, 0.07, right, 0.95))
+    return fig
+
+
 def time_to_first_result(table: pd.DataFrame, manifest: dict):
     """Per model: each compiled mode's time to first result in a fresh process
     (trace or compile plus the first call, at the sweep's first shape) beside
@@ -419,7 +440,8 @@ def time_to_first_result(table: pd.DataFrame, manifest: dict):
                 continue
             be = r["breakeven_calls"]
             be_txt = ("never pays off" if be == math.inf else
-                      f"breakeven {be:,.0f} calls" if math.isfinite(be) else "")
+                      f"breakeven {be:,.0f} call{'s' if be > 1 else ''}" if math.isfinite(be)
+                      else "")
             ax.annotate(f" {r['first_call_s']:.3g} s  {be_txt}", (r["first_call_s"], yy),
                         va="center", fontsize=8)
         ax.set_yticks(y, g["variant"])
@@ -430,14 +452,10 @@ def time_to_first_result(table: pd.DataFrame, manifest: dict):
         shape = g["shape"].iloc[0]
         ax.set_title(f"{model}, first shape {shape}", fontsize=10)
         ax.set_xlabel("seconds (log)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Time to first result: trace or compile plus the first call, in a fresh process",
-                 x=0.02, ha="left")
-    _footer(fig, manifest, "breakeven: calls at this shape after which the mode, first call "
-            "included, has taken no longer than eager")
-    fig.tight_layout(rect=(0, 0.07, 0.84, 0.95))
-    return fig
+    return _legend_right(
+        fig, axes, "Time to first result: trace or compile plus the first call, in a fresh "
+        "process", manifest, "breakeven: calls at this shape after which the mode, first call "
+        "included, has taken no longer than eager", 0.84)
 
 
 def breakeven(table: pd.DataFrame, manifest: dict):
@@ -454,12 +472,13 @@ def breakeven(table: pd.DataFrame, manifest: dict):
     for j, model in enumerate(models):
         ax = axes[0, j]
         g = table[table["model"] == model]
-        shapes = list(g.sort_values("sweep_order").drop_duplicates("shape")["shape"])
+        shapes = _sweep_shapes(g)
         finite = g["breakeven_calls"].replace(math.inf, np.nan)
         top = max(float(np.nanmax(finite)) if finite.notna().any() else 10.0, 10.0) * 4
+        n_var = g["variant"].nunique()
         for k, (var, h) in enumerate(g.groupby("variant")):
-            h = h.sort_values("sweep_order")
-            x = np.array([shapes.index(sh) for sh in h["shape"]]) + (k - 0.5 * g["variant"].nunique()) * 0.06
+            h = h.sort_values("sweep_order")  # dodged a little so bars do not overlap
+            x = np.array([shapes.index(sh) for sh in h["shape"]]) + (k - 0.5 * n_var) * 0.06
             be = h["breakeven_calls"].to_numpy(float)
             shown = np.where(np.isinf(be), top, be)
             lo = np.where(np.isfinite(h["breakeven_low"]), h["breakeven_low"], shown)
@@ -473,20 +492,14 @@ def breakeven(table: pd.DataFrame, manifest: dict):
                 transform=ax.get_yaxis_transform())
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(_PLAIN)
-        ax.set_xticks(range(len(shapes)), [f"{sh}\n(cold)" if i == 0 else sh
-                                           for i, sh in enumerate(shapes)])
-        ax.set_xlabel("shape, batch x sequence, in sweep order")
+        _sweep_axis(ax, shapes)
         ax.set_title(model, fontsize=10)
         if j == 0:
             ax.set_ylabel("calls to break even (log)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Breakeven: calls at a shape until the mode has paid for its first call",
-                 x=0.02, ha="left")
-    _footer(fig, manifest, "bars: range from the 95% CI of the per-call saving (first calls are "
-            "single measurements); ▲ at the top: never pays off")
-    fig.tight_layout(rect=(0, 0.07, 0.82, 0.95))
-    return fig
+    return _legend_right(
+        fig, axes, "Breakeven: calls at a shape until the mode has paid for its first call",
+        manifest, "bars: range from the 95% CI of the per-call saving (first calls are single "
+        "measurements); ▲ at the top: never pays off", 0.82)
 
 
 def recompilations(table: pd.DataFrame, manifest: dict):
@@ -504,7 +517,7 @@ def recompilations(table: pd.DataFrame, manifest: dict):
     for j, model in enumerate(models):
         top, bottom = axes[0, j], axes[1, j]
         g = table[table["model"] == model]
-        shapes = list(g.sort_values("sweep_order").drop_duplicates("shape")["shape"])
+        shapes = _sweep_shapes(g)
         for k, var in enumerate(variants):
             h = g[g["variant"] == var].sort_values("sweep_order")
             if h.empty:
@@ -525,20 +538,14 @@ def recompilations(table: pd.DataFrame, manifest: dict):
         top.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         bottom.set_yscale("log")
         bottom.yaxis.set_major_formatter(_PLAIN)
-        bottom.set_xticks(range(len(shapes)), [f"{sh}\n(cold)" if i == 0 else sh
-                                               for i, sh in enumerate(shapes)])
-        bottom.set_xlabel("shape, batch x sequence, in sweep order")
+        _sweep_axis(bottom, shapes)
         if j == 0:
             top.set_ylabel("traces / compilations")
             bottom.set_ylabel("first call − steady call (s)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Recompilation: what each new input shape triggers and costs", x=0.02,
-                 ha="left")
-    _footer(fig, manifest, "counts: torch.compile Dynamo graphs, TorchScript traces, "
-            "tf.function traces, jax.jit cache entries")
-    fig.tight_layout(rect=(0, 0.07, 0.82, 0.95))
-    return fig
+    return _legend_right(
+        fig, axes, "Recompilation: what each new input shape triggers and costs", manifest,
+        "counts: torch.compile Dynamo graphs, TorchScript traces, tf.function traces, jax.jit "
+        "cache entries", 0.82)
 
 
 def save_figure(fig, directory: Path | str, name: str) -> Path:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from fwcompare import models, params, plots, tables
+from fwcompare import models, params, plots, run_study, tables
 from fwcompare.frameworks import get_backend
 from fwcompare.results import ResultStore, make_row
 from fwcompare.spec import RunSpec
@@ -167,3 +167,26 @@ def test_torchscript_traces_once_and_matches_eager():
         out = torch_backend.to_numpy(traced(x))
         assert traced.compile_count() == traces
         assert np.abs(out - torch_backend.to_numpy(eager(x))).max() < 1e-5
+
+
+def test_a_failing_compiled_cell_keeps_the_others(tmp_path, monkeypatch):
+    # A compiled mode that fails at one shape: that cell is recorded with its
+    # status and message, its next shape and the other modes still run, each
+    # mode in a worker process of its own.
+    monkeypatch.setenv("FWCOMPARE_FAULT", "oom:torchscript b=1 s=8")
+    res = run_study("acceleration", {
+        "models": ["tiny-bert"], "frameworks": ["torch"],
+        "modes": {"torch": ["eager", "torchscript"]}, "batch_sizes": [1], "seq_lens": [8, 16],
+        "warmup_iters": 1, "warmup_s": 0.0, "min_iters": 5, "min_time_s": 0.05,
+        "max_time_s": 0.3, "target_rel_ci": 0.1}, output_dir=tmp_path, progress=False)
+    df = res.results.set_index(["mode", "seq_len"])
+    assert df.loc[("torchscript", 8), "status"] == "oom"
+    assert "out-of-memory" in df.loc[("torchscript", 8), "error"]
+    assert df.loc[("torchscript", 16), "status"] == "ok"
+    assert (df.loc["eager", "status"] == "ok").all()
+    # The failed cell never called the mode, so the next shape made the first trace.
+    assert df.loc[("torchscript", 16), "recompiles"] == 1
+    assert df.loc[("torchscript", 16), "first_call_s"] > df.loc[("torchscript", 16), "median_s"]
+    jobs = tmp_path / "results" / "work" / "jobs"
+    assert sorted(p.name.split("-")[1] for p in jobs.glob("torch-*.json")) == [
+        "eager", "torchscript"]
