@@ -80,8 +80,10 @@ class _Worker:
         env = _worker_env(threads, device, framework)
         # torch.compile caches compiled kernels on disk: an empty cache per worker,
         # so every run pays (and reports) a cold compile, not the previous run's.
+        # JAX's persistent cache is off unless a directory is set: keep it off.
         self.cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
         env.update(TORCHINDUCTOR_CACHE_DIR=self.cache_dir, TRITON_CACHE_DIR=self.cache_dir)
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fwcompare.worker", str(path)], stdout=subprocess.PIPE,
             stderr=self._log, text=True, env=env, start_new_session=True, cwd=ROOT)
