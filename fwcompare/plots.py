@@ -534,7 +534,8 @@ def recompilations(table: pd.DataFrame, manifest: dict):
             bottom.plot(x, np.where(over > 0, over, np.nan), marker="o", ms=5,
                         color=colors[var])
         top.set_title(model, fontsize=10)
-        top.set_ylim(0, max(1.0, float(np.nanmax(g["recompiles"].to_numpy(float), initial=0))) * 1.25)
+        most = float(np.nanmax(g["recompiles"].to_numpy(float), initial=0))
+        top.set_ylim(0, max(1.0, most) * 1.25)
         top.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         bottom.set_yscale("log")
         bottom.yaxis.set_major_formatter(_PLAIN)
