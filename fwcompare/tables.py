@@ -365,10 +365,9 @@ def acceleration_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
                         and theirs is not None:
                     row["speedup"], row["speedup_low"], row["speedup_high"] = geomean_ratio_ci(
                         [(theirs, mine)])
-                    saving, lo, hi = median_diff_ci(theirs, mine)
                     row["breakeven_calls"] = breakeven_calls(
-                        r["first_call_s"], b["median_s"] - saving, b["first_call_s"],
-                        b["median_s"])
+                        r["first_call_s"], r["median_s"], b["first_call_s"], b["median_s"])
+                    _, lo, hi = median_diff_ci(theirs, mine)  # CI of the per-call saving
                     # More saving per call: fewer calls to break even.
                     for col, s in (("breakeven_low", hi), ("breakeven_high", lo)):
                         row[col] = breakeven_calls(r["first_call_s"], b["median_s"] - s,
