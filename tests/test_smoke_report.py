@@ -20,13 +20,21 @@ def smoke(tmp_path_factory):
     return root / "smoke", index, time.perf_counter() - t0
 
 
+def results_and_params(out, study):
+    """A smoke study's stored results and the params file it ran with."""
+    return load_results(out / study), load_file(PARAMS / study / "smoke.yaml")
+
+
+def n_variants(p):
+    """Framework/mode pairs of a params file."""
+    return sum(len(p["modes"][fw]) for fw in p["frameworks"])
+
+
 def test_every_cell_ran_and_is_real(smoke):
     out, _, _ = smoke
-    res = load_results(out / "inference_sweep")
+    res, p = results_and_params(out, "inference_sweep")
     df = res.results
-    p = load_file(PARAMS / "inference_sweep" / "smoke.yaml")
-    n_variants = sum(len(p["modes"][fw]) for fw in p["frameworks"])
-    expected = len(p["models"]) * n_variants * len(p["batch_sizes"]) * len(p["seq_lens"])
+    expected = len(p["models"]) * n_variants(p) * len(p["batch_sizes"]) * len(p["seq_lens"])
     assert len(df) == expected
     assert set(df["framework"]) == {"torch", "tensorflow", "jax"}
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["framework", "error"]]
@@ -44,11 +52,10 @@ def test_every_cell_ran_and_is_real(smoke):
 
 def test_training_every_framework_trains_and_agrees(smoke):
     out, _, _ = smoke
-    res = load_results(out / "training")
+    res, p = results_and_params(out, "training")
     df, losses = res.results, res.losses
-    p = load_file(PARAMS / "training" / "smoke.yaml")
-    n_variants = sum(len(p["modes"][fw]) for fw in p["frameworks"])
-    assert len(df) == len(p["models"]) * n_variants * len(p["batch_sizes"]) * len(p["seq_lens"])
+    n_train = n_variants(p)
+    assert len(df) == len(p["models"]) * n_train * len(p["batch_sizes"]) * len(p["seq_lens"])
     assert set(df["framework"]) == {"torch", "tensorflow", "jax"}
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["framework", "error"]]
     assert (df["median_s"] > 0).all() and (df["peak_mem_bytes"] > 0).all()
@@ -60,7 +67,7 @@ def test_training_every_framework_trains_and_agrees(smoke):
     assert (df["optimizer_state_bytes"] == 2 * df["param_bytes"]).all()
     # Losses: every framework/mode of every model, finite, falling on the fixed batch,
     # first losses within loss_tol of PyTorch's.
-    assert len(losses) == len(p["models"]) * n_variants * p["agreement_steps"]
+    assert len(losses) == len(p["models"]) * n_train * p["agreement_steps"]
     for _, g in losses.groupby(["model", "framework", "mode"]):
         g = g.sort_values("step")
         assert np.isfinite(g["loss"]).all()
@@ -107,12 +114,10 @@ def test_second_report_with_unchanged_inputs_is_skipped(smoke):
 
 def test_mixed_precision_errors_and_stability(smoke):
     out, _, _ = smoke
-    res = load_results(out / "mixed_precision")
+    res, p = results_and_params(out, "mixed_precision")
     df, losses = res.results, res.losses
-    p = load_file(PARAMS / "mixed_precision" / "smoke.yaml")
     inf = df[df["task"] == "inference"]
-    n_modes = sum(len(p["modes"][fw]) for fw in p["frameworks"])
-    assert len(inf) == (len(p["models"]) * n_modes * len(p["precisions"])
+    assert len(inf) == (len(p["models"]) * n_variants(p) * len(p["precisions"])
                         * len(p["batch_sizes"]) * len(p["seq_lens"]))
     # Every framework is present in every precision, or marked unsupported with a reason.
     for (fw, dtype), g in inf.groupby(["framework", "dtype"]):
@@ -152,11 +157,10 @@ def test_mixed_precision_errors_and_stability(smoke):
 
 def test_acceleration_modes_match_eager_and_count_compiles(smoke):
     out, _, _ = smoke
-    res = load_results(out / "acceleration")
+    res, p = results_and_params(out, "acceleration")
     df = res.results
-    p = load_file(PARAMS / "acceleration" / "smoke.yaml")
-    n_modes = sum(len(p["modes"][fw]) for fw in p["frameworks"])
-    assert len(df) == len(p["models"]) * n_modes * len(p["batch_sizes"]) * len(p["seq_lens"])
+    assert len(df) == (len(p["models"]) * n_variants(p) * len(p["batch_sizes"])
+                       * len(p["seq_lens"]))
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["framework", "mode", "error"]]
     assert (df["mode_setup"] != "").all() and (df["equiv_max_abs_err"] < p["equiv_tol"]).all()
     compiled = df[df["mode"] != "eager"]
