@@ -56,5 +56,6 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
             print(f"{study}: {task} cells", flush=True)
         Runner(params, out / "results", profile=profile, progress=progress, task=task,
                precision_errors=spec.precision_errors,
-               acceleration=spec.acceleration).run([c for c in cells if c.task == task])
+               acceleration=spec.acceleration,
+               distributed=spec.distributed).run([c for c in cells if c.task == task])
     return load_results(out)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import yaml
 
 from . import models
-from .spec import DEVICES, DTYPES, FRAMEWORKS, MODES, TRAIN_MODES
+from .spec import DEVICES, DIST_MODES, DTYPES, FRAMEWORKS, MODES, SCALINGS, TRAIN_MODES
 
 # Set by `fwcompare report` for each notebook; not part of a params file.
 RUNTIME_KEYS = {"profile": "quick", "output_dir": ""}
@@ -196,10 +196,76 @@ ACCELERATION["modes"] = Param("dict[str, list[str]]", ACCELERATION["modes"].defa
                               "modes per framework; eager is required in each (the baseline)",
                               _all(_modes_in(MODES), _eager_in_each))
 
+def _dist_frameworks(v):
+    bad = [fw for fw in v if fw not in DIST_MODES]
+    if not bad:
+        return None
+    if bad[0] == "jax":
+        return ("'jax' has no data-parallel launcher here yet (JAX's multi-process API is "
+                f"optional in this study); allowed: {', '.join(DIST_MODES)}")
+    return f"unknown value {bad[0]!r}; allowed: {', '.join(DIST_MODES)}"
+
+
+def _dist_modes(v):
+    problem = _dist_frameworks(list(v))
+    if problem:
+        return problem
+    return _modes_in(DIST_MODES)(v)
+
+
+DISTRIBUTED = {
+    **{k: p for k, p in _grid(["distilbert-base-uncased"], {"torch": ["eager"], "tensorflow": ["graph"]},
+                              DIST_MODES, [4], [64], 900.0).items()
+       if k not in ("batch_sizes", "seq_lens")},
+    "workers": Param("list[int]", [1, 2], "worker processes of each cell (1..N); the smallest is the baseline of speed-up and efficiency", _all(_non_empty, _positive)),
+    "scaling": Param("list[str]", list(SCALINGS), "weak: per_worker_batch on every worker (the global batch grows with workers); strong: global_batch split over the workers", _all(_non_empty, _one_of(SCALINGS))),
+    "per_worker_batch": Param("int", 4, "weak scaling: samples per worker per step", _positive),
+    "global_batch": Param("int", 8, "strong scaling: samples per step over all workers (a multiple of every workers value)", _positive),
+    "seq_len": Param("int", 64, "sequence length in tokens", _positive),
+    **{k: TRAINING[k] for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps",
+                                "agreement_steps", "loss_tol", "loss_curve_rtol")},
+    "weight_tol": Param("float", 1e-6, "max abs difference of any weight across ranks (after the agreement steps and after each cell) before the cells are flagged not_equivalent", _non_negative),
+    "allreduce_repeats": Param("int", 5, "all-reduces of one step's gradients timed alone per cell", _positive),
+    "hosts": Param("list[str]", ["127.0.0.1"], "hosts taking part, node 0 first (rank 0, torchrun's rendezvous); one entry: this machine, workers on loopback", _non_empty),
+    "node_rank": Param("int", 0, "this host's index in hosts: run the same study on every host, each with its own node_rank", _non_negative),
+    "master_port": Param("int", 0, "torchrun's rendezvous port on hosts[0] (TensorFlow worker i listens on master_port+1+i); 0: free ports found at launch (one host only)", _non_negative),
+    **TIMING,
+}
+DISTRIBUTED["frameworks"] = Param("list[str]", ["torch", "tensorflow"], "frameworks to compare",
+                                  _all(_non_empty, _dist_frameworks))
+DISTRIBUTED["modes"] = Param("dict[str, list[str]]", DISTRIBUTED["modes"].default,
+                             "engine per framework: torch eager (DistributedDataParallel), "
+                             "tensorflow graph (MultiWorkerMirroredStrategy)", _dist_modes)
+DISTRIBUTED["threads"] = Param("int", 0, "intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)", _non_negative)
+DISTRIBUTED["group_timeout_s"] = Param("float", 900.0, "seconds one launch (a framework at one worker count) may run before every rank is stopped", _positive)
+
+
+def _distributed_problems(full: dict) -> list[str]:
+    problems = []
+    hosts = full["hosts"]
+    if "strong" in full["scaling"]:
+        uneven = [w for w in full["workers"] if full["global_batch"] % w]
+        if uneven:
+            problems.append(f"key 'global_batch': {full['global_batch']} does not split evenly "
+                            f"over {', '.join(map(str, uneven))} workers")
+    uneven = [w for w in full["workers"] if w % len(hosts)]
+    if uneven:
+        problems.append(f"key 'workers': {', '.join(map(str, uneven))} cannot be spread evenly "
+                        f"over {len(hosts)} hosts")
+    if full["node_rank"] >= len(hosts):
+        problems.append(f"key 'node_rank': {full['node_rank']} is not an index of hosts "
+                        f"({len(hosts)} given)")
+    if len(hosts) > 1 and not full["master_port"]:
+        problems.append("key 'master_port': several hosts need a fixed port (0 picks a free "
+                        "port on one host only)")
+    return problems
+
+
 SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP,
                                         "training": TRAINING,
                                         "mixed_precision": MIXED_PRECISION,
-                                        "acceleration": ACCELERATION}
+                                        "acceleration": ACCELERATION,
+                                        "distributed": DISTRIBUTED}
 
 
 def _type_ok(value, type_: str) -> bool:
@@ -259,10 +325,12 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
         if full["min_time_s"] > full["max_time_s"]:
             problems.append("key 'max_time_s': must be >= min_time_s")
         acc = full.get("accumulation_steps", 1)
-        uneven = [b for b in full["batch_sizes"] if b % acc]
+        uneven = [b for b in full.get("batch_sizes", []) if b % acc]
         if uneven:
             problems.append(f"key 'accumulation_steps': {acc} does not divide batch size(s) "
                             f"{', '.join(map(str, uneven))}")
+    if not problems and study == "distributed":
+        problems += _distributed_problems(full)
     if problems:
         if len(problems) == 1:
             raise ParamsError(f"{source}: {problems[0]}")

@@ -549,6 +549,130 @@ def recompilations(table: pd.DataFrame, manifest: dict):
         "cache entries", 0.82)
 
 
+def _scaling_panels(table: pd.DataFrame):
+    """(axes grid, panels): one panel per (model, scaling), weak first."""
+    keys = sorted({(m, sc) for m, sc in zip(table["model"], table["scaling"])},
+                  key=lambda k: (k[0], k[1] != "weak"))
+    fig, axes = plt.subplots(1, len(keys), squeeze=False, figsize=(4.6 * len(keys) + 2.2, 4.0))
+    return fig, axes, keys
+
+
+def _scaling_title(model: str, scaling: str, g: pd.DataFrame) -> str:
+    if scaling == "weak":
+        return f"{model}\nweak: {g['per_worker_batch'].iloc[0]} samples per worker"
+    return f"{model}\nstrong: global batch {g['batch_size'].iloc[0]}"
+
+
+def _mark_failed(ax, g: pd.DataFrame, x: str) -> None:
+    for _, r in g[~g["status"].isin(("ok", "not_equivalent"))].iterrows():
+        ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (r[x], 0), xycoords=(
+            "data", "axes fraction"), xytext=(0, 4), textcoords="offset points", ha="center",
+            fontsize=8, color="crimson")
+
+
+def scaling_throughput(table: pd.DataFrame, manifest: dict):
+    """Global samples per second against workers, per framework, with the
+    95% CI as error bars; the dashed line is linear scaling from each
+    framework's baseline (its fewest workers). Failed cells marked on the axis."""
+    if table.empty:
+        return _no_data("no distributed cell ran")
+    fig, axes, keys = _scaling_panels(table)
+    colors = palette(table["variant"])
+    for ax, (model, scaling) in zip(axes[0], keys):
+        g = table[(table["model"] == model) & (table["scaling"] == scaling)]
+        for v, h in g.groupby("variant"):
+            h = h.sort_values("workers")
+            ok = h[h["status"].isin(("ok", "not_equivalent"))]
+            ax.errorbar(ok["workers"], ok["samples_per_s"],
+                        yerr=[ok["samples_per_s"] - ok["samples_per_s_low"],
+                              ok["samples_per_s_high"] - ok["samples_per_s"]],
+                        marker="o", capsize=3, color=colors[v], label=v)
+            base = ok[ok["workers"] == ok["baseline_workers"]]
+            if len(base):
+                b = base.iloc[0]
+                ideal = b["samples_per_s"] * h["workers"] / b["workers"]
+                ax.plot(h["workers"], ideal, ls="--", color=colors[v], alpha=0.6,
+                        label=f"{v} linear")
+            _mark_failed(ax, h, "workers")
+        ax.set_xticks(sorted(g["workers"].unique()))
+        ax.set_xlabel("workers")
+        ax.set_ylabel("samples / s (all workers)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
+    return _legend_right(fig, axes, "Training throughput against workers (dashed: linear "
+                         "scaling)", manifest, "error bars: 95% CI of the median step time, "
+                         "timed on rank 0 to the slowest rank", 0.8)
+
+
+def scaling_efficiency(table: pd.DataFrame, manifest: dict):
+    """Scaling efficiency (speed-up over the baseline / worker ratio) per
+    worker count and framework, with its bootstrap 95% CI; 1 is linear."""
+    rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
+    if rest.empty:
+        return _no_data("scaling efficiency needs two worker counts")
+    fig, axes, keys = _scaling_panels(rest)
+    colors = palette(rest["variant"])
+    variants = sorted(rest["variant"].unique())
+    width = 0.8 / len(variants)
+    for ax, (model, scaling) in zip(axes[0], keys):
+        g = rest[(rest["model"] == model) & (rest["scaling"] == scaling)]
+        counts = sorted(g["workers"].unique())
+        for k, v in enumerate(variants):
+            h = g[g["variant"] == v].set_index("workers").reindex(counts)
+            x = np.arange(len(counts)) + (k - (len(variants) - 1) / 2) * width
+            ax.bar(x, h["efficiency"], width, color=colors[v], label=v,
+                   yerr=[h["efficiency"] - h["efficiency_low"],
+                         h["efficiency_high"] - h["efficiency"]], capsize=3)
+            for xx, (_, r) in zip(x, h.iterrows()):
+                if r["efficiency"] == r["efficiency"]:
+                    ax.annotate(f"{r['efficiency']:.0%}", (xx, r["efficiency_high"]),
+                                ha="center", va="bottom", fontsize=8)
+                elif isinstance(r["status"], str):
+                    ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
+                                ha="center", fontsize=8, color="crimson")
+        ax.axhline(1.0, color="0.3", lw=1, ls="--")
+        ax.set_xticks(range(len(counts)), [str(c) for c in counts])
+        ax.set_xlabel("workers")
+        ax.set_ylabel("scaling efficiency")
+        ax.set_ylim(0, max(1.15, float(np.nanmax(g["efficiency_high"].to_numpy(float),
+                                                  initial=0)) * 1.1))
+        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
+    return _legend_right(fig, axes, "Scaling efficiency against the fewest workers (1 = linear)",
+                         manifest, "error bars: bootstrap 95% CI from the raw step times of "
+                         "both cells", 0.82)
+
+
+def allreduce_share(table: pd.DataFrame, manifest: dict):
+    """The gradient all-reduce (every gradient, timed alone after the cell)
+    as a share of the step, per framework and worker count."""
+    if table.empty or table["allreduce_share"].isna().all():
+        return _no_data("no all-reduce was timed")
+    fig, axes, keys = _scaling_panels(table)
+    colors = palette(table["variant"])
+    variants = sorted(table["variant"].unique())
+    width = 0.8 / len(variants)
+    for ax, (model, scaling) in zip(axes[0], keys):
+        g = table[(table["model"] == model) & (table["scaling"] == scaling)]
+        counts = sorted(g["workers"].unique())
+        for k, v in enumerate(variants):
+            h = g[g["variant"] == v].set_index("workers").reindex(counts)
+            x = np.arange(len(counts)) + (k - (len(variants) - 1) / 2) * width
+            ax.bar(x, h["allreduce_share"], width, color=colors[v], label=v)
+            for xx, (_, r) in zip(x, h.iterrows()):
+                if r["allreduce_share"] == r["allreduce_share"]:
+                    ax.annotate(f"{r['allreduce_s'] * 1e3:.3g} ms", (xx, r["allreduce_share"]),
+                                ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(counts)), [str(c) for c in counts])
+        ax.set_xlabel("workers")
+        ax.set_ylabel("all-reduce time / step time")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
+    return _legend_right(fig, axes, "Gradient all-reduce as a share of the training step",
+                         manifest, "all-reduce of every gradient timed alone (labels: its "
+                         "median); DDP overlaps it with the backward pass, so this bounds the "
+                         "cost it adds", 0.82)
+
+
 def save_figure(fig, directory: Path | str, name: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

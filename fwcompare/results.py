@@ -46,7 +46,9 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "fp64_max_abs_err", "fp64_rel_l2_err", "fp64_cosine", "fp64_argmax_agreement",
            "out_nonfinite", "skipped_steps", "nonfinite_losses", "final_loss_scale",
            # acceleration: compiled output against eager; compilations of a cell's first call
-           "accel_max_abs_err", "accel_rel_err", "recompiles"]
+           "accel_max_abs_err", "accel_rel_err", "recompiles",
+           # distributed: per-worker batch, weights across ranks, gradient all-reduce
+           "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share"]
 PROVENANCE = {"mem_method": "string", "precision_setup": "string", "mode_setup": "string",
               "framework_version": "string", "framework_threads": "float64",
               "device_name": "string", "cpu_model": "string", "hostname": "string",
@@ -55,7 +57,7 @@ PROVENANCE = {"mem_method": "string", "precision_setup": "string", "mode_setup":
 
 DTYPES: dict[str, str] = {
     "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
-    **{c: ("int64" if c in ("batch_size", "seq_len", "threads") else "string")
+    **{c: ("int64" if c in ("batch_size", "seq_len", "threads", "workers") else "string")
        for c in SPEC_COLUMNS},
     **OUTCOME, **{c: "float64" for c in FIGURES}, **PROVENANCE,
 }

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from . import env, models
 from .paths import ROOT
 from .frameworks import Unsupported, check_precision
+from .launch import Launch
 from .results import ResultStore, make_row
 from .spec import RunSpec
 from .timing import TimingConfig
@@ -120,6 +121,7 @@ class _Worker:
 
 # Params that change how a mode is built (frameworks' make_forward options).
 MODE_OPTIONS = ("torch_compile_mode", "torch_compile_dynamic")
+DIST_KEYS = ("weight_tol", "allreduce_repeats")
 TRAIN_KEYS = ("learning_rate", "weight_decay", "beta1", "beta2", "eps", "accumulation_steps",
               "agreement_steps", "loss_tol", "loss_curve_rtol", "mp_loss_rtol")
 
@@ -127,16 +129,19 @@ TRAIN_KEYS = ("learning_rate", "weight_decay", "beta1", "beta2", "eps", "accumul
 class Runner:
     def __init__(self, params: dict, store_dir: Path, profile: str = "adhoc",
                  progress: bool = True, task: str = "inference", precision_errors: bool = False,
-                 acceleration: bool = False):
+                 acceleration: bool = False, distributed: bool = False):
         """``precision_errors``: inference outputs are logits for decoders (hidden
         states for encoders) and each cell's output is compared with a float64
         PyTorch reference computed for its shape (the mixed-precision study).
         ``acceleration``: every mode runs in a process of its own, compiled
-        modes checked against eager per cell (the acceleration study)."""
+        modes checked against eager per cell (the acceleration study).
+        ``distributed``: each (framework, mode, worker count) is one launch of
+        that many ranks with the framework's launcher (the distributed study)."""
         self.params = params
         self.task = task
         self.precision_errors = precision_errors
         self.acceleration = acceleration
+        self.distributed = distributed
         self.store = ResultStore(store_dir)
         self.profile = profile
         self.progress = progress
@@ -193,17 +198,22 @@ class Runner:
         train.setdefault("accumulation_steps", 1)
         if "stability_steps" in self.params:
             train["agreement_steps"] = self.params["stability_steps"]
+        gate_shape = (GATE_SHAPE[0] * train["accumulation_steps"], GATE_SHAPE[1])
+        if self.distributed:  # split evenly over every worker count
+            gate_shape = (2 * math.lcm(*self.params["workers"]), GATE_SHAPE[1])
         return {"kind": kind, "task": self.task, "model": model, "seed": self.params["seed"],
                 "head": self._head(model), "model_key": self._key(model),
                 "device": self.params["device"], "threads": self.threads,
                 "gate_dir": str(self.work_dir / "gate"),
-                "gate_shape": (GATE_SHAPE[0] * train["accumulation_steps"], GATE_SHAPE[1]),
+                "gate_shape": gate_shape,
                 "store_dir": str(self.store.dir), "run_id": self.run_id,
                 "profile": self.profile, "timing": self.timing,
                 "equiv_tol": self.params.get("equiv_tol"),
                 "mp_equiv_rtol": self.params.get("mp_equiv_rtol"),
                 "acceleration": self.acceleration, "accel_tol": self.params.get("accel_tol"),
                 "mode_options": {k: self.params[k] for k in MODE_OPTIONS if k in self.params},
+                **{k: self.params[k] for k in DIST_KEYS if k in self.params},
+                "collective_timeout_s": self.params.get("group_timeout_s"),
                 "train": train, "provenance": self.provenance, **extra}
 
     def _prepare(self, model: str, cells: list[tuple[RunSpec, int]]) -> str | None:
@@ -225,6 +235,33 @@ class Runner:
             return f"preparing weights failed ({w.exit_description()}): {w.stderr_tail()}"
         return None
 
+    def _spawn(self, job: dict, name: str, framework: str, cells):
+        """The worker process of a group, or a launch of a data-parallel run's ranks."""
+        if not self.distributed:
+            return _Worker(job, self.work_dir / "jobs", name, self.threads,
+                           self.params["device"], framework)
+        spec = cells[0][0]
+        job.update(mode=spec.mode, threads=spec.threads)
+        return Launch(job, self.work_dir / "jobs", f"{name}-x{spec.workers}",
+                      _worker_env(spec.threads, self.params["device"], framework),
+                      framework=framework, workers=spec.workers, hosts=self.params["hosts"],
+                      node_rank=self.params["node_rank"], master_port=self.params["master_port"])
+
+    def _follow(self, framework: str, model: str, cells: list[tuple[RunSpec, int]]) -> None:
+        """On a host other than node 0: run this host's ranks until the launch
+        ends; rank 0, on node 0, writes the rows."""
+        job = self._job("group", model, framework=framework,
+                        cells=[{"spec": s.to_dict(), "round": r} for s, r in cells])
+        w = self._spawn(job, f"{framework}-{self._key(model)}", framework, cells)
+        deadline = time.monotonic() + self.params["group_timeout_s"]
+        try:
+            while w.running() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        finally:
+            w.kill()
+        self._say(f"{framework} x{cells[0][0].workers}: this host's ranks ended "
+                  f"({w.exit_description()})")
+
     def _run_group(self, framework: str, model: str, cells: list[tuple[RunSpec, int]]) -> None:
         remaining = {(s.cell_id, r): (s, r) for s, r in cells}
         deadline = time.monotonic() + self.params["group_timeout_s"]
@@ -235,8 +272,7 @@ class Runner:
             kinds = sorted({s.mode for s, _ in remaining.values()}) + sorted(
                 {s.dtype for s, _ in remaining.values()} - {"float32"})
             name = f"{framework}-{'-'.join(kinds)}-{self._key(model)}"
-            w = _Worker(job, self.work_dir / "jobs", name, self.threads, self.params["device"],
-                        framework)
+            w = self._spawn(job, name, framework, list(remaining.values()))
             in_flight, timed_out, cell_timed_out, started = None, False, False, 0.0
             cell_limit = self.params.get("cell_timeout_s") or math.inf
             try:
@@ -315,7 +351,10 @@ class Runner:
                 if s.dtype in unsupported:
                     self._fail(s, r, "unsupported", unsupported[s.dtype])
             mine = [(s, r) for s, r in mine if s.dtype not in unsupported]
-            if self.task == "train" or self.acceleration:
+            if self.distributed:  # one launch per worker count
+                for key in sorted({(s.mode, s.workers) for s, _ in mine}):
+                    yield fw, [(s, r) for s, r in mine if (s.mode, s.workers) == key]
+            elif self.task == "train" or self.acceleration:
                 for mode in sorted({s.mode for s, _ in mine}):
                     yield fw, [(s, r) for s, r in mine if s.mode == mode]
             elif mine:
@@ -358,6 +397,8 @@ class Runner:
                         if prepared[model]:
                             for s, r in cells:
                                 self._fail(s, r, "error", prepared[model])
+                        elif self.params.get("node_rank"):
+                            self._follow(fw, model, cells)
                         else:
                             self._run_group(fw, model, cells)
         finally:

@@ -26,6 +26,14 @@ DEVICES = ("cpu", "gpu")
 # mixed precision (fp32 weights, reduced-precision compute).
 DTYPES = ("float32", "tf32", "bfloat16", "float16")
 TASKS = ("inference", "train")
+# Data-parallel training (the distributed study): the engine each framework's
+# mode stands for. torch eager: DistributedDataParallel under torchrun;
+# tensorflow graph: MultiWorkerMirroredStrategy with the step in tf.function.
+DIST_MODES = {"torch": ("eager",), "tensorflow": ("graph",)}
+SCALINGS = ("weak", "strong")
+
+
+_LATER_FIELDS = ("workers", "scaling")
 
 
 @dataclass(frozen=True)
@@ -42,18 +50,29 @@ class RunSpec:
     seq_len: int
     threads: int
     task: str = "inference"
+    # Data-parallel cells: worker processes, and weak (per-worker batch fixed)
+    # or strong (global batch fixed) scaling; batch_size is the global batch.
+    workers: int = 1
+    scaling: str = ""
 
     @property
     def cell_id(self) -> str:
         # hash() of a str is salted per process; a resumable id must not be.
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        # Fields at their defaults stay out, so ids of single-process cells did
+        # not change when the data-parallel fields were added.
+        d = dataclasses.asdict(self)
+        for f in dataclasses.fields(self):
+            if f.name in _LATER_FIELDS and d[f.name] == f.default:
+                del d[f.name]
+        blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     @property
     def label(self) -> str:
         precision = "" if self.dtype == "float32" else f" {self.dtype}"
         task = " train" if self.task == "train" else ""
-        return (f"{self.model}{task} {self.framework}/{self.mode}{precision} "
+        workers = f" {self.scaling} x{self.workers}" if self.scaling else ""
+        return (f"{self.model}{task} {self.framework}/{self.mode}{precision}{workers} "
                 f"b={self.batch_size} s={self.seq_len}")
 
     def to_dict(self) -> dict:

@@ -36,6 +36,24 @@ def _mixed_precision_cells(params: dict) -> list[RunSpec]:
                          seq_lens=[params["train_seq_len"]]))
 
 
+def _distributed_cells(params: dict) -> list[RunSpec]:
+    """Per framework and worker count, a weak-scaling cell (per_worker_batch on
+    each worker) and a strong-scaling one (global_batch over all workers)."""
+    local = max(params["workers"]) // len(params["hosts"])
+    threads = params["threads"] or max(1, env.default_threads() // local)
+    batch = {"weak": lambda w: params["per_worker_batch"] * w,
+             "strong": lambda w: params["global_batch"]}
+    return [RunSpec(study="distributed", model=model, framework=fw, mode=mode,
+                    device=params["device"], dtype=params["dtype"], batch_size=batch[sc](w),
+                    seq_len=params["seq_len"], threads=threads, task="train", workers=w,
+                    scaling=sc)
+            for model in params["models"]
+            for fw in params["frameworks"]
+            for mode in params["modes"][fw]
+            for w in params["workers"]
+            for sc in params["scaling"]]
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -46,6 +64,8 @@ class Study:
     precision_errors: bool = False
     # Every mode in a process of its own; compiled modes checked against eager per cell.
     acceleration: bool = False
+    # Data-parallel: each (framework, mode, workers) launched as that many ranks.
+    distributed: bool = False
     grid: Callable[[dict], list[RunSpec]] | None = None
 
     def cells(self, params: dict) -> list[RunSpec]:
@@ -66,4 +86,8 @@ STUDIES = {
     "acceleration": Study("acceleration",
                           "Acceleration: TorchScript, torch.compile, tf.function, XLA, jax.jit",
                           "acceleration.ipynb", ("inference",), acceleration=True),
+    "distributed": Study("distributed",
+                         "Distributed data-parallel: DDP against tf.distribute, 1 to N workers",
+                         "distributed.ipynb", ("train",), distributed=True,
+                         grid=_distributed_cells),
 }

@@ -471,3 +471,138 @@ def acceleration_claims(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.Data
                                                  for r in pairs})) if shapes != "all" else
                      f"all {len(pairs)} shared cells"})
     return pd.DataFrame(rows)
+
+
+# -- distributed data-parallel -------------------------------------------------------
+SCALING_KEYS = ["model", "framework", "mode", "device", "dtype", "seq_len", "scaling"]
+
+
+def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per (framework, scaling, workers): step time with its CI
+    (rank 0, to the slowest rank), samples/s, and against the smallest worker
+    count of the same framework and scaling (the baseline, usually 1):
+
+    - ``speedup`` = throughput / baseline throughput (global samples per
+      second), with a bootstrap CI from both cells' raw step times;
+    - ``ideal_speedup`` = workers / baseline workers;
+    - ``efficiency`` = speedup / ideal_speedup (1 is linear scaling). Weak
+      scaling (per-worker batch fixed): baseline step time / step time. Strong
+      scaling (global batch fixed): that ratio over the worker ratio.
+
+    Gradient all-reduce timed alone (``allreduce_s``) and its share of the
+    step, weights across ranks and losses against the single-process run
+    come from the cell's row."""
+    if summary.empty:
+        return pd.DataFrame()
+    by_cell = samples_by_cell(samples)
+    rows = []
+    for _, g in summary.groupby(SCALING_KEYS, sort=False):
+        g = g.sort_values("workers")
+        ok = g[g["status"].isin(_OK) & g["cell_id"].map(lambda c: c in by_cell)]
+        base = ok.iloc[0] if len(ok) else None
+        for _, r in g.iterrows():
+            row = {k: r[k] for k in SCALING_KEYS}
+            row.update(variant=r["variant"], workers=int(r["workers"]),
+                       batch_size=int(r["batch_size"]),
+                       per_worker_batch=int(r["batch_size"]) // int(r["workers"]),
+                       status=r["status"], median_s=r["median_s"], ci_low_s=r["ci_low_s"],
+                       ci_high_s=r["ci_high_s"],
+                       samples_per_s=r["batch_size"] / r["median_s"],
+                       samples_per_s_low=r["batch_size"] / r["ci_high_s"],
+                       samples_per_s_high=r["batch_size"] / r["ci_low_s"],
+                       first_call_s=r["first_call_s"])
+            speed = (math.nan,) * 3
+            if base is not None and r["status"] in _OK and r["cell_id"] in by_cell:
+                ratio = geomean_ratio_ci([(by_cell[base["cell_id"]], by_cell[r["cell_id"]])])
+                scale = r["batch_size"] / base["batch_size"]
+                speed = tuple(x * scale for x in ratio)
+            ideal = r["workers"] / base["workers"] if base is not None else math.nan
+            row.update(baseline_workers=int(base["workers"]) if base is not None else math.nan,
+                       speedup=speed[0], speedup_low=speed[1], speedup_high=speed[2],
+                       ideal_speedup=ideal, efficiency=speed[0] / ideal,
+                       efficiency_low=speed[1] / ideal, efficiency_high=speed[2] / ideal,
+                       allreduce_s=r["allreduce_s"], allreduce_share=r["allreduce_share"],
+                       weight_max_abs_diff=r["weight_max_abs_diff"],
+                       loss_abs_diff_step0=r["equiv_max_abs_err"],
+                       loss_max_rel_diff=r["equiv_rel_err"], mode_setup=r["mode_setup"],
+                       error=r["error"])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
+    """Agreement-step losses of every framework at every worker count against
+    the single-process PyTorch run over the same global batch (the reference),
+    and against the same framework's run with the fewest workers."""
+    if losses.empty:
+        return pd.DataFrame()
+    df = losses.assign(engine=losses["mode"].str.split(" x").str[0],
+                       workers=losses["mode"].str.split(" x").str[-1].astype(int))
+    rows = []
+    for (model, fw, engine), g in df.groupby(["model", "framework", "engine"]):
+        fewest = g[g["workers"] == g["workers"].min()].sort_values("step")["loss"].to_numpy()
+        for w, h in g.groupby("workers"):
+            h = h.sort_values("step")
+            loss = h["loss"].to_numpy()
+            ref = h["reference_loss"].to_numpy()
+            rows.append({"model": model, "variant": variant(fw, engine), "workers": int(w),
+                         "steps": len(h), "first_loss": loss[0], "last_loss": loss[-1],
+                         "max_abs_diff_vs_single_process_torch": float(np.max(np.abs(loss - ref))),
+                         f"max_abs_diff_vs_{int(g['workers'].min())}_worker":
+                             float(np.max(np.abs(loss - fewest))) if len(fewest) == len(loss)
+                             else math.nan,
+                         "loss_decreased": bool(loss[-1] < loss[0])})
+    return pd.DataFrame(rows)
+
+
+ARTICLES = "framework-comparison articles"
+# (claim, source, framework, workers, claimed speed-up or NaN, claimed efficiency low, high, hardware)
+DISTRIBUTED_CLAIMS = [
+    ("Near-linear data-parallel scaling: PyTorch 7.8x on 8 GPUs", ARTICLES, "torch", 8, 7.8,
+     7.8 / 8, 7.8 / 8, "8x NVIDIA V100, one node"),
+    ("Near-linear data-parallel scaling: TensorFlow 7.5x on 8 GPUs", ARTICLES, "tensorflow", 8,
+     7.5, 7.5 / 8, 7.5 / 8, "8x NVIDIA V100, one node"),
+    ("PyTorch DDP keeps 92% scaling efficiency at 64 GPUs", ARTICLES, "torch", 64, math.nan,
+     0.92, 0.92, "64 GPUs, several nodes"),
+    ("TensorFlow keeps 85-88% scaling efficiency at 64 GPUs", ARTICLES, "tensorflow", 64,
+     math.nan, 0.85, 0.88, "64 GPUs, several nodes"),
+    ("Ring all-reduce beats a parameter server by 23% (ResNet-50)", ARTICLES, "", 0, math.nan,
+     math.nan, math.nan, "GPU cluster; ResNet-50"),
+]
+
+
+def distributed_claims(table: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
+    """Each article figure beside this machine's: weak-scaling efficiency (the
+    articles keep the per-GPU batch fixed) at the largest worker count each
+    framework ran here, with its CI, and the hardware of both. No verdict
+    here: the claims scorecard judges."""
+    from .env import hardware_line
+
+    here = hardware_line(manifest) if manifest else "this machine"
+    weak = table[(table["scaling"] == "weak") & table["efficiency"].notna()] if len(table) \
+        else table
+    rows = []
+    for claim, source, fw, workers, speedup, eff_lo, eff_hi, hardware in DISTRIBUTED_CLAIMS:
+        mine = weak[weak["framework"] == fw] if fw and len(weak) else weak.iloc[0:0]
+        mine = mine[mine["workers"] > mine["baseline_workers"]] if len(mine) else mine
+        top = mine.sort_values("workers").iloc[-1] if len(mine) else None
+        if speedup == speedup:
+            claimed = f"{speedup:g}x on {workers} ({eff_lo:.1%} efficiency)"
+        elif eff_lo == eff_lo:
+            span = f"{eff_lo:.0%}" + (f"-{eff_hi:.0%}" if eff_hi != eff_lo else "")
+            claimed = f"{span} efficiency on {workers}"
+        else:
+            claimed = "23% faster than a parameter server"
+        rows.append({
+            "claim": claim, "source": source, "claimed": claimed, "claimed_hardware": hardware,
+            "claimed_efficiency_low": eff_lo, "claimed_efficiency_high": eff_hi,
+            "measured_workers": top["workers"] if top is not None else math.nan,
+            "measured_speedup": top["speedup"] if top is not None else math.nan,
+            "measured_efficiency": top["efficiency"] if top is not None else math.nan,
+            "ci_low": top["efficiency_low"] if top is not None else math.nan,
+            "ci_high": top["efficiency_high"] if top is not None else math.nan,
+            "measured_hardware": here if top is not None else
+            ("not measured here: no parameter server in this suite" if not fw else
+             "not measured here: fewer than two worker counts ran"),
+        })
+    return pd.DataFrame(rows)

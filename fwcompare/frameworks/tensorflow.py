@@ -192,3 +192,118 @@ def runtime_info(device: str) -> dict:
                 "device_name", "gpu")
         info["tf32_matmul"] = bool(tf.config.experimental.tensor_float_32_execution_enabled())
     return info
+
+
+# -- data-parallel training (the distributed study) -----------------------------
+class DataParallel:
+    """One worker of ``tf.distribute.MultiWorkerMirroredStrategy`` training,
+    its cluster given by TF_CONFIG. Collectives: ring on the CPU, NCCL on
+    GPUs. The model and optimizer are built in the strategy's scope (mirrored
+    variables, identical at start); the step runs in ``strategy.run`` inside
+    tf.function, and ``apply_gradients`` all-reduces (sums) the gradients, so
+    each worker's loss is divided by the number of replicas: the update is
+    that of the mean loss over the global batch, as with DDP."""
+
+    engine = "tf.distribute MultiWorkerMirroredStrategy"
+
+    def __init__(self, weights_dir, device: str, head: str, opt: dict, mode: str = "graph",
+                 timeout_s: float = 1800.0):
+        import tf_keras
+
+        if mode != "graph":
+            raise Unsupported(f"tensorflow data-parallel mode {mode!r} is not implemented "
+                              "(graph: the step in tf.function)")
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.NCCL
+            if device == "gpu" else tf.distribute.experimental.CommunicationImplementation.RING,
+            timeout_seconds=timeout_s)
+        self.strategy = strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=options)
+        self.rank = int(strategy.cluster_resolver.task_id or 0)
+        self.world = strategy.num_replicas_in_sync
+        set_precision("float32", device)
+        auto = auto_class("TF", weights_dir, head)
+        with strategy.scope():
+            self.model = model = auto.from_pretrained(weights_dir, from_pt=True,
+                                                      local_files_only=True)
+            optimizer = tf_keras.optimizers.AdamW(
+                learning_rate=opt["learning_rate"], weight_decay=opt["weight_decay"],
+                beta_1=opt["beta1"], beta_2=opt["beta2"], epsilon=opt["eps"])
+        variables = model.trainable_variables
+        world = self.world
+
+        def replica_step(ids, labels):
+            with tf.GradientTape() as tape:
+                loss = _loss(model(input_ids=ids, training=True).logits, labels, head)
+                scaled = loss / world
+            grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
+            optimizer.apply_gradients(zip(grads, variables))  # sums over replicas
+            return loss
+
+        def ctx():
+            return tf.distribute.get_replica_context()
+
+        def spread():
+            worst = tf.zeros((), tf.float32)
+            for v in model.weights:
+                every = ctx().all_gather(tf.expand_dims(tf.identity(v), 0), axis=0)
+                gap = tf.reduce_max(every, axis=0) - tf.reduce_min(every, axis=0)
+                worst = tf.maximum(worst, tf.cast(tf.reduce_max(gap), tf.float32))
+            return worst
+
+        self._step = tf.function(lambda ids, labels: strategy.run(replica_step, (ids, labels)))
+        # A collective's input must be made in the replica function (placed on
+        # the worker's device): a tensor passed in from outside has no
+        # destination ("destinations can not be empty").
+        self._sum = tf.function(lambda x: strategy.run(
+            lambda v: ctx().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(v)), (x,)))
+        self._spread = tf.function(lambda: strategy.run(spread))
+        self._grads_like = [tf.zeros(v.shape, v.dtype) for v in variables]
+        self._allreduce = tf.function(lambda gs: strategy.run(
+            lambda g: ctx().all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(x) for x in g]),
+            (gs,)))
+        self.setup = (f"MultiWorkerMirroredStrategy ({options.implementation.name.lower()} "
+                      f"collectives), step in tf.function, {self.world} worker(s)")
+
+    def _local(self, value):
+        return self.strategy.experimental_local_results(value)[0]
+
+    def batch(self, ids: np.ndarray, labels: np.ndarray):
+        return tf.constant(ids, dtype=tf.int32), tf.constant(labels, dtype=tf.int32)
+
+    def step(self, batch) -> float:
+        return float(self._local(self._step(*batch)).numpy())
+
+    def allreduce_sum(self, value: float) -> float:
+        return float(self._local(self._sum(tf.constant(value, tf.float64))).numpy())
+
+    def max_weight_diff(self) -> float:
+        return float(self._local(self._spread()).numpy())
+
+    def allreduce_grads_s(self, repeats: int) -> list[float]:
+        """Seconds per all-reduce of one step's gradients (every trainable
+        variable's shape), measured alone, as for DDP. The first call traces
+        and is not counted."""
+        import time
+
+        out = self._allreduce(self._grads_like)
+        float(tf.reduce_sum(self._local(out)[0]).numpy())
+        times = []
+        for _ in range(repeats):
+            self.allreduce_sum(0.0)
+            t0 = time.perf_counter()
+            out = self._allreduce(self._grads_like)
+            float(tf.reduce_sum(self._local(out)[-1]).numpy())
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def perturb(self, amount: float) -> None:
+        """Fault injection: shift this worker's copy of the first weight."""
+        v = self.model.weights[0]
+        for local in self.strategy.experimental_local_results(v):
+            flat = tf.reshape(local, [-1])
+            local.assign(tf.reshape(tf.tensor_scatter_nd_add(flat, [[0]], [amount]),
+                                    local.shape))
+
+    def close(self) -> None:
+        pass

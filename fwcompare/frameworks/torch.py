@@ -197,3 +197,119 @@ def runtime_info(device: str) -> dict:
         info["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         info["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
     return info
+
+
+# -- data-parallel training (the distributed study) -----------------------------
+class DataParallel:
+    """One rank of ``torch.nn.parallel.DistributedDataParallel`` training,
+    started by ``torchrun`` (its RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT). Backend gloo on the CPU, NCCL on GPUs (one GPU per local
+    rank). Each rank loads the shared weights; DDP broadcasts rank 0's at
+    construction and averages gradients (bucketed all-reduce, overlapped with
+    the backward pass), so the step is the training study's step with the
+    average of every rank's gradients."""
+
+    engine = "torch.distributed DistributedDataParallel"
+
+    def __init__(self, weights_dir, device: str, head: str, opt: dict, mode: str = "eager",
+                 timeout_s: float = 1800.0):
+        import datetime
+        import os
+
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        if mode != "eager":
+            raise Unsupported(f"torch data-parallel mode {mode!r} is not implemented")
+        self.dist = dist
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if device == "gpu":
+            _device(device)  # Unsupported without CUDA
+            torch.cuda.set_device(local_rank)
+            self.dev = torch.device("cuda", local_rank)
+        else:
+            self.dev = torch.device("cpu")
+        self.backend = "nccl" if device == "gpu" else "gloo"
+        dist.init_process_group(self.backend,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.head = head
+        model = load(weights_dir, device, head)  # "cuda" is this rank's GPU now
+        model.train()
+        self.model = model
+        self.ddp = DistributedDataParallel(
+            model, device_ids=[local_rank] if device == "gpu" else None)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=opt["learning_rate"],
+                                           betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
+                                           weight_decay=opt["weight_decay"])
+        self.setup = (f"DistributedDataParallel, backend {self.backend}, "
+                      f"{self.world} process(es)")
+
+    def batch(self, ids: np.ndarray, labels: np.ndarray):
+        return (torch.as_tensor(ids, dtype=torch.long, device=self.dev),
+                torch.as_tensor(labels, dtype=torch.long, device=self.dev))
+
+    def step(self, batch) -> float:
+        """One training step on this rank's shard; this rank's loss (the
+        value fetched, so the step has finished on the device)."""
+        ids, labels = batch
+        loss = _loss(self.ddp(input_ids=ids).logits, labels, self.head)
+        loss.backward()  # DDP all-reduces the gradients here
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def allreduce_sum(self, value: float) -> float:
+        """Sum of ``value`` over ranks: a barrier that also carries a number."""
+        t = torch.tensor([value], dtype=torch.float64, device=self.dev)
+        self.dist.all_reduce(t)
+        return float(t[0])
+
+    def max_weight_diff(self) -> float:
+        """Largest |w_i - w_j| over every weight and every pair of ranks
+        (element-wise max and min all-reduced, one parameter at a time)."""
+        worst = 0.0
+        with torch.no_grad():
+            for p in self.model.parameters():
+                hi, lo = p.detach().clone(), p.detach().clone()
+                self.dist.all_reduce(hi, self.dist.ReduceOp.MAX)
+                self.dist.all_reduce(lo, self.dist.ReduceOp.MIN)
+                worst = max(worst, float((hi - lo).max()))
+        return worst
+
+    def allreduce_grads_s(self, repeats: int) -> list[float]:
+        """Seconds per all-reduce of one step's gradients (every trainable
+        parameter, in DDP's bucket size of 25 MiB), measured alone: DDP
+        overlaps it with the backward pass, so this bounds what it adds."""
+        import time
+
+        numels = [p.numel() for p in self.model.parameters() if p.requires_grad]
+        bucket = 25 * 2**20 // 4
+        sizes, cur = [], 0
+        for n in numels:
+            cur += n
+            if cur >= bucket:
+                sizes.append(cur)
+                cur = 0
+        sizes += [cur] if cur else []
+        buffers = [torch.zeros(n, device=self.dev) for n in sizes]
+        times = []
+        for _ in range(repeats):
+            self.allreduce_sum(0.0)
+            t0 = time.perf_counter()
+            works = [self.dist.all_reduce(b, async_op=True) for b in buffers]
+            for w in works:
+                w.wait()
+            if self.dev.type == "cuda":
+                torch.cuda.synchronize(self.dev)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def perturb(self, amount: float) -> None:
+        """Fault injection: shift this rank's first weight (tests the check)."""
+        with torch.no_grad():
+            next(self.model.parameters()).view(-1)[0] += amount
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()

@@ -1,0 +1,204 @@
+"""Launching the ranks of one data-parallel run, with the frameworks' own launchers.
+
+- PyTorch: ``torchrun`` (``python -m torch.distributed.run``) with a static
+  rendezvous at ``MASTER_ADDR:MASTER_PORT``; it starts ``nproc_per_node``
+  ranks on this host and ends them all when one fails.
+- TensorFlow: one process per worker with ``TF_CONFIG`` naming the whole
+  cluster (every worker's host:port) and this worker's index;
+  ``MultiWorkerMirroredStrategy`` connects them.
+
+On one host every rank listens on loopback, on ports found free at launch.
+Across hosts (``hosts`` in the params, ``node_rank`` on each), the same study
+runs on every host; the ports are then fixed: ``master_port`` for torchrun's
+rendezvous, ``master_port + 1 + i`` for TensorFlow worker ``i``.
+
+:class:`Launch` watches the ranks of this host as one worker for the runner:
+rank 0's events, and the first rank that exits with an error ends the launch.
+Killing it kills every process it started, torchrun's ranks included (they
+run in sessions of their own), so no rank outlives its cell and its ports.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+
+import psutil
+
+from .paths import ROOT
+from .worker import EVENT_PREFIX
+
+MODULE = "fwcompare.distributed"
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports nobody listens on now (held open together while chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def torchrun_command(job_path: Path, workers: int, hosts: list[str], node_rank: int,
+                     master_port: int) -> list[str]:
+    """torchrun for this host's share of ``workers`` ranks (static rendezvous)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
+            "--node_rank", str(node_rank), "--nproc_per_node", str(workers // len(hosts)),
+            "--master_addr", hosts[0], "--master_port", str(master_port),
+            "--max_restarts", "0", "-m", MODULE, str(job_path)]
+
+
+def tf_configs(workers: int, hosts: list[str], node_rank: int,
+               ports: list[int]) -> list[dict]:
+    """TF_CONFIG of each worker on this host: the cluster is every host's
+    workers in node order (host i holds workers i*k .. i*k+k-1), ``ports[j]``
+    the port of worker ``j``."""
+    k = workers // len(hosts)
+    cluster = {"worker": [f"{hosts[j // k]}:{ports[j]}" for j in range(workers)]}
+    return [{"cluster": cluster, "task": {"type": "worker", "index": node_rank * k + i}}
+            for i in range(k)]
+
+
+def choose_ports(framework: str, workers: int, hosts: list[str], master_port: int) -> list[int]:
+    """torch: [rendezvous port]; tensorflow: every worker's port."""
+    n = 1 if framework == "torch" else workers
+    if master_port:
+        return [master_port] if framework == "torch" else [master_port + 1 + j
+                                                           for j in range(n)]
+    if len(hosts) > 1:
+        raise ValueError("several hosts need a fixed master_port")
+    return free_ports(n)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+class Launch:
+    """This host's ranks of one data-parallel run, watched as one worker
+    (``events``, ``kill``, ``proc``, ``exit_description``, ``stderr_tail``)."""
+
+    def __init__(self, job: dict, job_dir: Path, name: str, env: dict, *, framework: str,
+                 workers: int, hosts: list[str], node_rank: int = 0, master_port: int = 0):
+        job_dir.mkdir(parents=True, exist_ok=True)
+        path = job_dir / f"{name}.json"
+        path.write_text(json.dumps(job))
+        self.ports = choose_ports(framework, workers, hosts, master_port)
+        # An empty compile cache per launch, as for single-process workers.
+        self.cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
+        env = dict(env, TORCHINDUCTOR_CACHE_DIR=self.cache_dir, TRITON_CACHE_DIR=self.cache_dir)
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        self.events: queue.Queue = queue.Queue()
+        self.procs: list[subprocess.Popen] = []
+        self.log_paths: list[Path] = []
+        self._logs = []
+        self.failed: subprocess.Popen | None = None
+        leader = node_rank == 0
+        if framework == "torch":
+            commands = [(torchrun_command(path, workers, hosts, node_rank, self.ports[0]), {})]
+        else:
+            commands = [([sys.executable, "-m", MODULE, str(path)],
+                         {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
+                        for i, c in enumerate(tf_configs(workers, hosts, node_rank, self.ports))]
+        for i, (cmd, extra) in enumerate(commands):
+            log_path = job_dir / f"{name}-{i}.log"
+            log = open(log_path, "a")
+            events_here = leader and i == 0  # rank 0's stdout carries the events
+            self.procs.append(subprocess.Popen(
+                cmd, stdout=subprocess.PIPE if events_here else log, stderr=log, text=True,
+                env=dict(env, **extra), start_new_session=True, cwd=ROOT))
+            self.log_paths.append(log_path)
+            self._logs.append(log)
+            if events_here:
+                threading.Thread(target=self._read, args=(self.procs[-1],), daemon=True).start()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _read(self, proc) -> None:
+        for line in proc.stdout:
+            at = line.find(EVENT_PREFIX)  # launchers may prefix a rank's lines
+            if at >= 0:
+                self.events.put(json.loads(line[at + len(EVENT_PREFIX):]))
+        self.events.put(None)
+
+    def _watch(self) -> None:
+        """The first rank to fail ends the launch: the others would wait for it."""
+        while True:
+            codes = [p.poll() for p in self.procs]
+            bad = [p for p, rc in zip(self.procs, codes) if rc not in (None, 0)]
+            if bad:
+                self.failed = bad[0]
+                self.events.put(None)
+                return
+            if all(rc is not None for rc in codes):
+                self.events.put(None)
+                return
+            time.sleep(0.2)
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.failed or self.procs[0]
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def kill(self) -> None:
+        victims = [d for p in self.procs for d in descendants(p.pid)]
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for d in victims:
+            try:
+                d.kill()
+            except psutil.NoSuchProcess:
+                pass
+        for p in self.procs:
+            p.wait()
+        psutil.wait_procs(victims, timeout=10)
+        for log in self._logs:
+            log.close()
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def stderr_tail(self, chars: int = 1500) -> str:
+        """The failing rank's last lines (rank 0's if none failed)."""
+        i = self.procs.index(self.proc)
+        text = self.log_paths[i].read_text(errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(lines[-15:])[-chars:]
+
+    def exit_description(self) -> str:
+        rc = self.proc.returncode
+        who = "" if len(self.procs) == 1 else f"worker {self.procs.index(self.proc)}: "
+        if rc is not None and rc < 0:
+            return f"{who}killed by signal {signal.Signals(-rc).name}"
+        return f"{who}exit code {rc}"
