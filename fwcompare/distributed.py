@@ -54,18 +54,20 @@ def shard(rows, rank: int, world: int):
 
 
 def _fault(label: str, rank: int, dp=None) -> None:
-    """Fault injection for the robustness tests: FWCOMPARE_FAULT=kind@rank:label-part
-    (kind crash, hang or desync; without @rank, every rank)."""
-    spec, _, where = os.environ.get("FWCOMPARE_FAULT", "").partition(":")
-    kind, _, who = spec.partition("@")
-    if not where or where not in label or (who and int(who) != rank):
-        return
-    if kind == "crash":
-        os._exit(3)
-    if kind == "hang":
-        time.sleep(1e6)
-    if kind == "desync" and dp is not None:
-        dp.perturb(1e-3)
+    """Fault injection for the robustness tests: FWCOMPARE_FAULT holds
+    comma-separated ``kind@rank:label-part`` (kind crash, hang or desync;
+    without @rank, every rank)."""
+    for fault in filter(None, os.environ.get("FWCOMPARE_FAULT", "").split(",")):
+        spec, _, where = fault.partition(":")
+        kind, _, who = spec.partition("@")
+        if not where or where not in label or (who and int(who) != rank):
+            continue
+        if kind == "crash":
+            os._exit(3)
+        if kind == "hang":
+            time.sleep(1e6)
+        if kind == "desync" and dp is not None:
+            dp.perturb(1e-3)
 
 
 class Rank:
@@ -219,7 +221,7 @@ class Rank:
              ci=[figures.get("ci_low_s"), figures.get("ci_high_s")], error=error[:200])
 
 
-def run(job: dict) -> None:
+def run(job: dict):
     from .frameworks import get_backend
     from .spec import RunSpec
     from .worker import release_freed_heap
@@ -244,23 +246,33 @@ def run(job: dict) -> None:
         dp.allreduce_sum(0.0)  # nobody leaves while another rank still needs it
     finally:
         dp.close()
+    return dp
 
 
-def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[0]).read_text())
-    pin_local_cores(job["threads"], local_rank())
-    try:
-        run(job)
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # TensorFlow's collective service threads can hold a normal exit for
-    # minutes after an error; the results are written, so leave now.
+def _exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    """Run the job and leave with os._exit while the engine's objects are still
+    referenced: freeing them can block for minutes (a gloo process group
+    waiting on a rank that has already left; TensorFlow's collective service
+    threads), and the results are written by then."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack to the log
+    job = json.loads(Path(argv[0]).read_text())
+    pin_local_cores(job["threads"], local_rank())
+    try:
+        engine = run(job)  # noqa: F841  (kept alive until the exit)
+    except Exception:
+        traceback.print_exc()
+        _exit(1)
+    _exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

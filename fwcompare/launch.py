@@ -56,7 +56,10 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``port`` now (as torchrun's store and
+    TensorFlow's server do: connections left in TIME_WAIT do not count)."""
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -121,6 +124,7 @@ class Launch:
         self.log_paths: list[Path] = []
         self._logs = []
         self.failed: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
         leader = node_rank == 0
         if framework == "torch":
             commands = [(torchrun_command(path, workers, hosts, node_rank, self.ports[0]), {})]
@@ -138,7 +142,9 @@ class Launch:
             self.log_paths.append(log_path)
             self._logs.append(log)
             if events_here:
-                threading.Thread(target=self._read, args=(self.procs[-1],), daemon=True).start()
+                self._reader = threading.Thread(target=self._read, args=(self.procs[-1],),
+                                                daemon=True)
+                self._reader.start()
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _read(self, proc) -> None:
@@ -155,6 +161,10 @@ class Launch:
             bad = [p for p, rc in zip(self.procs, codes) if rc not in (None, 0)]
             if bad:
                 self.failed = bad[0]
+                # Events rank 0 sent before the failure come first (which cell
+                # was in flight); its output may stay open if it hangs.
+                if self._reader is not None:
+                    self._reader.join(timeout=5)
                 self.events.put(None)
                 return
             if all(rc is not None for rc in codes):

@@ -299,6 +299,8 @@ class Runner:
                         in_flight = None
                         self._cell_done(spec, ev["status"], ev.get("median_s"), ev.get("ci"),
                                        ev.get("error", ""))
+                        if not remaining:  # every row is written: no need to wait for exit
+                            break
             finally:
                 w.kill()
             if timed_out:

@@ -556,7 +556,8 @@ def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
 
 
 ARTICLES = "framework-comparison articles"
-# (claim, source, framework, workers, claimed speed-up or NaN, claimed efficiency low, high, hardware)
+# (claim, source, framework, workers, claimed speed-up or NaN, claimed efficiency
+#  low, high, hardware)
 DISTRIBUTED_CLAIMS = [
     ("Near-linear data-parallel scaling: PyTorch 7.8x on 8 GPUs", ARTICLES, "torch", 8, 7.8,
      7.8 / 8, 7.8 / 8, "8x NVIDIA V100, one node"),

@@ -84,7 +84,8 @@ def test_report_files_exist_and_link(smoke):
                             "peak_memory"),
                "mixed_precision": ("speed_vs_error", "loss_by_precision", "loss_scale"),
                "acceleration": ("speedup_heatmaps", "time_to_first_result", "breakeven",
-                                "recompilations")}
+                                "recompilations"),
+               "distributed": ("scaling_throughput", "scaling_efficiency", "allreduce_share")}
     for name, pngs in figures.items():
         study = out / name
         for fig in pngs:
@@ -99,6 +100,8 @@ def test_report_files_exist_and_link(smoke):
     assert "Training stability, defined" in (
         out / "mixed_precision" / "mixed_precision.html").read_text()
     assert "Breakeven calls" in (out / "acceleration" / "acceleration.html").read_text()
+    assert "Do all workers train the same model?" in (
+        out / "distributed" / "distributed.html").read_text()
     for href in re.findall(r'href="([^"#]+)"', index.read_text()):
         assert (out / href).exists(), href
 
@@ -184,3 +187,39 @@ def test_acceleration_modes_match_eager_and_count_compiles(smoke):
     assert second.loc["torch/torchscript"] == 0 and second.loc["torch/compile"] >= 1
     claims = tables.acceleration_claims(summary, res.samples)
     assert claims["measured_speedup"].notna().all() and (claims["cells"] > 0).all()
+
+
+def test_distributed_two_workers_agree_with_one_process(smoke):
+    """The two-worker loopback case of each framework (torchrun + DDP/gloo,
+    TF_CONFIG + MultiWorkerMirroredStrategy): every rank holds the same weights,
+    the losses are those of one process over the same global batch, and the
+    scaling figures derive from real step times."""
+    out, _, _ = smoke
+    res, p = results_and_params(out, "distributed")
+    df, losses = res.results, res.losses
+    assert len(df) == len(p["models"]) * n_variants(p) * len(p["workers"]) * len(p["scaling"])
+    assert set(df["framework"]) == {"torch", "tensorflow"} and set(df["workers"]) == {1, 2}
+    assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["framework", "error"]]
+    # Weights across ranks: identical (the check is max-min over ranks, 0 for one worker).
+    assert (df["weight_max_abs_diff"] <= p["weight_tol"]).all()
+    # Losses against the single-process PyTorch run over the same global batch.
+    assert (df["equiv_max_abs_err"] <= p["loss_tol"]).all()
+    assert len(losses) == n_variants(p) * len(p["workers"]) * p["agreement_steps"]
+    for (fw, mode), g in losses.groupby(["framework", "mode"]):
+        g = g.sort_values("step")
+        assert (g["loss"] - g["reference_loss"]).abs().max() <= p["loss_tol"], (fw, mode)
+        assert g["loss"].iloc[-1] < g["loss"].iloc[0]
+    # Two workers: per-worker batch halves in strong scaling, stays in weak.
+    two = df[df["workers"] == 2]
+    assert (two[two["scaling"] == "weak"]["per_worker_batch"] == p["per_worker_batch"]).all()
+    assert (two[two["scaling"] == "strong"]["per_worker_batch"] == p["global_batch"] // 2).all()
+    assert (two["allreduce_s"] > 0).all() and (two["mode_setup"].str.contains("2 ")).all()
+    assert (df["median_s"] > 0).all() and (df["n_samples"] >= p["min_iters"]).all()
+    table = tables.scaling_table(tables.summarize(df, res.samples), res.samples)
+    rest = table[table["workers"] == 2]
+    assert len(rest) == n_variants(p) * len(p["scaling"])
+    assert (rest["efficiency"] > 0).all() and (rest["efficiency_low"] <= rest["efficiency"]).all()
+    weak = rest[rest["scaling"] == "weak"].iloc[0]
+    one = table[(table["variant"] == weak["variant"]) & (table["scaling"] == "weak")
+                & (table["workers"] == 1)].iloc[0]
+    assert np.isclose(weak["efficiency"], one["median_s"] / weak["median_s"], rtol=1e-9)

@@ -1,0 +1,173 @@
+"""The distributed study: params, launch commands, scaling tables, and real
+two-worker launches that crash, hang or diverge on purpose."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+import fwcompare
+from fwcompare import launch, tables
+from fwcompare.params import ParamsError, validate
+from fwcompare.studies import STUDIES
+
+
+def test_params_name_every_problem():
+    with pytest.raises(ParamsError) as exc:
+        validate("distributed", {"frameworks": ["torch", "jax"], "workers": [1, 2, 3],
+                                 "global_batch": 8})
+    assert "'jax' has no data-parallel launcher" in str(exc.value)
+    with pytest.raises(ParamsError) as exc:
+        validate("distributed", {"workers": [1, 2, 3], "global_batch": 8, "node_rank": 2,
+                                 "hosts": ["a", "b"]})
+    msg = str(exc.value)
+    assert "4 problems" in msg
+    assert "8 does not split evenly over 3 workers" in msg
+    assert "1, 3 cannot be spread evenly over 2 hosts" in msg
+    assert "'node_rank': 2 is not an index of hosts" in msg
+    assert "several hosts need a fixed port" in msg
+    with pytest.raises(ParamsError, match="unknown mode 'xla' for tensorflow"):
+        validate("distributed", {"modes": {"torch": ["eager"], "tensorflow": ["xla"]}})
+
+
+def test_cells_weak_and_strong():
+    p = validate("distributed", {"workers": [1, 2, 4], "per_worker_batch": 3,
+                                 "global_batch": 8, "threads": 1})
+    cells = STUDIES["distributed"].cells(p)
+    assert len(cells) == 2 * 3 * 2
+    weak = {c.workers: c.batch_size for c in cells if c.scaling == "weak"}
+    strong = {c.workers: c.batch_size for c in cells if c.scaling == "strong"}
+    assert weak == {1: 3, 2: 6, 4: 12} and strong == {1: 8, 2: 8, 4: 8}
+    assert len({c.cell_id for c in cells}) == len(cells)
+    assert all(c.task == "train" and c.threads == 1 for c in cells)
+
+
+def test_launch_commands_for_two_hosts(tmp_path):
+    cmd = launch.torchrun_command(tmp_path / "job.json", 4, ["h0", "h1"], 1, 29500)
+    joined = " ".join(cmd)
+    assert "-m torch.distributed.run --nnodes 2 --node_rank 1 --nproc_per_node 2" in joined
+    assert "--master_addr h0 --master_port 29500" in joined
+    assert cmd[-3:] == ["-m", "fwcompare.distributed", str(tmp_path / "job.json")]
+    ports = launch.choose_ports("tensorflow", 4, ["h0", "h1"], 29500)
+    assert ports == [29501, 29502, 29503, 29504]
+    configs = launch.tf_configs(4, ["h0", "h1"], 1, ports)
+    assert [c["task"]["index"] for c in configs] == [2, 3]
+    assert configs[0]["cluster"]["worker"] == ["h0:29501", "h0:29502", "h1:29503", "h1:29504"]
+    with pytest.raises(ValueError, match="fixed master_port"):
+        launch.choose_ports("torch", 2, ["h0", "h1"], 0)
+    free = launch.choose_ports("tensorflow", 3, ["127.0.0.1"], 0)
+    assert len(set(free)) == 3 and all(launch.port_is_free(p) for p in free)
+
+
+def _table(step_s: dict) -> pd.DataFrame:
+    """A scaling table from constructed step times: {(scaling, workers): (batch, seconds)}."""
+    rows, samples = [], []
+    for (scaling, w), (batch, secs) in step_s.items():
+        cid = f"{scaling}{w}"
+        rows.append(dict(cell_id=cid, model="m", framework="torch", mode="eager", device="cpu",
+                         dtype="float32", seq_len=8, scaling=scaling, workers=w,
+                         batch_size=batch, status="ok" if secs else "timeout", error="",
+                         converged=True, round=0, allreduce_s=0.01, allreduce_share=0.1,
+                         weight_max_abs_diff=0.0, equiv_max_abs_err=0.0, equiv_rel_err=0.0,
+                         mode_setup="", first_call_s=1.0, peak_mem_bytes=math.nan,
+                         n_samples=len(secs or [])))
+        samples += [dict(cell_id=cid, round=0, sample=i, seconds=s, calls_per_sample=1)
+                    for i, s in enumerate(secs or [])]
+    results, samples = pd.DataFrame(rows), pd.DataFrame(samples)
+    return tables.scaling_table(tables.summarize(results, samples), samples)
+
+
+def test_scaling_table_efficiency():
+    one = list(np.linspace(0.99, 1.01, 9))
+    t = _table({("weak", 1): (4, one), ("weak", 2): (8, [x * 1.25 for x in one]),
+                ("weak", 4): (16, None),
+                ("strong", 1): (8, one), ("strong", 2): (8, [x * 0.8 for x in one])})
+    t = t.set_index(["scaling", "workers"])
+    # Weak: per-worker batch fixed; efficiency = T1 / T2 = 0.8.
+    assert t.loc[("weak", 2), "per_worker_batch"] == 4
+    assert t.loc[("weak", 2), "speedup"] == pytest.approx(1.6)
+    assert t.loc[("weak", 2), "efficiency"] == pytest.approx(0.8)
+    lo, hi = t.loc[("weak", 2), ["efficiency_low", "efficiency_high"]]
+    assert lo < 0.8 < hi
+    # Strong: global batch fixed; speed-up = T1 / T2 = 1.25 over 2 workers.
+    assert t.loc[("strong", 2), "speedup"] == pytest.approx(1.25)
+    assert t.loc[("strong", 2), "efficiency"] == pytest.approx(0.625)
+    assert t.loc[("weak", 1), "efficiency"] == pytest.approx(1.0)
+    # A failed cell stays in the table, marked, with no figures.
+    assert t.loc[("weak", 4), "status"] == "timeout" and math.isnan(t.loc[("weak", 4),
+                                                                           "efficiency"])
+    claims = tables.distributed_claims(t.reset_index())
+    torch8 = claims.iloc[0]
+    assert torch8["measured_workers"] == 2 and torch8["measured_efficiency"] == pytest.approx(0.8)
+    assert claims["claimed_hardware"].str.contains("V100").iloc[0]
+    assert claims.iloc[1]["measured_hardware"].startswith("not measured here")  # no TF cells
+    assert claims.iloc[-1]["measured_hardware"].startswith("not measured here")
+
+
+def _ranks_alive() -> list[psutil.Process]:
+    alive = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "fwcompare.distributed" in cmd or "torch.distributed.run" in cmd:
+            alive.append(proc)
+    return alive
+
+
+@pytest.fixture
+def ports_used(monkeypatch):
+    used: list[int] = []
+    choose = launch.choose_ports
+
+    def recording(*args):
+        ports = choose(*args)
+        used.extend(ports)
+        return ports
+    monkeypatch.setattr(launch, "choose_ports", recording)
+    return used
+
+
+def _smoke(frameworks, **over) -> dict:
+    from fwcompare.params import load_file
+    from fwcompare.paths import PARAMS
+
+    p = load_file(PARAMS / "distributed" / "smoke.yaml")
+    p.update(frameworks=frameworks, modes={fw: p["modes"][fw] for fw in frameworks},
+             workers=[2], agreement_steps=2, **over)
+    return p
+
+
+@pytest.mark.slow
+def test_crashed_rank_and_diverged_weights(tmp_path, monkeypatch, ports_used):
+    """Rank 1 dies in the weak cell: that cell is an error, the strong cell
+    runs in a fresh launch; rank 1's weights are shifted in the strong cell:
+    the cross-rank check catches it."""
+    monkeypatch.setenv("FWCOMPARE_FAULT", "crash@1:torch/eager weak x2,"
+                                          "desync@1:torch/eager strong x2")
+    res = fwcompare.run_study("distributed", _smoke(["torch"]), output_dir=tmp_path,
+                              progress=False)
+    df = res.results.set_index("scaling")
+    assert df.loc["weak", "status"] == "error"
+    assert "exit code" in df.loc["weak", "error"]
+    assert df.loc["strong", "status"] == "not_equivalent"
+    assert df.loc["strong", "weight_max_abs_diff"] == pytest.approx(1e-3, rel=0.05)
+    assert "weights differ across ranks" in df.loc["strong", "error"]
+    assert df.loc["strong", "median_s"] > 0  # timed all the same, and marked
+    assert not _ranks_alive()
+    assert ports_used and all(launch.port_is_free(p) for p in ports_used)
+
+
+@pytest.mark.slow
+def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
+    monkeypatch.setenv("FWCOMPARE_FAULT", "hang@1:tensorflow/graph weak x2")
+    res = fwcompare.run_study("distributed", _smoke(["tensorflow"], cell_timeout_s=15.0),
+                              output_dir=tmp_path, progress=False)
+    df = res.results.set_index("scaling")
+    assert df.loc["weak", "status"] == "timeout"
+    assert "cell_timeout_s" in df.loc["weak", "error"]
+    assert df.loc["strong", "status"] == "ok"
+    assert not _ranks_alive()
+    assert len(ports_used) == 4 and all(launch.port_is_free(p) for p in ports_used)
+    stored = json.loads((tmp_path / "results" / "params.json").read_text())
+    assert stored["cell_timeout_s"] == 15.0
