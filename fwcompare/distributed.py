@@ -170,6 +170,7 @@ class Rank:
         dp = self.dp
         if self.rank0:
             emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
+        dp.allreduce_sum(0.0)  # every rank is in this cell (a failure from here is its)
         _fault(spec.label, dp.rank, dp)
         per_worker = spec.batch_size // dp.world
         figures = dict(known, per_worker_batch=float(per_worker), load_s=self.job["load_s"])

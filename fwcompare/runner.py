@@ -63,6 +63,18 @@ def _worker_env(threads: int, device: str, framework: str) -> dict:
     return e
 
 
+def _settle(w, grace_s: float = 15.0) -> None:
+    """Wait up to ``grace_s`` for a worker or launch to end on its own; a
+    rank or worker stuck on its way out is then killed by the caller."""
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        try:
+            if w.events.get(timeout=max(0.01, end - time.monotonic())) is None:
+                return
+        except queue.Empty:
+            return
+
+
 def _hms(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
@@ -299,7 +311,8 @@ class Runner:
                         in_flight = None
                         self._cell_done(spec, ev["status"], ev.get("median_s"), ev.get("ci"),
                                        ev.get("error", ""))
-                        if not remaining:  # every row is written: no need to wait for exit
+                        if not remaining:  # every row is written: a short wait for a
+                            _settle(w)          # clean exit (ranks on other hosts need it)
                             break
             finally:
                 w.kill()
