@@ -30,7 +30,8 @@ import time
 import traceback
 from pathlib import Path
 
-from .worker import emit, gate_path, optimizer_settings, token_ids, train_labels
+from .worker import (emit, finish_cell, gate_path, optimizer_settings, sample_figures,
+                     token_ids, train_labels)
 
 
 def local_rank() -> int:
@@ -165,7 +166,6 @@ class Rank:
         import numpy as np
 
         from . import models
-        from .stats import iqr, median_ci
 
         dp = self.dp
         if self.rank0:
@@ -186,13 +186,12 @@ class Rank:
         spread = dp.max_weight_diff()
         if not self.rank0:
             return
-        med, lo, hi = median_ci(samples, self.cfg.confidence)
+        figures.update(sample_figures(samples, self.cfg.confidence))
+        med = figures["median_s"]
         allreduce_s = float(np.median(comm))
         flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
         figures.update(
-            n_samples=len(samples), calls_per_sample=1, median_s=med, ci_low_s=lo, ci_high_s=hi,
-            rel_ci=rel, iqr_s=iqr(samples), mean_s=float(np.mean(samples)),
-            p90_s=float(np.percentile(samples, 90)), first_call_s=first,
+            calls_per_sample=1, rel_ci=rel, first_call_s=first,
             throughput_samples_per_s=spec.batch_size / med,
             tokens_per_s=spec.batch_size * spec.seq_len / med, flops_per_call=flops,
             achieved_flops_per_s=flops / med, converged=converged,
@@ -209,17 +208,9 @@ class Rank:
         self.finish(spec, rnd, status, "; ".join(notes), figures, samples)
 
     def finish(self, spec, rnd, status, error, figures, samples=None) -> None:
-        from .results import make_row
-
-        if not self.rank0:
-            return
-        row = make_row(spec, status=status, error=error, figures=figures,
-                       provenance=self.provenance, run_id=self.job["run_id"],
-                       profile=self.job["profile"], round=rnd)
-        self.store.append(row, samples)
-        emit("done", cell=spec.cell_id, round=rnd, status=status,
-             median_s=figures.get("median_s"),
-             ci=[figures.get("ci_low_s"), figures.get("ci_high_s")], error=error[:200])
+        if self.rank0:
+            finish_cell(self.store, self.job, self.provenance, spec, rnd, status, error,
+                        figures, samples)
 
 
 def run(job: dict):

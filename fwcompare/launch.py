@@ -98,6 +98,28 @@ def choose_ports(framework: str, workers: int, hosts: list[str], master_port: in
     return free_ports(n)
 
 
+def fresh_compile_cache(env: dict) -> str:
+    """An empty torch.compile cache directory for one worker or launch, set in
+    ``env``: every run pays (and reports) a cold compile, not the previous
+    run's. JAX's persistent cache is off unless a directory is set: kept off."""
+    cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
+    env.update(TORCHINDUCTOR_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=cache_dir)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    return cache_dir
+
+
+def log_tail(path: Path, chars: int = 1500) -> str:
+    """The last non-blank lines of a worker's log."""
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return "\n".join(lines[-15:])[-chars:]
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"killed by signal {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
+
+
 def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -115,10 +137,8 @@ class Launch:
         path = job_dir / f"{name}.json"
         path.write_text(json.dumps(job))
         self.ports = choose_ports(framework, workers, hosts, master_port)
-        # An empty compile cache per launch, as for single-process workers.
-        self.cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
-        env = dict(env, TORCHINDUCTOR_CACHE_DIR=self.cache_dir, TRITON_CACHE_DIR=self.cache_dir)
-        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        env = dict(env)
+        self.cache_dir = fresh_compile_cache(env)
         self.events: queue.Queue = queue.Queue()
         self.procs: list[subprocess.Popen] = []
         self.log_paths: list[Path] = []
@@ -201,14 +221,8 @@ class Launch:
 
     def stderr_tail(self, chars: int = 1500) -> str:
         """The failing rank's last lines (rank 0's if none failed)."""
-        i = self.procs.index(self.proc)
-        text = self.log_paths[i].read_text(errors="replace")
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        return "\n".join(lines[-15:])[-chars:]
+        return log_tail(self.log_paths[self.procs.index(self.proc)], chars)
 
     def exit_description(self) -> str:
-        rc = self.proc.returncode
         who = "" if len(self.procs) == 1 else f"worker {self.procs.index(self.proc)}: "
-        if rc is not None and rc < 0:
-            return f"{who}killed by signal {signal.Signals(-rc).name}"
-        return f"{who}exit code {rc}"
+        return who + describe_exit(self.proc.returncode)

@@ -604,39 +604,51 @@ def scaling_throughput(table: pd.DataFrame, manifest: dict):
                          "timed on rank 0 to the slowest rank", 0.8)
 
 
+def _bars_by_workers(table: pd.DataFrame, ylabel: str):
+    """Panels per (model, scaling), axes labelled, with room for one bar per
+    framework at each worker count: (fig, axes, draws), a draw being (axis,
+    panel rows, bar x positions, the variant's rows by worker count, bar
+    style) for the caller to draw."""
+    fig, axes, keys = _scaling_panels(table)
+    colors = palette(table["variant"])
+    variants = sorted(table["variant"].unique())
+    width = 0.8 / len(variants)
+    draws = []
+    for ax, (model, scaling) in zip(axes[0], keys):
+        g = table[(table["model"] == model) & (table["scaling"] == scaling)]
+        counts = sorted(g["workers"].unique())
+        for k, v in enumerate(variants):
+            h = g[g["variant"] == v].set_index("workers").reindex(counts)
+            x = np.arange(len(counts)) + (k - (len(variants) - 1) / 2) * width
+            draws.append((ax, g, x, h, dict(width=width, color=colors[v], label=v)))
+        ax.set_xticks(range(len(counts)), [str(c) for c in counts])
+        ax.set_xlabel("workers")
+        ax.set_ylabel(ylabel)
+        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
+    return fig, axes, draws
+
+
 def scaling_efficiency(table: pd.DataFrame, manifest: dict):
     """Scaling efficiency (speed-up over the baseline / worker ratio) per
     worker count and framework, with its bootstrap 95% CI; 1 is linear."""
     rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
     if rest.empty:
         return _no_data("scaling efficiency needs two worker counts")
-    fig, axes, keys = _scaling_panels(rest)
-    colors = palette(rest["variant"])
-    variants = sorted(rest["variant"].unique())
-    width = 0.8 / len(variants)
-    for ax, (model, scaling) in zip(axes[0], keys):
-        g = rest[(rest["model"] == model) & (rest["scaling"] == scaling)]
-        counts = sorted(g["workers"].unique())
-        for k, v in enumerate(variants):
-            h = g[g["variant"] == v].set_index("workers").reindex(counts)
-            x = np.arange(len(counts)) + (k - (len(variants) - 1) / 2) * width
-            ax.bar(x, h["efficiency"], width, color=colors[v], label=v,
-                   yerr=[h["efficiency"] - h["efficiency_low"],
-                         h["efficiency_high"] - h["efficiency"]], capsize=3)
-            for xx, (_, r) in zip(x, h.iterrows()):
-                if r["efficiency"] == r["efficiency"]:
-                    ax.annotate(f"{r['efficiency']:.0%}", (xx, r["efficiency_high"]),
-                                ha="center", va="bottom", fontsize=8)
-                elif isinstance(r["status"], str):
-                    ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
-                                ha="center", fontsize=8, color="crimson")
+    fig, axes, draws = _bars_by_workers(rest, "scaling efficiency")
+    for ax, g, x, h, style in draws:
+        ax.bar(x, h["efficiency"], yerr=[h["efficiency"] - h["efficiency_low"],
+                                         h["efficiency_high"] - h["efficiency"]],
+               capsize=3, **style)
+        for xx, (_, r) in zip(x, h.iterrows()):
+            if r["efficiency"] == r["efficiency"]:
+                ax.annotate(f"{r['efficiency']:.0%}", (xx, r["efficiency_high"]),
+                            ha="center", va="bottom", fontsize=8)
+            elif isinstance(r["status"], str):
+                ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
+                            ha="center", fontsize=8, color="crimson")
         ax.axhline(1.0, color="0.3", lw=1, ls="--")
-        ax.set_xticks(range(len(counts)), [str(c) for c in counts])
-        ax.set_xlabel("workers")
-        ax.set_ylabel("scaling efficiency")
         ax.set_ylim(0, max(1.15, float(np.nanmax(g["efficiency_high"].to_numpy(float),
                                                   initial=0)) * 1.1))
-        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
     return _legend_right(fig, axes, "Scaling efficiency against the fewest workers (1 = linear)",
                          manifest, "error bars: bootstrap 95% CI from the raw step times of "
                          "both cells", 0.82)
@@ -647,26 +659,14 @@ def allreduce_share(table: pd.DataFrame, manifest: dict):
     as a share of the step, per framework and worker count."""
     if table.empty or table["allreduce_share"].isna().all():
         return _no_data("no all-reduce was timed")
-    fig, axes, keys = _scaling_panels(table)
-    colors = palette(table["variant"])
-    variants = sorted(table["variant"].unique())
-    width = 0.8 / len(variants)
-    for ax, (model, scaling) in zip(axes[0], keys):
-        g = table[(table["model"] == model) & (table["scaling"] == scaling)]
-        counts = sorted(g["workers"].unique())
-        for k, v in enumerate(variants):
-            h = g[g["variant"] == v].set_index("workers").reindex(counts)
-            x = np.arange(len(counts)) + (k - (len(variants) - 1) / 2) * width
-            ax.bar(x, h["allreduce_share"], width, color=colors[v], label=v)
-            for xx, (_, r) in zip(x, h.iterrows()):
-                if r["allreduce_share"] == r["allreduce_share"]:
-                    ax.annotate(f"{r['allreduce_s'] * 1e3:.3g} ms", (xx, r["allreduce_share"]),
-                                ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(range(len(counts)), [str(c) for c in counts])
-        ax.set_xlabel("workers")
-        ax.set_ylabel("all-reduce time / step time")
+    fig, axes, draws = _bars_by_workers(table, "all-reduce time / step time")
+    for ax, g, x, h, style in draws:
+        ax.bar(x, h["allreduce_share"], **style)
+        for xx, (_, r) in zip(x, h.iterrows()):
+            if r["allreduce_share"] == r["allreduce_share"]:
+                ax.annotate(f"{r['allreduce_s'] * 1e3:.3g} ms", (xx, r["allreduce_share"]),
+                            ha="center", va="bottom", fontsize=7)
         ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
     return _legend_right(fig, axes, "Gradient all-reduce as a share of the training step",
                          manifest, "all-reduce of every gradient timed alone (labels: its "
                          "median); DDP overlaps it with the backward pass, so this bounds the "

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -32,7 +31,7 @@ from tqdm import tqdm
 from . import env, models
 from .paths import ROOT
 from .frameworks import Unsupported, check_precision
-from .launch import Launch
+from .launch import Launch, describe_exit, fresh_compile_cache, log_tail
 from .results import ResultStore, make_row
 from .spec import RunSpec
 from .timing import TimingConfig
@@ -91,12 +90,7 @@ class _Worker:
         self.log_path = job_dir / f"{name}.log"
         self._log = open(self.log_path, "a")
         env = _worker_env(threads, device, framework)
-        # torch.compile caches compiled kernels on disk: an empty cache per worker,
-        # so every run pays (and reports) a cold compile, not the previous run's.
-        # JAX's persistent cache is off unless a directory is set: keep it off.
-        self.cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
-        env.update(TORCHINDUCTOR_CACHE_DIR=self.cache_dir, TRITON_CACHE_DIR=self.cache_dir)
-        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        self.cache_dir = fresh_compile_cache(env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fwcompare.worker", str(path)], stdout=subprocess.PIPE,
             stderr=self._log, text=True, env=env, start_new_session=True, cwd=ROOT)
@@ -120,15 +114,10 @@ class _Worker:
         shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def stderr_tail(self, chars: int = 1500) -> str:
-        text = self.log_path.read_text(errors="replace")
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        return "\n".join(lines[-15:])[-chars:]
+        return log_tail(self.log_path, chars)
 
     def exit_description(self) -> str:
-        rc = self.proc.returncode
-        if rc is not None and rc < 0:
-            return f"killed by signal {signal.Signals(-rc).name}"
-        return f"exit code {rc}"
+        return describe_exit(self.proc.returncode)
 
 
 # Params that change how a mode is built (frameworks' make_forward options).

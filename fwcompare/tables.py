@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .results import FAILED_STATUSES
-from .stats import geomean_ratio_ci, median_ci, median_diff_ci
+from .stats import geomean_ratio_ci, median_ci, median_diff_ci, ratio_ci
 
 CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
 BASELINE = ("torch", "eager")
@@ -513,7 +513,7 @@ def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
                        first_call_s=r["first_call_s"])
             speed = (math.nan,) * 3
             if base is not None and r["status"] in _OK and r["cell_id"] in by_cell:
-                ratio = geomean_ratio_ci([(by_cell[base["cell_id"]], by_cell[r["cell_id"]])])
+                ratio = ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]])
                 scale = r["batch_size"] / base["batch_size"]
                 speed = tuple(x * scale for x in ratio)
             ideal = r["workers"] / base["workers"] if base is not None else math.nan

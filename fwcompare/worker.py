@@ -172,6 +172,32 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def finish_cell(store, job: dict, provenance: dict, spec, rnd: int, status: str,
+                error: str = "", figures: dict | None = None, samples=None) -> None:
+    """Append a cell's row (and raw samples) to the store, then tell the parent."""
+    from .results import make_row
+
+    row = make_row(spec, status=status, error=error, figures=figures, provenance=provenance,
+                   run_id=job["run_id"], profile=job["profile"], round=rnd)
+    store.append(row, samples)
+    emit("done", cell=spec.cell_id, round=rnd, status=status,
+         median_s=figures.get("median_s") if figures else None,
+         ci=[figures.get("ci_low_s"), figures.get("ci_high_s")] if figures else None,
+         error=error[:200])
+
+
+def sample_figures(samples, confidence: float) -> dict:
+    """A cell's figures derived from its raw seconds-per-step samples."""
+    import numpy as np
+
+    from .stats import iqr, median_ci
+
+    med, lo, hi = median_ci(samples, confidence)
+    return dict(n_samples=len(samples), median_s=med, ci_low_s=lo, ci_high_s=hi,
+                iqr_s=iqr(samples), mean_s=float(np.mean(samples)),
+                p90_s=float(np.percentile(samples, 90)))
+
+
 class Group:
     """One (framework, model) group inside its worker process."""
 
@@ -197,16 +223,8 @@ class Group:
         self.baseline_rss = current_rss_bytes()  # imports done, no model yet
 
     def finish(self, spec, rnd, status, error="", figures=None, samples=None):
-        from .results import make_row
-
-        row = make_row(spec, status=status, error=error, figures=figures,
-                       provenance=self.provenance, run_id=self.job["run_id"],
-                       profile=self.job["profile"], round=rnd)
-        self.store.append(row, samples)
-        emit("done", cell=spec.cell_id, round=rnd, status=status,
-             median_s=figures.get("median_s") if figures else None,
-             ci=[figures.get("ci_low_s"), figures.get("ci_high_s")] if figures else None,
-             error=error[:200])
+        finish_cell(self.store, self.job, self.provenance, spec, rnd, status, error, figures,
+                    samples)
 
     def load(self, dtype: str = "float32"):
         """The model with the shared weights, set up for ``dtype``; its load time.
@@ -236,10 +254,7 @@ class Group:
         figures from the warm callable, e.g. precision errors), then the row.
         ``first(out)`` -> (figures, problem) checks the first call's output
         before warm-up; a problem flags the cell not_equivalent."""
-        import numpy as np
-
         from .memory import PeakRSS
-        from .stats import iqr, median_ci
         from .timing import measure
 
         emit("start", cell=spec.cell_id, round=rnd, label=spec.label)
@@ -260,12 +275,11 @@ class Group:
             problem = checked.pop("problem", "")
             not_equivalent = "; ".join(p for p in (not_equivalent, problem) if p)
             samples = timing.samples_s
-            med, lo, hi = median_ci(samples, self.cfg.confidence)
-            figures = dict(
-                known, **checked, n_samples=len(samples), calls_per_sample=timing.calls_per_sample,
-                median_s=med, ci_low_s=lo, ci_high_s=hi, rel_ci=timing.rel_ci,
-                iqr_s=iqr(samples), mean_s=float(np.mean(samples)),
-                p90_s=float(np.percentile(samples, 90)), first_call_s=timing.first_call_s,
+            figures = dict(known, **checked, **sample_figures(samples, self.cfg.confidence))
+            med = figures["median_s"]
+            figures.update(
+                calls_per_sample=timing.calls_per_sample, rel_ci=timing.rel_ci,
+                first_call_s=timing.first_call_s,
                 throughput_samples_per_s=spec.batch_size / med,
                 tokens_per_s=spec.batch_size * spec.seq_len / med,
                 flops_per_call=flops, achieved_flops_per_s=flops / med,
