@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup report test lab validate env clean
+.PHONY: help setup report test lab validate env clean browser
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -24,8 +24,17 @@ setup: $(STAMP) ## create .venv and install the pinned dependencies
 report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.html)
 	$(PY) -m fwcompare report --profile $(PROFILE)
 
-test: $(STAMP) ## run the test suite (unit, notebook contract, smoke profile end to end)
+test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke profile end to end, the report in headless Chromium)
 	$(PY) -m pytest
+
+# The report's browser test opens index.html in Debian's Chromium through chromedriver
+# (Playwright's own browser download does not work offline). Installed when missing
+# and run as root (CI); otherwise the command to run is printed and the test skips.
+browser: ## install Debian's chromium and chromium-driver if missing (needs root)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "browser test needs: sudo apt-get install chromium chromium-driver"; fi
 
 validate: $(STAMP) ## check every params file
 	$(PY) -m fwcompare validate

@@ -27,8 +27,17 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_validate(args) -> int:
+    from .claims import CLAIMS_FILE, load_claims
+
     files = [Path(f) for f in args.files] or sorted(PARAMS.glob(f"{args.study or '*'}/*.yaml"))
     bad = 0
+    if not args.files and not args.study:
+        try:
+            n = len(load_claims(CLAIMS_FILE))
+            print(f"ok    {CLAIMS_FILE} ({n} claims)")
+        except ParamsError as exc:
+            bad += 1
+            print(f"ERROR {exc}", file=sys.stderr)
     for f in files:
         try:
             load_file(f, args.study)

@@ -679,3 +679,77 @@ def save_figure(fig, directory: Path | str, name: str) -> Path:
     path = directory / f"{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
+
+
+# -- claims scorecard ------------------------------------------------------------------
+VERDICT_COLOURS = {"supported": "#1a7f37", "contradicted": "#c62828",
+                   "inconclusive": "#b26a00", "not measured here": "#6e7781"}
+_COUNT_METRICS = ("oom_order", "precision_stability")
+
+
+def claim_figure(row: dict, points: pd.DataFrame):
+    """One claim: the band where it holds (green), the claimed figure (dashed),
+    every cell's value (grey dots, the measured distribution) and the summary
+    figure with its 95% CI, coloured by verdict. Ratios spanning more than 3x
+    on a log axis."""
+    import textwrap
+
+    colour = VERDICT_COLOURS[row["verdict"]]
+    value, lo, hi = (row.get(k) for k in ("value", "ci_low", "ci_high"))
+    has_value = value is not None and math.isfinite(value)
+    finite = [x for x in (value, lo, hi, row["expected"]) if x is not None and math.isfinite(x)]
+    vals = points["value"].to_numpy(dtype=float) if len(points) else np.array([])
+    finite += list(vals[np.isfinite(vals)])
+    band = (row["band_low"], row["band_high"])
+    finite += [b for b in band if b is not None and math.isfinite(b)]
+    log = (row["metric"] not in _COUNT_METRICS and all(x > 0 for x in finite)
+           and max(finite) / min(finite) > 3)
+    fig, ax = plt.subplots(figsize=(6.4, 2.5))
+    if log:
+        ax.set_xscale("log")
+        left, right = min(finite) / 1.25, max(finite) * 1.25
+    else:
+        span = (max(finite) - min(finite)) or 1.0
+        left, right = min(finite) - 0.15 * span, max(finite) + 0.15 * span
+    ax.set_xlim(left, right)
+    ax.axvspan(max(band[0], left) if math.isfinite(band[0]) else left,
+               min(band[1], right) if math.isfinite(band[1]) else right,
+               color="#2da44e", alpha=0.13, lw=0, label="claim holds here")
+    ax.axvline(row["expected"], color="0.2", ls="--", lw=1.2, label="claimed")
+    if len(vals):
+        jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(vals))
+        ax.scatter(vals, jitter, s=18, color="0.45", alpha=0.8, zorder=3, label="each cell")
+    if has_value:
+        has_ci = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+        xerr = [[value - lo], [hi - value]] if has_ci else None
+        ax.errorbar([value], [1], xerr=xerr, fmt="D", color=colour, ms=8, capsize=5, lw=2,
+                    zorder=4, label="summary, 95% CI" if has_ci else "summary (no CI)")
+    else:
+        ax.text(0.5, 0.5, textwrap.fill(row["note"] or "no figure measured here", 75),
+                transform=ax.transAxes, ha="center", va="center", fontsize=7.5, color=colour,
+                bbox=dict(facecolor="white", edgecolor=colour, alpha=0.9))
+    ax.set_ylim(-0.6, 1.6)
+    ax.set_yticks([0, 1], ["cells", "summary"])
+    if log:
+        ax.xaxis.set_major_formatter(_PLAIN)
+        ax.xaxis.set_minor_formatter(_PLAIN_MINOR)
+    ax.set_xlabel(row["unit"], fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.set_title(textwrap.fill(f"{row['verdict'].upper()} · claimed: {row['claimed']}", 95),
+                 fontsize=7.5, color=colour, loc="left")
+    fig.suptitle(textwrap.fill(row["claim"], 85), x=0.02, ha="left", fontsize=9.5)
+    note = textwrap.shorten(f"{row['source']} · {row['study']} study · measured on "
+                            f"{row['measured_on']}", 150)
+    fig.text(0.005, 0.003, note, fontsize=6.5, color="0.35", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+def claim_figures(card) -> list[tuple[str, object]]:
+    """(figure name, figure) for every claim of a claims.Scorecard, in order."""
+    out = []
+    for row in card.table.to_dict("records"):
+        out.append((f"claim_{row['id']}", claim_figure(row, card.points[card.points["id"] ==
+                                                                         row["id"]])))
+    return out

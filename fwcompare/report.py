@@ -19,22 +19,37 @@ from pathlib import Path
 
 import yaml
 
-from . import env, load_results
+from . import claims, env, load_results
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
 from .studies import STUDIES
 
 
-def _inputs_hash(study: str, profile: str) -> str:
+def _hash_files(files: list[Path], extra: str = "") -> str:
     h = hashlib.sha1()
-    files = [PARAMS / study / f"{profile}.yaml", NOTEBOOKS / STUDIES[study].notebook,
-             *sorted((ROOT / "fwcompare").rglob("*.py"))]
-    for f in files:
+    for f in [*files, *sorted((ROOT / "fwcompare").rglob("*.py"))]:
         h.update(f.name.encode())
-        h.update(f.read_bytes())
+        h.update(f.read_bytes() if f.is_file() else b"(missing)")
     h.update(json.dumps(env.versions(), sort_keys=True).encode())
+    h.update(extra.encode())
     return h.hexdigest()[:16]
+
+
+def _inputs_hash(study: str, profile: str) -> str:
+    return _hash_files([PARAMS / study / f"{profile}.yaml", NOTEBOOKS / STUDIES[study].notebook])
+
+
+def _summary_hash(out_root: Path) -> str:
+    """The scorecard's inputs: claims, notebook, library, and every study's
+    stored results (by name, size and modification time)."""
+    stored = []
+    for study in STUDIES:
+        res = out_root / study / "results"
+        for f in sorted([*res.glob("*.parquet"), *res.glob("env.json")]):
+            st = f.stat()
+            stored.append(f"{study}/{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return _hash_files([claims.CLAIMS_FILE, NOTEBOOKS / SUMMARY_NOTEBOOK], "\n".join(stored))
 
 
 def _render_html(notebook: Path, target: Path) -> None:
@@ -49,17 +64,26 @@ def _render_html(notebook: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
+SUMMARY = "summary"  # the claims scorecard: judged after every study, opens index.html
+SUMMARY_NOTEBOOK = "summary.ipynb"
+# Its parameters: the report sets results_dir (and profile, output_dir, as for
+# every notebook); claims_file is for running it by hand on other claims.
+SUMMARY_PARAMETERS = ("profile", "results_dir", "claims_file", "output_dir")
+
+
 class ReportError(RuntimeError):
     """One or more studies failed; the others and the index were still written."""
 
 
-def run_notebook(study: str, profile: str, params: dict, out: Path) -> Path:
-    """Execute a study notebook into ``out``. On failure the partial notebook is
-    kept as ``<study>.failed.ipynb`` (for its traceback) and the error re-raised."""
+def run_notebook(study: str, profile: str, params: dict, out: Path,
+                 notebook: str | None = None) -> Path:
+    """Execute a study notebook (or ``notebook``) into ``out``. On failure the
+    partial notebook is kept as ``<study>.failed.ipynb`` (for its traceback)
+    and the error re-raised."""
     import papermill as pm
 
     out.mkdir(parents=True, exist_ok=True)
-    nb_in = NOTEBOOKS / STUDIES[study].notebook
+    nb_in = NOTEBOOKS / (notebook or STUDIES[study].notebook)
     tmp = out / f".{study}.running.ipynb"
     try:
         pm.execute_notebook(str(nb_in), str(tmp), cwd=str(ROOT), kernel_name="python3",
@@ -87,37 +111,66 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
             raise ParamsError(f"no params file {path} for profile {profile!r}")
         load_file(path, study)
         raw[study] = yaml.safe_load(path.read_text()) or {}
+    claims.load_claims()  # the scorecard's claims, checked before anything runs too
     failures: dict[str, str] = {}
-    for study in chosen:
+    times: dict[str, float] = {}
+    t_all = time.perf_counter()
+    for n, study in enumerate(chosen, 1):
         out = out_root / study
-        stamp = out / ".inputs"
-        digest = _inputs_hash(study, profile)
-        if (not fresh and stamp.is_file() and stamp.read_text() == digest
-                and (out / f"{study}.html").is_file()):
-            print(f"{study}: inputs unchanged, not run again ({out})", file=sys.stderr)
-            continue
-        if fresh:
-            ResultStore(out / "results").archive()
-        print(f"{study}: running {STUDIES[study].notebook} (profile {profile})", file=sys.stderr)
         t0 = time.perf_counter()
-        try:
-            executed = run_notebook(study, profile, raw[study], out)
-        except Exception as exc:  # one failed study never loses the others
-            last_line = (str(exc).strip().splitlines() or [""])[-1]
-            failures[study] = f"{type(exc).__name__}: {last_line}"
-            print(f"{study}: FAILED ({failures[study]}); see {out / (study + '.failed.ipynb')}",
-                  file=sys.stderr)
-            continue
-        _render_html(executed, out / f"{study}.html")
-        shutil.copyfile(PARAMS / study / f"{profile}.yaml", out / "params.yaml")
-        stamp.write_text(digest)
-        print(f"{study}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(f"[{n}/{len(chosen)}] ", end="", file=sys.stderr)
+        if _run_one(study, profile, out, _inputs_hash(study, profile), raw[study],
+                    STUDIES[study].notebook, PARAMS / study / f"{profile}.yaml", fresh, failures):
+            times[study] = time.perf_counter() - t0
+    # The scorecard judges whatever results are stored, so it runs after every study.
+    out = out_root / SUMMARY
+    t0 = time.perf_counter()
+    print("[scorecard] ", end="", file=sys.stderr)
+    if _run_one(SUMMARY, profile, out, _summary_hash(out_root),
+                {"results_dir": str(out_root)}, SUMMARY_NOTEBOOK, claims.CLAIMS_FILE, False,
+                failures):
+        times[SUMMARY] = time.perf_counter() - t0
     index = write_index(profile, out_root, failures)
+    if times:
+        print("times: " + ", ".join(f"{k} {_mmss(v)}" for k, v in times.items())
+              + f"; report {_mmss(time.perf_counter() - t_all)}", file=sys.stderr)
     print(f"report: {index}", file=sys.stderr)
     if failures:
         raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
             f"{k}: {v}" for k, v in failures.items()))
     return index
+
+
+def _mmss(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def _run_one(name: str, profile: str, out: Path, digest: str, params: dict, notebook: str,
+             params_file: Path, fresh: bool, failures: dict[str, str]) -> bool:
+    """Run one notebook unless its inputs are unchanged; render it; record a
+    failure instead of raising. True when it ran and succeeded."""
+    stamp = out / ".inputs"
+    if (not fresh and stamp.is_file() and stamp.read_text() == digest
+            and (out / f"{name}.html").is_file()):
+        print(f"{name}: inputs unchanged, not run again ({out})", file=sys.stderr)
+        return False
+    if fresh:
+        ResultStore(out / "results").archive()
+    print(f"{name}: running {notebook} (profile {profile})", file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        executed = run_notebook(name, profile, params, out, notebook)
+    except Exception as exc:  # one failed study never loses the others
+        last_line = (str(exc).strip().splitlines() or [""])[-1]
+        failures[name] = f"{type(exc).__name__}: {last_line}"
+        print(f"{name}: FAILED ({failures[name]}); see {out / (name + '.failed.ipynb')}",
+              file=sys.stderr)
+        return False
+    _render_html(executed, out / f"{name}.html")
+    shutil.copyfile(params_file, out / params_file.name if name == SUMMARY else out / "params.yaml")
+    stamp.write_text(digest)
+    print(f"{name}: done in {_mmss(time.perf_counter() - t0)}", file=sys.stderr)
+    return True
 
 
 def _table(rows: dict) -> str:
@@ -126,21 +179,83 @@ def _table(rows: dict) -> str:
     return f"<table>{cells}</table>"
 
 
+def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
+    """The claims scorecard, first thing on the page: one row per claim with
+    its verdict, coloured; links to each claim's figure."""
+    out = out_root / SUMMARY
+    card = claims.read(out)
+    head = "<section id=\"scorecard\"><h2>Claims scorecard</h2>"
+    if SUMMARY in failures or card is None:
+        why = (f"The scorecard failed: {html.escape(failures[SUMMARY])}. "
+               f'<a href="{SUMMARY}/{SUMMARY}.failed.ipynb">the failed notebook</a>'
+               if SUMMARY in failures and (out / f"{SUMMARY}.failed.ipynb").exists() else
+               "No scorecard for this profile yet.")
+        return f'{head}<p class="failed">{why}</p></section>'
+    counts = " · ".join(f'<span class="v" data-verdict="{v}">{n} {v}</span>'
+                        for v, n in card["verdicts"].items() if n)
+    rows = []
+    for r in card["claims"]:
+        fig = f"{SUMMARY}/figures/claim_{r['id']}.png"
+        fig_link = f' <a href="{fig}">figure</a>' if (out_root / fig).is_file() else ""
+        rows.append(
+            f'<tr id="claim-{html.escape(r["id"])}"><td><b>{html.escape(r["claim"])}</b>'
+            f'<br><span class="src" title="{html.escape(r["source_text"])}">'
+            f'{html.escape(r["source"])}</span>{fig_link}</td>'
+            f"<td>{html.escape(r['claimed'])}</td>"
+            f"<td><span class=\"num\">{html.escape(claims.format_value(r))}</span><br>"
+            f"<span class=\"src\">"
+            f"{html.escape(r['unit'])}</span></td>"
+            f"<td class=\"num\">{html.escape(claims.format_band(r))}</td>"
+            f'<td class="verdict" data-verdict="{html.escape(r["verdict"])}">'
+            f"{html.escape(r['verdict'])}</td>"
+            f'<td title="{html.escape(r["cells"])}">{r["n_cells"]}</td>'
+            f"<td>{html.escape(r['measured_on'].split(':')[0] if r['n_cells'] else '')}</td>"
+            f"<td>{html.escape(r['note'])}</td></tr>")
+    links = " · ".join(
+        f'<a href="{SUMMARY}/{fn}">{label}</a>' for fn, label in [
+            (f"{SUMMARY}.html", "scorecard report, one figure per claim"),
+            (f"{SUMMARY}.ipynb", "executed notebook"), ("claims.yaml", "claims judged"),
+            ("scorecard.csv", "scorecard (CSV)"), ("points.csv", "per-cell values (CSV)")]
+        if (out / fn).exists())
+    figs = "".join(
+        f'<figure><a href="{SUMMARY}/figures/claim_{r["id"]}.png"><img '
+        f'src="{SUMMARY}/figures/claim_{r["id"]}.png" alt="{html.escape(r["claim"])}"></a>'
+        f'<figcaption>{html.escape(r["id"])}: {html.escape(r["verdict"])}</figcaption></figure>'
+        for r in card["claims"] if (out / "figures" / f"claim_{r['id']}.png").is_file())
+    figs = (f'<details open><summary>Each claim beside its measurement (green: where the '
+            f'claim holds; dashed: the claimed figure; dots: each cell; diamond: the summary '
+            f'with its 95% CI)</summary><div class="figs">{figs}</div></details>'
+            if figs else "")
+    return (f"{head}<p>Each claim from the 2019 Hugging Face study or framework-comparison "
+            f"articles, judged against this profile's measurements: <b>supported</b> when "
+            f"the whole 95% CI lies where the claim holds, <b>contradicted</b> when it lies "
+            f"wholly outside, <b>inconclusive</b> when it straddles an edge, <b>not measured "
+            f"here</b> when this run has no cells for it (a GPU claim on a CPU, say). "
+            f"Verdicts are about this machine, not the frameworks in general.</p>"
+            f"<p>{counts}</p><p>{links}</p>"
+            f'<table class="scorecard"><thead><tr><th>claim</th><th>claimed</th>'
+            f"<th>measured here (95% CI)</th><th>holds when</th><th>verdict</th>"
+            f"<th>cells</th><th>on</th><th>note</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>{figs}</section>")
+
+
 def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = None) -> Path:
     manifest = env.manifest()
+    failures = failures or {}
     sections = []
+    toc = []
     for name, study in STUDIES.items():
         out = out_root / name
-        if name in (failures or {}):
+        toc.append(f'<a href="#{name}">{html.escape(study.title.split(":")[0])}</a>')
+        head = f'<section id="{name}"><h2>{html.escape(study.title)}</h2>'
+        if name in failures:
             link = (f' <a href="{name}/{name}.failed.ipynb">the failed notebook</a>'
                     if (out / f"{name}.failed.ipynb").exists() else "")
-            sections.append(f"<section><h2>{html.escape(study.title)}</h2>"
-                            f'<p class="failed">This study failed: '
+            sections.append(f'{head}<p class="failed">This study failed: '
                             f"{html.escape(failures[name])}.{link}</p></section>")
             continue
         if not (out / f"{name}.html").is_file():
-            sections.append(f"<section><h2>{html.escape(study.title)}</h2>"
-                            f"<p>Not run for this profile.</p></section>")
+            sections.append(f"{head}<p>Not run for this profile.</p></section>")
             continue
         res = load_results(out)
         counts = res.results["status"].value_counts().to_dict() if len(res.results) else {}
@@ -158,25 +273,34 @@ def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = 
                 ("results/samples.parquet", "raw samples (Parquet)"),
                 ("results/env.json", "environment of the run")]
             if (out / fn).exists())
-        sections.append(f"<section><h2>{html.escape(study.title)}</h2><p>{links}</p>"
+        sections.append(f"{head}<p>{links}</p>"
                         f"<p>Cells by status: {html.escape(status)}</p>"
                         f'<div class="figs">{imgs}</div></section>')
+    colours = "".join(f'[data-verdict="{v}"] {{ background: {c}; }}\n'
+                      for v, c in claims.VERDICT_COLOURS.items())
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>fwcompare report: {html.escape(profile)}</title>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>fwcompare report: {html.escape(profile)}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
+       padding: 0 1em; }}
 table {{ border-collapse: collapse; font-size: 0.85em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }}
-.figs {{ display: flex; flex-wrap: wrap; gap: 1em; }}
+table.scorecard {{ width: 100%; }} table.scorecard td:first-child {{ min-width: 16em; }}
+.num {{ white-space: nowrap; }}
+td.verdict {{ font-weight: bold; white-space: nowrap; }} .v {{ padding: 0.1em 0.4em; }}
+.src {{ color: #555; font-size: 0.85em; }} nav a {{ margin-right: 1em; }}
+{colours}.figs {{ display: flex; flex-wrap: wrap; gap: 1em; }}
 figure {{ margin: 0; width: 380px; }} figure img {{ width: 100%; border: 1px solid #ddd; }}
 figcaption {{ font-size: 0.8em; color: #555; }} .failed {{ color: #b00; }}
 </style></head><body>
 <h1>fwcompare report: profile <code>{html.escape(profile)}</code></h1>
-<p>PyTorch, TensorFlow and JAX on Transformer models, measured on this machine. Every
-figure shows 95% confidence intervals; failed cells are marked, not dropped. Index written
-{html.escape(manifest['timestamp'])}.</p>
+<p>PyTorch, TensorFlow and JAX on Transformer models, measured on this machine
+({html.escape(env.hardware_line(manifest))}). Every figure shows 95% confidence intervals;
+failed cells are marked, not dropped. Index written {html.escape(manifest['timestamp'])}.</p>
+<nav><a href="#scorecard">Claims scorecard</a>{''.join(toc)}<a href="#environment">Environment</a></nav>
+{_scorecard_section(out_root, failures)}
 {''.join(sections)}
-<section><h2>Environment</h2>{_table({k: (json.dumps(v) if isinstance(v, (dict, list)) else v)
+<section id="environment"><h2>Environment</h2>{_table({k: (json.dumps(v) if isinstance(v, (dict, list)) else v)
                                        for k, v in manifest.items()})}</section>
 </body></html>
 """

@@ -10,8 +10,19 @@ from fwcompare.paths import NOTEBOOKS, PARAMS
 from fwcompare.studies import STUDIES
 
 
+NOTEBOOK_FILES = sorted(f.name for f in NOTEBOOKS.glob("*.ipynb"))
+
+
 def load(study):
     return json.loads((NOTEBOOKS / STUDIES[study].notebook).read_text())
+
+
+def load_file(name):
+    return json.loads((NOTEBOOKS / name).read_text())
+
+
+def test_every_notebook_is_a_study_or_the_scorecard():
+    assert set(NOTEBOOK_FILES) == {s.notebook for s in STUDIES.values()} | {"summary.ipynb"}
 
 
 def parameters_cell(nb):
@@ -20,9 +31,9 @@ def parameters_cell(nb):
     return "".join(tagged[0]["source"])
 
 
-@pytest.mark.parametrize("study", list(STUDIES))
-def test_committed_without_outputs(study):
-    for cell in load(study)["cells"]:
+@pytest.mark.parametrize("name", NOTEBOOK_FILES)
+def test_committed_without_outputs(name):
+    for cell in load_file(name)["cells"]:
         if cell["cell_type"] == "code":
             assert not cell["outputs"] and cell["execution_count"] is None
 
@@ -36,16 +47,16 @@ def test_parameters_cell_matches_schema_defaults(study):
     assert values == expected
 
 
-@pytest.mark.parametrize("study", list(STUDIES))
-def test_every_parameter_has_a_help_comment(study):
-    for line in parameters_cell(load(study)).splitlines():
+@pytest.mark.parametrize("name", NOTEBOOK_FILES)
+def test_every_parameter_has_a_help_comment(name):
+    for line in parameters_cell(load_file(name)).splitlines():
         if "=" in line and not line.startswith("#"):
             assert "  # " in line, line
 
 
-@pytest.mark.parametrize("study", list(STUDIES))
-def test_notebook_is_thin(study):
-    for cell in load(study)["cells"]:
+@pytest.mark.parametrize("name", NOTEBOOK_FILES)
+def test_notebook_is_thin(name):
+    for cell in load_file(name)["cells"]:
         if cell["cell_type"] == "code":
             for node in ast.walk(ast.parse("".join(cell["source"]))):
                 assert not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Lambda))
@@ -72,3 +83,12 @@ def test_papermill_reads_every_parameter(study):
 
     found = set(pm.inspect_notebook(str(NOTEBOOKS / STUDIES[study].notebook)))
     assert found == set(params.schema(study)) | set(params.RUNTIME_KEYS)
+
+
+def test_scorecard_notebook_takes_what_the_report_passes():
+    import papermill as pm
+
+    from fwcompare import report
+
+    found = set(pm.inspect_notebook(str(NOTEBOOKS / report.SUMMARY_NOTEBOOK)))
+    assert found == set(report.SUMMARY_PARAMETERS)

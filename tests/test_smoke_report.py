@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from fwcompare import load_results, report, tables
+from fwcompare import claims, load_results, report, tables
 from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
 
@@ -223,3 +223,79 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     one = table[(table["variant"] == weak["variant"]) & (table["scaling"] == "weak")
                 & (table["workers"] == 1)].iloc[0]
     assert np.isclose(weak["efficiency"], one["median_s"] / weak["median_s"], rtol=1e-9)
+
+
+def test_scorecard_judges_every_claim_from_the_smoke_results(smoke):
+    out, _, _ = smoke
+    card = claims.read(out / "summary")
+    listed = [c.id for c in claims.load_claims()]
+    assert [r["id"] for r in card["claims"]] == listed
+    assert all(r["verdict"] in claims.VERDICTS for r in card["claims"])
+    by_id = {r["id"]: r for r in card["claims"]}
+    # CPU inference, recomputed here from the raw samples: the geometric mean over
+    # shared cells of median(TensorFlow graph) / median(PyTorch eager).
+    res = load_results(out / "inference_sweep")
+    df, s = res.results, res.samples.groupby("cell_id")["seconds"].median()
+    keys = ["model", "batch_size", "seq_len"]
+    tf = df[(df["framework"] == "tensorflow") & (df["mode"] == "graph")].set_index(keys)
+    pt = df[(df["framework"] == "torch") & (df["mode"] == "eager")].set_index(keys)
+    ratios = [s[tf.loc[k, "cell_id"]] / s[pt.loc[k, "cell_id"]] for k in tf.index]
+    row = by_id["cpu-inference-pytorch-faster"]
+    assert row["n_cells"] == len(ratios) == len(df) // n_variants(load_file(
+        PARAMS / "inference_sweep" / "smoke.yaml"))
+    assert np.isclose(row["value"], np.exp(np.mean(np.log(ratios))), rtol=1e-9)
+    assert row["ci_low"] <= row["value"] <= row["ci_high"]
+    band = (row["band_low"], row["band_high"])
+    expected = claims.judge(row["value"], row["ci_low"], row["ci_high"], band)
+    assert row["verdict"] == expected != "not measured here"
+    # No GPU in the smoke run: GPU claims are never judged, whatever the CPU shows.
+    for r in card["claims"]:
+        if r["claim_hardware"] == "gpu":
+            assert r["verdict"] == "not measured here" and "GPU" in r["note"], r
+        png = out / "summary" / "figures" / f"claim_{r['id']}.png"
+        assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_index_in_headless_chromium(smoke, tmp_path):
+    """The report as a reader opens it: from disk, no server, no network."""
+    from browser import chromium, local_path
+    from selenium.webdriver.common.by import By
+
+    out, index, _ = smoke
+    driver = chromium(tmp_path)
+    try:
+        driver.get(index.as_uri())
+        # The page opens with the scorecard: its first section, a verdict per claim.
+        first = driver.find_element(By.CSS_SELECTOR, "section")
+        assert first.get_attribute("id") == "scorecard"
+        rows = driver.find_elements(By.CSS_SELECTOR, "table.scorecard tbody tr")
+        listed = [c.id for c in claims.load_claims()]
+        assert [r.get_attribute("id") for r in rows] == [f"claim-{i}" for i in listed]
+        verdicts = [r.find_element(By.CSS_SELECTOR, "td.verdict").text for r in rows]
+        assert all(v in claims.VERDICTS for v in verdicts), verdicts
+        # Every image loaded (decoded with a size), and none comes from the network.
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.src, i.complete, i.naturalWidth])")
+        assert len(images) >= 16
+        for src, complete, width in images:
+            assert local_path(src) is not None, src
+            assert complete and width > 0, f"image did not load: {src}"
+        # Every link resolves: to a file on disk, or to an element of this page.
+        links = driver.execute_script(
+            "return Array.from(document.links).map(a => [a.getAttribute('href'), a.href])")
+        assert len(links) >= 30
+        for raw, url in links:
+            if raw.startswith("#"):
+                assert driver.find_elements(By.ID, raw[1:]), f"no element for {raw}"
+                continue
+            path = local_path(url)
+            assert path is not None and path.is_file(), f"link does not resolve: {raw}"
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not severe, severe
+        # Each claim's figure is linked from its row and opens as an image.
+        for claim_id in listed:
+            driver.get((out / "summary" / "figures" / f"claim_{claim_id}.png").as_uri())
+            w = driver.execute_script("return document.images[0].naturalWidth")
+            assert w > 300, claim_id
+    finally:
+        driver.quit()

@@ -1,0 +1,636 @@
+"""The claims scorecard: every claim of ``params/claims.yaml`` judged against
+the stored results of one profile.
+
+Each claim names a study and a metric. The metric computes one figure from
+that study's raw samples (a geometric mean of median ratios with a bootstrap
+CI, a peak-memory ratio, a count), the cells it used and the hardware they ran
+on. The verdict compares the figure's CI with the claim's band (see the head
+of claims.yaml): ``supported`` when the whole CI lies in the band,
+``contradicted`` when it lies wholly outside, ``inconclusive`` when it reaches
+both sides of an edge, ``not measured here`` when the run has no cells for the
+claim. A GPU claim on a CPU-only run is never judged: the figure computed on
+the CPU cells is shown beside it, marked as such.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from . import load_results
+from .env import hardware_line
+from .params import ParamsError
+from .paths import OUTPUTS, PARAMS
+from .stats import geomean, geomean_ratio_ci
+from .tables import (CELL_KEYS, precision_table, samples_by_cell, scaling_table,
+                     stability_table, summarize, variant)
+
+CLAIMS_FILE = PARAMS / "claims.yaml"
+VERDICTS = ("supported", "contradicted", "inconclusive", "not measured here")
+HARDWARE = ("cpu", "gpu", "any")
+DIRECTIONS = ("about", "above", "below")
+_OK = ("ok", "not_equivalent")
+
+
+class ClaimsError(ParamsError):
+    """A claims file that cannot be judged; the message names the claim and key."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    claim: str
+    source: str
+    claimed: str
+    hardware: str
+    study: str
+    metric: str
+    cells: dict
+    expected: float
+    direction: str
+    tolerance: float
+    reference: float = math.nan
+    models: tuple = ()
+    shapes: str = "all"
+    aggregate: str = "geomean"
+    source_text: str = ""
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The values for which the claim holds."""
+        if self.direction == "about":
+            return self.expected - self.tolerance, self.expected + self.tolerance
+        if self.direction == "above":
+            return self.reference + self.tolerance, math.inf
+        return -math.inf, self.reference - self.tolerance
+
+
+@dataclass
+class Measurement:
+    """What a metric found: the figure, its CI (NaN: none can be given), the
+    cells used, per-cell values (the distribution drawn beside the claim),
+    the devices of those cells, a note, and a verdict the metric forces when
+    the band cannot decide (e.g. nothing overflowed in either precision)."""
+
+    value: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    unit: str = ""
+    cells: list[str] = field(default_factory=list)
+    points: list[tuple[str, float]] = field(default_factory=list)
+    devices: set = field(default_factory=set)
+    note: str = ""
+    forced: str = ""
+
+
+def judge(value: float, low: float, high: float, band: tuple[float, float]) -> str:
+    """supported / contradicted / inconclusive for a figure and its CI against
+    a band; a figure without a CI is judged on its value alone. Band edges
+    count as outside (a claim of "faster" needs more than a tie)."""
+    lo_edge, hi_edge = band
+    if not math.isfinite(value):
+        return "not measured here"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        low = high = value
+    if low > lo_edge and high < hi_edge:
+        return "supported"
+    if high <= lo_edge or low >= hi_edge:
+        return "contradicted"
+    return "inconclusive"
+
+
+# -- loading ------------------------------------------------------------------------
+_REQUIRED = {"id": str, "claim": str, "source": str, "claimed": str, "hardware": str,
+             "study": str, "metric": str, "cells": dict, "expected": (int, float),
+             "direction": str, "tolerance": (int, float)}
+_OPTIONAL = {"reference": (int, float), "models": list, "shapes": str, "aggregate": str}
+
+
+def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
+    """Read and check a claims file; every problem is named with its claim id."""
+    from .studies import STUDIES
+
+    path = Path(path)
+    if not path.is_file():
+        raise ClaimsError(f"{path}: no such claims file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ClaimsError(f"{path}: not valid YAML: {exc}") from None
+    unknown = set(data) - {"sources", "claims"}
+    if unknown or not isinstance(data.get("claims"), list) or not data["claims"]:
+        raise ClaimsError(f"{path}: expected top-level keys 'sources' (mapping) and 'claims' "
+                          f"(a non-empty list){'; unknown: ' + ', '.join(sorted(unknown)) if unknown else ''}")
+    sources = data.get("sources") or {}
+    problems, claims, seen = [], [], set()
+    for i, raw in enumerate(data["claims"]):
+        where = f"claim {raw.get('id', i + 1)!r}" if isinstance(raw, dict) else f"claim {i + 1}"
+        if not isinstance(raw, dict):
+            problems.append(f"{where}: expected a mapping")
+            continue
+        bad = [k for k in raw if k not in _REQUIRED and k not in _OPTIONAL]
+        problems += [f"{where}: unknown key {k!r}; allowed: "
+                     f"{', '.join([*_REQUIRED, *_OPTIONAL])}" for k in bad]
+        for key, typ in {**_REQUIRED, **_OPTIONAL}.items():
+            if key not in raw:
+                if key in _REQUIRED:
+                    problems.append(f"{where}: missing key {key!r}")
+                continue
+            if not isinstance(raw[key], typ) or isinstance(raw[key], bool):
+                problems.append(f"{where}: key {key!r}: expected {getattr(typ, '__name__', 'a number')}, "
+                                f"got {raw[key]!r}")
+        if any(p.startswith(where) for p in problems):
+            continue
+        checks = [("source", raw["source"], list(sources)), ("hardware", raw["hardware"], HARDWARE),
+                  ("study", raw["study"], list(STUDIES)), ("metric", raw["metric"], list(METRICS)),
+                  ("direction", raw["direction"], DIRECTIONS),
+                  ("shapes", raw.get("shapes", "all"), ("all", "smallest", "largest")),
+                  ("aggregate", raw.get("aggregate", "geomean"), ("geomean", "min"))]
+        for key, value, allowed in checks:
+            if value not in allowed:
+                problems.append(f"{where}: key {key!r}: unknown value {value!r}; allowed: "
+                                f"{', '.join(map(str, allowed))}")
+        if raw["id"] in seen:
+            problems.append(f"{where}: duplicate id")
+        seen.add(raw["id"])
+        if raw["direction"] in ("above", "below") and "reference" not in raw:
+            problems.append(f"{where}: direction {raw['direction']!r} needs a 'reference' "
+                            f"(the no-effect value the claim is above or below)")
+        if raw["tolerance"] < 0:
+            problems.append(f"{where}: key 'tolerance': must be >= 0")
+        if raw["metric"] in METRICS:
+            needed = METRICS[raw["metric"]].cells
+            missing = [k for k in needed if k not in raw["cells"]]
+            extra = [k for k in raw["cells"] if k not in needed]
+            if missing or extra:
+                problems.append(f"{where}: key 'cells': metric {raw['metric']!r} needs "
+                                f"{', '.join(needed)}" + (f"; unknown: {', '.join(extra)}"
+                                                          if extra else ""))
+        if any(p.startswith(where) for p in problems):
+            continue
+        claims.append(Claim(
+            id=raw["id"], claim=raw["claim"], source=raw["source"], claimed=raw["claimed"],
+            hardware=raw["hardware"], study=raw["study"], metric=raw["metric"],
+            cells=dict(raw["cells"]), expected=float(raw["expected"]),
+            direction=raw["direction"], tolerance=float(raw["tolerance"]),
+            reference=float(raw.get("reference", math.nan)),
+            models=tuple(raw.get("models", ())), shapes=raw.get("shapes", "all"),
+            aggregate=raw.get("aggregate", "geomean"),
+            source_text=" ".join(str(sources[raw["source"]]).split())))
+    if problems:
+        raise ClaimsError(f"{path}: {len(problems)} problem(s)\n  " + "\n  ".join(problems))
+    return claims
+
+
+# -- the stored results of a profile ---------------------------------------------------
+class StudyData:
+    """A study's stored results, loaded once and summarised (rounds pooled)."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.present = (directory / "results" / "results.parquet").is_file() or \
+            (directory / "results" / "cells").is_dir()
+        res = load_results(directory) if self.present else None
+        self.results = res.results if res is not None else pd.DataFrame()
+        self.present = self.present and len(self.results) > 0
+        self.samples = res.samples if res is not None else pd.DataFrame()
+        self.losses = res.losses if res is not None else None
+        self.manifest = res.manifest if res is not None else {}
+        self.summary = summarize(self.results, self.samples) if self.present else pd.DataFrame()
+        self.by_cell = samples_by_cell(self.samples) if self.present else {}
+
+
+def _devices(hardware: str) -> tuple[str, ...]:
+    return {"cpu": ("cpu",), "gpu": ("gpu",), "any": ("cpu", "gpu")}[hardware]
+
+
+def _label(r) -> str:
+    return f"{r['model']} {r['batch_size']}x{r['seq_len']}"
+
+
+def _pick_shapes(rows: list, shapes: str) -> list:
+    """All rows, or each model's smallest / largest batch x sequence."""
+    if shapes == "all":
+        return rows
+    pick = {}
+    for r in rows:
+        size = r["batch_size"] * r["seq_len"]
+        best = pick.get(r["model"])
+        if best is None or (size < best[0] if shapes == "smallest" else size > best[0]):
+            pick[r["model"]] = (size, r)
+    return [r for _, r in pick.values()]
+
+
+def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
+    """(row of a, row of b) for every cell both ran ok, on these devices."""
+    s = data.summary
+    s = s[s["status"].isin(_OK) & s["device"].isin(devices)]
+    if claim.models:
+        s = s[s["model"].isin(claim.models)]
+    base = s[s["variant"] == b].set_index(CELL_KEYS)
+    rows = [r for _, r in s[s["variant"] == a].iterrows()
+            if tuple(r[k] for k in CELL_KEYS) in base.index]
+    rows = _pick_shapes(rows, shapes)
+    return [(r, base.loc[tuple(r[k] for k in CELL_KEYS)]) for r in rows]
+
+
+def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
+    s = data.summary
+    on = s[s["device"].isin(devices)]
+    if claim.models:
+        on = on[on["model"].isin(claim.models)]
+    what = f"{' or '.join(claim.models)} " if claim.models else ""
+    if on.empty:
+        return f"no {what}cells on {'/'.join(devices)} in the {claim.study} study"
+    parts = []
+    for v in needs:
+        g = on[on["variant"] == v]
+        if g.empty:
+            parts.append(f"{v} did not run")
+        elif not g["status"].isin(_OK).any():
+            parts.append(f"{v}: " + ", ".join(f"{k} {n}" for k, n in
+                                              g["status"].value_counts().items()))
+    return "no cell where " + " and ".join(needs) + " both ran ok" + (
+        f" ({'; '.join(parts)})" if parts else "")
+
+
+# -- metrics ------------------------------------------------------------------------
+def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Geometric mean over the cells both ran of median time(a) / median time(b),
+    with a bootstrap CI from every cell's raw samples. aggregate ``min``: the
+    model with the lowest ratio (each model's cells pooled), with its CI."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    pairs = _pairs(data, claim, devices, a, b, claim.shapes)
+    m = Measurement(unit=f"{a} time / {b} time")
+    if not pairs:
+        m.note = _why_none(data, claim, devices, [a, b])
+        return m
+    groups = {"all": pairs}
+    if claim.aggregate == "min":
+        groups = {}
+        for ra, rb in pairs:
+            groups.setdefault(ra["model"], []).append((ra, rb))
+    best = None
+    for name, ps in groups.items():
+        est = geomean_ratio_ci([(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]])
+                                for ra, rb in ps])
+        if best is None or est[0] < best[1][0]:
+            best = (ps, est)
+    used, (m.value, m.low, m.high) = best
+    m.cells = [_label(ra) for ra, _ in used]
+    m.points = [(_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
+    m.devices = {ra["device"] for ra, _ in used}
+    if claim.aggregate == "min" and len(groups) > 1:
+        m.note = f"lowest of {len(groups)} models: {used[0][0]['model']}"
+    return m
+
+
+def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
+    """How much more b speeds up over a at each model's smallest batch x
+    sequence than at its largest: (a/b at smallest) / (a/b at largest),
+    geometric mean over models, bootstrap CI from the four cells' samples."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    small = _pairs(data, claim, devices, a, b, "smallest")
+    large = {ra["model"]: (ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, "largest")}
+    m = Measurement(unit=f"({a}/{b} at smallest) / ({a}/{b} at largest)")
+    both = [(s, large[s[0]["model"]]) for s in small if s[0]["model"] in large
+            and s[0]["cell_id"] != large[s[0]["model"]][0]["cell_id"]]
+    if not both:
+        m.note = ("each model needs two sizes where both ran: "
+                  + _why_none(data, claim, devices, [a, b]) if not small else
+                  "each model ran one batch x sequence only: no trend to see")
+        return m
+    arrays = []
+    for (sa, sb), (la, lb) in both:
+        arrays += [(data.by_cell[sa["cell_id"]], data.by_cell[sb["cell_id"]]),
+                   (data.by_cell[lb["cell_id"]], data.by_cell[la["cell_id"]])]
+    # The geometric mean over 2 log-ratios per model, squared, is the product of
+    # the two per model (averaged over models): a monotone map, so the CI maps too.
+    m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
+    m.cells = [f"{_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
+    for ra, rb in _pairs(data, claim, devices, a, b, "all"):
+        m.points.append((_label(ra), ra["median_s"] / rb["median_s"]))
+    m.devices = {sa["device"] for (sa, _), _ in both}
+    m.note = f"{a} time / {b} time: " + "; ".join(
+        f"{sa['model']} {sa['median_s'] / sb['median_s']:.2f} at {sa['batch_size']}x"
+        f"{sa['seq_len']}, {la['median_s'] / lb['median_s']:.2f} at {la['batch_size']}x"
+        f"{la['seq_len']}" for (sa, sb), (la, lb) in both)
+    return m
+
+
+def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Geometric mean over the cells both ran of peak memory(a) / peak memory(b).
+    One memory measurement per cell: no CI."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    pairs = [(ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, claim.shapes)
+             if ra["peak_mem_bytes"] > 0 and rb["peak_mem_bytes"] > 0]
+    m = Measurement(unit=f"{a} peak memory / {b} peak memory")
+    if not pairs:
+        m.note = _why_none(data, claim, devices, [a, b])
+        return m
+    ratios = [ra["peak_mem_bytes"] / rb["peak_mem_bytes"] for ra, rb in pairs]
+    m.value = geomean(ratios)
+    m.cells = [_label(ra) for ra, _ in pairs]
+    m.points = list(zip(m.cells, ratios))
+    m.devices = {ra["device"] for ra, _ in pairs}
+    methods = sorted({str(ra.get("mem_method", "")) for ra, _ in pairs} - {""})
+    m.note = "one peak-memory measurement per cell: no CI" + (
+        f" ({', '.join(methods)})" if methods else "")
+    return m
+
+
+def oom_order(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Which of a and b ran out of memory at a smaller batch x sequence: +1 a
+    first, -1 b first, 0 at the same size. When neither did, nothing can be
+    said (not measured here) and the peak-memory ratio at the largest size
+    both ran is shown."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    s = data.summary[data.summary["device"].isin(devices)]
+    m = Measurement(unit=f"+1: {a} out of memory first, -1: {b} first, 0: same size")
+    if claim.models:
+        s = s[s["model"].isin(claim.models)]
+    first = {}
+    for v in (a, b):
+        oom = s[(s["variant"] == v) & (s["status"] == "oom")]
+        first[v] = (oom["batch_size"] * oom["seq_len"]).min() if len(oom) else math.inf
+    mem = memory_ratio(data, Claim(**{**asdict(claim), "shapes": "largest"}), devices)
+    m.devices = mem.devices | set(s["device"])
+    if not (math.isfinite(first[a]) or math.isfinite(first[b])):
+        m.cells = mem.cells
+        m.forced = "not measured here"
+        ran = s[s["variant"].isin([a, b])]
+        biggest = (ran["batch_size"] * ran["seq_len"]).max() if len(ran) else 0
+        m.note = (f"no cell ran out of memory (largest batch x sequence {biggest} tokens); "
+                  f"peak memory {a} / {b} at each model's largest size: "
+                  + (f"{mem.value:.2f}" if math.isfinite(mem.value) else "n/a"))
+        return m
+    m.value = float(np.sign(first[b] - first[a]))
+    m.cells = [f"{v}: first out of memory at {first[v]:g} tokens" if math.isfinite(first[v])
+               else f"{v}: never out of memory" for v in (a, b)]
+    m.note = "; ".join(m.cells)
+    return m
+
+
+def precision_speedup(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Geometric mean of float32 time / ``dtype`` time over every framework's
+    cells of ``task``, bootstrap CI."""
+    dtype, task = claim.cells["dtype"], claim.cells["task"]
+    m = Measurement(unit=f"float32 time / {dtype} time ({task})")
+    s = data.summary[data.summary["device"].isin(devices)]
+    table = precision_table(s, data.samples) if len(s) else pd.DataFrame()
+    if len(table):
+        table = table[(table["dtype"] == dtype) & (table["task"] == task)
+                      & table["speedup"].notna()]
+        if claim.models:
+            table = table[table["model"].isin(claim.models)]
+    if table.empty:
+        m.note = f"no {task} cell where both float32 and {dtype} ran ok on {'/'.join(devices)}"
+        return m
+    m.value, m.low, m.high = geomean_ratio_ci(
+        [(data.by_cell[r["baseline_cell_id"]], data.by_cell[r["cell_id"]])
+         for _, r in table.iterrows()])
+    m.cells = [f"{r['variant']} {_label(r)}" for _, r in table.iterrows()]
+    m.points = list(zip(m.cells, table["speedup"]))
+    m.devices = set(table["device"])
+    return m
+
+
+def precision_stability(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Training steps that went wrong (skipped by loss scaling after an overflow,
+    or a non-finite loss) with precision a minus those with b, summed over the
+    frameworks that trained both from the same weights on the same batch. No
+    CI (counts); if neither precision had one, nothing separates them."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    m = Measurement(unit=f"unstable steps {a} - unstable steps {b}")
+    losses = data.losses
+    if losses is None or losses.empty:
+        m.note = "no training losses stored"
+        return m
+    table = stability_table(losses)
+    table = table.assign(unstable=table["skipped_steps"] + table["nonfinite_losses"])
+    pa = table[table["dtype"] == a].set_index(["model", "variant"])
+    pb = table[table["dtype"] == b].set_index(["model", "variant"])
+    both = pa.index.intersection(pb.index)
+    if claim.models:
+        both = [k for k in both if k[0] in claim.models]
+    if len(both) == 0:
+        m.note = f"no framework trained both {a} and {b}"
+        return m
+    ua = int(sum(pa.loc[k, "unstable"] for k in both))
+    ub = int(sum(pb.loc[k, "unstable"] for k in both))
+    m.value = float(ua - ub)
+    m.cells = [f"{k[1]} {k[0]}: {a} {int(pa.loc[k, 'unstable'])}/{int(pa.loc[k, 'steps'])}, "
+               f"{b} {int(pb.loc[k, 'unstable'])}/{int(pb.loc[k, 'steps'])} steps unstable"
+               for k in both]
+    m.points = [(f"{k[1]} {k[0]}", float(pa.loc[k, "unstable"] - pb.loc[k, "unstable"]))
+                for k in both]
+    dev = data.results["device"] if "device" in data.results else pd.Series(dtype=str)
+    m.devices = set(dev[data.results["task"] == "train"]) if len(dev) else set()
+    m.note = "; ".join(m.cells)
+    if ua == 0 and ub == 0:
+        m.forced = "inconclusive"
+        m.note = (f"neither {a} nor {b} skipped a step or lost a finite loss in "
+                  f"{int(pa.loc[list(both), 'steps'].sum())} steps: nothing separates them here")
+    return m
+
+
+def scaling_efficiency(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Scaling efficiency (speed-up over the fewest workers / ideal speed-up)
+    at the most workers each framework ran; the claim needs every framework
+    named, so the figure is the lowest of them, with its bootstrap CI."""
+    fws, scaling = claim.cells["frameworks"], claim.cells["scaling"]
+    m = Measurement(unit=f"{scaling}-scaling efficiency at the most workers")
+    s = data.summary[data.summary["device"].isin(devices)]
+    table = scaling_table(s, data.samples) if len(s) else pd.DataFrame()
+    rows = []
+    for fw in fws:
+        g = table[(table["framework"] == fw) & (table["scaling"] == scaling)
+                  & table["efficiency"].notna() & (table["workers"] > table["baseline_workers"])] \
+            if len(table) else table
+        if len(g):
+            rows.append(g.sort_values("workers").iloc[-1])
+    if len(rows) < len(fws):
+        m.note = (f"{scaling} scaling needs two worker counts for each of {', '.join(fws)} "
+                  f"on {'/'.join(devices)}")
+        return m
+    low = min(rows, key=lambda r: r["efficiency"])
+    m.value, m.low, m.high = low["efficiency"], low["efficiency_low"], low["efficiency_high"]
+    m.cells = [f"{r['variant']} {r['model']} {r['baseline_workers']}->{r['workers']} workers"
+               for r in rows]
+    m.points = [(c, r["efficiency"]) for c, r in zip(m.cells, rows)]
+    m.devices = {r["device"] for r in rows}
+    m.note = "lowest: " + ", ".join(f"{r['variant']} {r['efficiency']:.0%}" for r in rows)
+    return m
+
+
+@dataclass(frozen=True)
+class Metric:
+    fn: object
+    cells: tuple[str, ...]
+
+
+METRICS = {
+    "time_ratio": Metric(time_ratio, ("a", "b")),
+    "speedup_trend": Metric(speedup_trend, ("a", "b")),
+    "memory_ratio": Metric(memory_ratio, ("a", "b")),
+    "oom_order": Metric(oom_order, ("a", "b")),
+    "precision_speedup": Metric(precision_speedup, ("dtype", "task")),
+    "precision_stability": Metric(precision_stability, ("a", "b")),
+    "scaling_efficiency": Metric(scaling_efficiency, ("frameworks", "scaling")),
+}
+
+
+# -- the scorecard ------------------------------------------------------------------
+@dataclass
+class Scorecard:
+    table: pd.DataFrame   # one row per claim
+    points: pd.DataFrame  # per-cell values behind each claim's figure
+    profile: str
+
+    def verdict_counts(self) -> dict[str, int]:
+        return {v: int((self.table["verdict"] == v).sum()) for v in VERDICTS}
+
+
+def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float]]]:
+    """One claim's scorecard row and the per-cell values behind it."""
+    row = {"id": claim.id, "claim": claim.claim, "source": claim.source,
+           "source_text": claim.source_text, "claimed": claim.claimed,
+           "claim_hardware": claim.hardware, "study": claim.study, "metric": claim.metric,
+           "expected": claim.expected, "direction": claim.direction,
+           "band_low": claim.band[0], "band_high": claim.band[1], "tolerance": claim.tolerance}
+    fn = METRICS[claim.metric].fn
+    if not data.present:
+        m = Measurement(note=f"the {claim.study} study has no results for this profile")
+    else:
+        m = fn(data, claim, _devices(claim.hardware))
+        if claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced:
+            # Not measured on a GPU: show what the CPU cells say, unjudged.
+            cpu = fn(data, claim, ("cpu",))
+            if math.isfinite(cpu.value):
+                cpu.forced = "not measured here"
+                cpu.note = ("the claim is about GPUs and this run has no GPU cells; the "
+                            "figure is this CPU's, shown for context and not judged"
+                            + (f" ({cpu.note})" if cpu.note else ""))
+                m = cpu
+            else:
+                m.forced = "not measured here"
+                m.note = "the claim is about GPUs and this run has no GPU cells"
+    verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
+    if verdict == "not measured here" and not m.note:
+        m.note = "no figure could be computed"
+    hw = hardware_line(data.manifest) if data.manifest else ""
+    row.update(verdict=verdict, value=m.value, ci_low=m.low, ci_high=m.high, unit=m.unit,
+               has_ci=bool(math.isfinite(m.low) and math.isfinite(m.high)),
+               n_cells=len(m.cells), cells="; ".join(m.cells),
+               measured_on=("/".join(sorted(m.devices)) + (f": {hw}" if hw else ""))
+               if m.devices else (hw or "no run"),
+               note=m.note)
+    return row, m.points
+
+
+def scorecard(profile: str = "quick", results_dir: Path | str | None = None,
+              claims_file: Path | str | None = None,
+              output_dir: Path | str | None = None) -> Scorecard:
+    """Judge every claim against the results in ``results_dir/<study>``
+    (default outputs/<profile>). With ``output_dir``, also write
+    scorecard.json, scorecard.csv and points.csv there (index.html reads the
+    JSON)."""
+    claims = load_claims(claims_file or CLAIMS_FILE)
+    root = Path(results_dir) if results_dir else OUTPUTS / profile
+    data: dict[str, StudyData] = {}
+    rows, points = [], []
+    for c in claims:
+        if c.study not in data:
+            data[c.study] = StudyData(root / c.study)
+        row, pts = evaluate(c, data[c.study])
+        rows.append(row)
+        points += [{"id": c.id, "cell": label, "value": float(v)} for label, v in pts]
+    card = Scorecard(pd.DataFrame(rows), pd.DataFrame(points, columns=["id", "cell", "value"]),
+                     profile)
+    if output_dir:
+        write(card, Path(output_dir))
+    return card
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (np.floating, np.integer, np.bool_)):
+        return _jsonable(v.item())
+    return v
+
+
+def write(card: Scorecard, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {"profile": card.profile, "verdicts": card.verdict_counts(),
+           "claims": [{k: _jsonable(v) for k, v in r.items()}
+                      for r in card.table.to_dict("records")]}
+    target = directory / "scorecard.json"
+    tmp = directory / ".scorecard.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, target)
+    card.table.to_csv(directory / "scorecard.csv", index=False)
+    card.points.to_csv(directory / "points.csv", index=False)
+    return target
+
+
+def read(directory: Path) -> dict | None:
+    """The scorecard a summary run wrote, or None."""
+    f = Path(directory) / "scorecard.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def format_value(row) -> str:
+    """The figure with its CI, as the scorecard prints it."""
+    v, lo, hi = (row.get(k) for k in ("value", "ci_low", "ci_high"))
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    def num(x):
+        return f"{x:.3f}" if 0.1 <= abs(x) < 10 else f"{x:.3g}"
+
+    text = f"{v:+.0f}" if row.get("metric") in ("oom_order", "precision_stability") else num(v)
+    if lo is not None and hi is not None and all(
+            isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
+        text += f" [{num(lo)}, {num(hi)}]"
+    elif row.get("metric") not in ("oom_order", "precision_stability"):
+        text += " (no CI)"
+    return text
+
+
+def format_band(row) -> str:
+    lo, hi = row.get("band_low"), row.get("band_high")
+    if row.get("direction") == "above":
+        return f"> {lo:.3g}"
+    if row.get("direction") == "below":
+        return f"< {hi:.3g}"
+    return f"{lo:.3g} to {hi:.3g}"
+
+
+VERDICT_COLOURS = {"supported": "#d4edda", "contradicted": "#f8d7da",
+                   "inconclusive": "#fff3cd", "not measured here": "#e2e3e5"}
+
+
+def display_table(card: Scorecard) -> pd.DataFrame:
+    """The scorecard as a person reads it: claim, source, claimed, measured
+    with CI, band, verdict, cells, hardware, note."""
+    t = card.table.reset_index(drop=True)
+    df = pd.DataFrame({
+        "claim": t["claim"], "source": t["source"], "claimed": t["claimed"],
+        "measured": [format_value(r) for r in t.to_dict("records")],
+        "metric": t["unit"], "holds when": [format_band(r) for r in t.to_dict("records")],
+        "verdict": t["verdict"], "cells": t["n_cells"], "measured on": t["measured_on"],
+        "note": t["note"]})
+    return df.set_axis(pd.Index(t["id"], name="id"))
+
+
+def styled(card: Scorecard):
+    """display_table coloured by verdict (a pandas Styler, for the notebook)."""
+    df = display_table(card)
+    return df.style.map(lambda v: f"background-color: {VERDICT_COLOURS.get(v, '')}",
+                        subset=["verdict"]).set_properties(**{"text-align": "left"})

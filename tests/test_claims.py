@@ -1,0 +1,236 @@
+"""The claims scorecard: the claims file is checked, each metric computes its
+figure from raw samples, and the verdict follows the CI against the band."""
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fwcompare import claims
+from fwcompare.claims import Claim, judge
+
+ISSUE_CLAIMS = {"cpu-inference-pytorch-faster", "gpu-inference-tensorflow-faster",
+                "pytorch-oom-first", "torchscript-speedup", "torchscript-slower-large-inputs",
+                "xla-speedup", "xla-most-for-small-inputs", "torch-compile-near-graph",
+                "pytorch-trains-bert-faster", "tensorflow-less-training-memory",
+                "mixed-precision-training-speedup", "bf16-more-stable-than-fp16",
+                "data-parallel-near-linear"}
+
+
+def test_judge_against_a_band():
+    band = (1.1, 1.3)
+    assert judge(1.2, 1.15, 1.25, band) == "supported"
+    assert judge(1.0, 0.95, 1.05, band) == "contradicted"
+    assert judge(1.4, 1.35, 1.5, band) == "contradicted"
+    assert judge(1.12, 1.05, 1.2, band) == "inconclusive"   # straddles the lower edge
+    assert judge(1.2, 1.0, 1.4, band) == "inconclusive"     # reaches past both edges
+    assert judge(1.2, math.nan, math.nan, band) == "supported"  # no CI: the value decides
+    assert judge(1.0, math.nan, math.nan, band) == "contradicted"
+    assert judge(math.nan, math.nan, math.nan, band) == "not measured here"
+    # A claim of "faster" needs more than a tie: the edge itself is outside.
+    assert judge(1.02, 1.0, 1.02, (1.02, math.inf)) == "contradicted"
+
+
+def claim(**kw):
+    base = dict(id="c", claim="A is 1.2x B", source="s", claimed="1.2x", hardware="any",
+                study="inference_sweep", metric="time_ratio",
+                cells={"a": "torch/eager", "b": "tensorflow/graph"}, expected=1.2,
+                direction="about", tolerance=0.1)
+    return Claim(**{**base, **kw})
+
+
+def test_bands_by_direction():
+    assert claim().band == pytest.approx((1.1, 1.3))
+    assert claim(direction="above", reference=1.0, tolerance=0.02).band == (1.02, math.inf)
+    assert claim(direction="below", reference=1.0, tolerance=0.0).band == (-math.inf, 1.0)
+
+
+def test_the_project_claims_file_has_the_issue_claims():
+    cs = claims.load_claims()
+    assert ISSUE_CLAIMS <= {c.id for c in cs}
+    for c in cs:
+        assert c.source_text and c.claimed and c.claim.endswith(".")
+        assert c.band[0] < c.band[1]
+
+
+CLAIM_X = ("  - id: x\n    claim: A.\n    source: s\n"
+           "    claimed: '1x'\n    hardware: cpu\n    study: inference_sweep\n"
+           "    metric: time_ratio\n    cells: {a: torch/eager, b: tensorflow/graph}\n"
+           "    expected: 1.0\n    direction: about\n")
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("    tolerance: 0.1\n    colour: red\n", "claim 'x': unknown key 'colour'"),
+    ("    tolerance: -0.1\n", "claim 'x': key 'tolerance': must be >= 0"),
+    ("    tolerance: 0.1\n" + CLAIM_X + "    tolerance: 0.1\n", "claim 'x': duplicate id"),
+    ("    tolerance: yes\n", "claim 'x': key 'tolerance': expected a number, got True"),
+])
+def test_bad_claims_files_are_named(tmp_path, edit, message):
+    text = "sources: {s: a source}\nclaims:\n" + CLAIM_X
+    f = tmp_path / "claims.yaml"
+    f.write_text(text + edit)
+    with pytest.raises(claims.ClaimsError, match=message):
+        claims.load_claims(f)
+
+
+def test_claims_file_problems_each_named(tmp_path):
+    f = tmp_path / "claims.yaml"
+    f.write_text("sources: {s: a source}\nclaims:\n"
+                 "  - {id: a, claim: A., source: t, claimed: x, hardware: tpu, study: inference_sweep,"
+                 " metric: time_ratio, cells: {a: torch/eager}, expected: 1, direction: above,"
+                 " tolerance: 0}\n"
+                 "  - {id: b, claim: B., source: s, claimed: x, hardware: cpu, study: nope,"
+                 " metric: speed, cells: {}, expected: 1, direction: about, tolerance: 0}\n")
+    with pytest.raises(claims.ClaimsError) as exc:
+        claims.load_claims(f)
+    msg = str(exc.value)
+    for part in ["claim 'a': key 'source': unknown value 't'",
+                 "claim 'a': key 'hardware': unknown value 'tpu'",
+                 "claim 'a': direction 'above' needs a 'reference'",
+                 "claim 'a': key 'cells': metric 'time_ratio' needs a, b",
+                 "claim 'b': key 'study': unknown value 'nope'",
+                 "claim 'b': key 'metric': unknown value 'speed'"]:
+        assert part in msg, msg
+
+
+def fake_study(cells, present=True, losses=None):
+    """A StudyData stand-in: cells are (model, variant, device, batch, seq, status,
+    samples or None, peak_mem)."""
+    rows, by_cell = [], {}
+    for i, (model, var, device, b, s, status, x, mem) in enumerate(cells):
+        cid = f"c{i}"
+        fw, mode = var.split("/")
+        rows.append(dict(cell_id=cid, model=model, framework=fw, mode=mode, variant=var,
+                         device=device, dtype="float32", batch_size=b, seq_len=s,
+                         status=status, median_s=np.median(x) if x is not None else math.nan,
+                         peak_mem_bytes=mem, task="inference"))
+        if x is not None:
+            by_cell[cid] = np.asarray(x)
+    df = pd.DataFrame(rows)
+    return SimpleNamespace(present=present, summary=df, results=df, by_cell=by_cell,
+                           samples=pd.DataFrame(), losses=losses, manifest={})
+
+
+def noisy(center, n=30, seed=0):
+    return center * (1 + 0.01 * np.random.default_rng(seed).standard_normal(n))
+
+
+def two_framework_study(ratio, device="cpu"):
+    cells = []
+    for j, (b, s) in enumerate([(1, 32), (2, 128)]):
+        base = 0.01 * b * s / 32
+        cells += [("m", "torch/eager", device, b, s, "ok", noisy(base * ratio, seed=j), 2e9),
+                  ("m", "tensorflow/graph", device, b, s, "ok", noisy(base, seed=10 + j), 1e9)]
+    return fake_study(cells)
+
+
+@pytest.mark.parametrize("ratio, expected, verdict", [
+    (1.2, 1.2, "supported"), (1.2, 1.5, "contradicted"), (1.2, 1.1, "inconclusive")])
+def test_time_ratio_from_raw_samples(ratio, expected, verdict):
+    data = two_framework_study(ratio)
+    row, points = claims.evaluate(claim(expected=expected, tolerance=0.1), data)
+    assert row["value"] == pytest.approx(ratio, rel=0.01)
+    assert row["ci_low"] < row["value"] < row["ci_high"] and row["has_ci"]
+    assert row["verdict"] == verdict, row
+    assert row["n_cells"] == 2 and [p[0] for p in points] == ["m 1x32", "m 2x128"]
+    medians = [np.median(data.by_cell[f"c{i}"]) / np.median(data.by_cell[f"c{i + 1}"])
+               for i in (0, 2)]
+    assert row["value"] == pytest.approx(np.sqrt(medians[0] * medians[1]), rel=1e-12)
+
+
+def test_gpu_claim_on_a_cpu_run_is_not_judged_but_shows_the_cpu_figure():
+    row, _ = claims.evaluate(claim(hardware="gpu"), two_framework_study(1.2))
+    assert row["verdict"] == "not measured here"
+    assert row["value"] == pytest.approx(1.2, rel=0.01) and "GPU" in row["note"]
+    judged, _ = claims.evaluate(claim(hardware="gpu"), two_framework_study(1.2, "gpu"))
+    assert judged["verdict"] == "supported" and judged["measured_on"].startswith("gpu")
+
+
+def test_failed_cells_leave_a_claim_unmeasured_and_say_why():
+    data = fake_study([("m", "torch/eager", "cpu", 1, 32, "ok", noisy(0.01), 1e9),
+                       ("m", "tensorflow/graph", "cpu", 1, 32, "error", None, math.nan)])
+    row, _ = claims.evaluate(claim(), data)
+    assert row["verdict"] == "not measured here"
+    assert "tensorflow/graph: error 1" in row["note"]
+
+
+def test_min_aggregate_picks_the_model_with_the_lowest_ratio():
+    cells = []
+    for j, (model, r) in enumerate([("fast", 1.3), ("slow", 0.8)]):
+        cells += [(model, "torch/eager", "cpu", 8, 128, "ok", noisy(0.1 * r, seed=j), 1e9),
+                  (model, "tensorflow/graph", "cpu", 8, 128, "ok", noisy(0.1, seed=5 + j), 1e9)]
+    c = claim(shapes="largest", aggregate="min", direction="below", reference=1.0,
+              tolerance=0.0)
+    row, _ = claims.evaluate(c, fake_study(cells))
+    assert row["value"] == pytest.approx(0.8, rel=0.01) and row["verdict"] == "supported"
+    assert row["cells"] == "slow 8x128" and "slow" in row["note"]
+
+
+def test_speedup_trend_compares_smallest_with_largest():
+    cells = [("m", "tensorflow/graph", "cpu", 1, 16, "ok", noisy(0.02), 1e9),
+             ("m", "tensorflow/xla", "cpu", 1, 16, "ok", noisy(0.01, seed=1), 1e9),
+             ("m", "tensorflow/graph", "cpu", 8, 128, "ok", noisy(0.5, seed=2), 1e9),
+             ("m", "tensorflow/xla", "cpu", 8, 128, "ok", noisy(0.4, seed=3), 1e9)]
+    c = claim(metric="speedup_trend", cells={"a": "tensorflow/graph", "b": "tensorflow/xla"},
+              direction="above", reference=1.0, tolerance=0.05)
+    row, _ = claims.evaluate(c, fake_study(cells))
+    assert row["value"] == pytest.approx(2.0 / 1.25, rel=0.02)   # 2x at small, 1.25x at large
+    assert row["ci_low"] < row["value"] < row["ci_high"] and row["verdict"] == "supported"
+
+
+def test_memory_ratio_has_no_ci_and_is_judged_on_its_value():
+    c = claim(metric="memory_ratio", expected=2.0, tolerance=0.1)
+    row, _ = claims.evaluate(c, two_framework_study(1.0))
+    assert row["value"] == pytest.approx(2.0) and not row["has_ci"]
+    assert row["verdict"] == "supported" and "no CI" in row["note"]
+
+
+def test_oom_order():
+    c = claim(metric="oom_order", direction="above", reference=0.0, tolerance=0.0, expected=1)
+    none = two_framework_study(1.0)
+    row, _ = claims.evaluate(c, none)
+    assert row["verdict"] == "not measured here" and "no cell ran out of memory" in row["note"]
+    cells = [("m", "torch/eager", "cpu", 8, 512, "oom", None, math.nan),
+             ("m", "tensorflow/graph", "cpu", 8, 512, "ok", noisy(1.0), 9e9),
+             ("m", "torch/eager", "cpu", 1, 32, "ok", noisy(0.01), 1e9),
+             ("m", "tensorflow/graph", "cpu", 1, 32, "ok", noisy(0.01), 1e9)]
+    row, _ = claims.evaluate(c, fake_study(cells))
+    assert row["value"] == 1 and row["verdict"] == "supported"
+    swapped = [(m, {"torch/eager": "tensorflow/graph", "tensorflow/graph": "torch/eager"}[v],
+                *rest) for m, v, *rest in cells]
+    row, _ = claims.evaluate(c, fake_study(swapped))
+    assert row["value"] == -1 and row["verdict"] == "contradicted"
+
+
+def stability_losses(fp16_skips, bf16_skips, steps=10):
+    rows = []
+    for dtype, skips in [("float32", 0), ("float16", fp16_skips), ("bfloat16", bf16_skips)]:
+        for step in range(steps):
+            rows.append(dict(model="m", framework="torch", mode="eager", dtype=dtype, step=step,
+                             loss=2.0 - 0.01 * step, reference_loss=2.0 - 0.01 * step,
+                             skipped=step < skips, loss_scale=1.0))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("fp16, bf16, verdict", [
+    (3, 0, "supported"), (0, 2, "contradicted"), (0, 0, "inconclusive")])
+def test_precision_stability(fp16, bf16, verdict):
+    c = claim(study="mixed_precision", metric="precision_stability",
+              cells={"a": "float16", "b": "bfloat16"}, direction="above", reference=0.0,
+              tolerance=0.0, expected=1)
+    data = fake_study([], losses=stability_losses(fp16, bf16))
+    row, _ = claims.evaluate(c, data)
+    assert row["value"] == fp16 - bf16 and row["verdict"] == verdict, row
+    if verdict == "inconclusive":
+        assert "nothing separates them" in row["note"]
+
+
+def test_scorecard_without_results_is_all_not_measured(tmp_path):
+    card = claims.scorecard("smoke", results_dir=tmp_path, output_dir=tmp_path / "summary")
+    assert set(card.table["verdict"]) == {"not measured here"}
+    assert card.table["note"].str.contains("has no results for this profile").all()
+    stored = claims.read(tmp_path / "summary")
+    assert len(stored["claims"]) == len(card.table)
+    assert stored["verdicts"]["not measured here"] == len(card.table)
+    assert [c.id for c in claims.load_claims()] == [r["id"] for r in stored["claims"]]
