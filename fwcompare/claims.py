@@ -172,6 +172,8 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
                 problems.append(f"{where}: key 'cells': metric {raw['metric']!r} needs "
                                 f"{', '.join(needed)}" + (f"; unknown: {', '.join(extra)}"
                                                           if extra else ""))
+            else:
+                problems += [f"{where}: key 'cells': {p}" for p in _cell_problems(raw["cells"])]
         if any(p.startswith(where) for p in problems):
             continue
         claims.append(Claim(
@@ -186,6 +188,26 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
     if problems:
         raise ClaimsError(f"{path}: {len(problems)} problem(s)\n  " + "\n  ".join(problems))
     return claims
+
+
+def _cell_problems(cells: dict) -> list[str]:
+    """Names in a claim's cells that no study could have measured."""
+    from .spec import DIST_MODES, DTYPES, MODES, SCALINGS, TASKS
+
+    allowed = {"dtype": DTYPES, "task": TASKS, "scaling": SCALINGS}
+    problems = []
+    for key, value in cells.items():
+        if key in allowed and value not in allowed[key]:
+            problems.append(f"{key} {value!r} is not one of {', '.join(allowed[key])}")
+        elif key == "frameworks":
+            problems += [f"framework {fw!r} has no data-parallel engine; known: "
+                         f"{', '.join(DIST_MODES)}" for fw in value if fw not in DIST_MODES]
+        elif key in ("a", "b") and value not in DTYPES:
+            fw, _, mode = str(value).partition("/")
+            if mode not in MODES.get(fw, ()):
+                problems.append(f"{key} {value!r} is neither framework/mode (e.g. torch/eager) "
+                                f"nor a precision ({', '.join(DTYPES)})")
+    return problems
 
 
 # -- the stored results of a profile ---------------------------------------------------

@@ -234,3 +234,12 @@ def test_scorecard_without_results_is_all_not_measured(tmp_path):
     assert len(stored["claims"]) == len(card.table)
     assert stored["verdicts"]["not measured here"] == len(card.table)
     assert [c.id for c in claims.load_claims()] == [r["id"] for r in stored["claims"]]
+
+
+def test_cell_names_no_study_could_measure_are_named(tmp_path):
+    f = tmp_path / "claims.yaml"
+    f.write_text("sources: {s: a source}\nclaims:\n" + CLAIM_X.replace(
+        "tensorflow/graph", "tensorflow/grpah") + "    tolerance: 0.1\n")
+    with pytest.raises(claims.ClaimsError, match="claim 'x': key 'cells': b 'tensorflow/grpah' "
+                                                 "is neither framework/mode"):
+        claims.load_claims(f)
