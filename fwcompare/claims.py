@@ -605,7 +605,17 @@ def write(card: Scorecard, directory: Path) -> Path:
 def read(directory: Path) -> dict | None:
     """The scorecard a summary run wrote, or None."""
     f = Path(directory) / "scorecard.json"
-    return json.loads(f.read_text()) if f.is_file() else None
+    if not f.is_file():
+        return None
+    doc = json.loads(f.read_text())
+    for r in doc["claims"]:  # JSON has no infinity or NaN: written as "inf" / null
+        for k, v in r.items():
+            if v in ("inf", "-inf") or (v is None and k in _NUMERIC):
+                r[k] = float(v) if v is not None else math.nan
+    return doc
+
+
+_NUMERIC = ("value", "ci_low", "ci_high", "band_low", "band_high", "expected", "tolerance")
 
 
 def format_value(row) -> str:

@@ -102,7 +102,7 @@ def test_report_files_exist_and_link(smoke):
     assert "Breakeven calls" in (out / "acceleration" / "acceleration.html").read_text()
     assert "Do all workers train the same model?" in (
         out / "distributed" / "distributed.html").read_text()
-    for href in re.findall(r'href="([^"#]+)"', index.read_text()):
+    for href in re.findall(r'href="((?!data:)[^"#]+)"', index.read_text()):
         assert (out / href).exists(), href
 
 
