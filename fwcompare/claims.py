@@ -16,26 +16,24 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from . import load_results
 from .env import hardware_line
-from .params import ParamsError
+from .params import ParamsError, read_yaml
 from .paths import OUTPUTS, PARAMS
 from .stats import geomean, geomean_ratio_ci
-from .tables import (CELL_KEYS, precision_table, samples_by_cell, scaling_table,
+from .tables import (_OK, CELL_KEYS, precision_table, samples_by_cell, scaling_table,
                      stability_table, summarize, variant)
 
 CLAIMS_FILE = PARAMS / "claims.yaml"
 VERDICTS = ("supported", "contradicted", "inconclusive", "not measured here")
 HARDWARE = ("cpu", "gpu", "any")
 DIRECTIONS = ("about", "above", "below")
-_OK = ("ok", "not_equivalent")
 
 
 class ClaimsError(ParamsError):
@@ -117,12 +115,7 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
     from .studies import STUDIES
 
     path = Path(path)
-    if not path.is_file():
-        raise ClaimsError(f"{path}: no such claims file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ClaimsError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "claims", ClaimsError)
     unknown = set(data) - {"sources", "claims"}
     if unknown or not isinstance(data.get("claims"), list) or not data["claims"]:
         raise ClaimsError(f"{path}: expected top-level keys 'sources' (mapping) and 'claims' "
@@ -381,7 +374,7 @@ def oom_order(data: StudyData, claim: Claim, devices) -> Measurement:
     for v in (a, b):
         oom = s[(s["variant"] == v) & (s["status"] == "oom")]
         first[v] = (oom["batch_size"] * oom["seq_len"]).min() if len(oom) else math.inf
-    mem = memory_ratio(data, Claim(**{**asdict(claim), "shapes": "largest"}), devices)
+    mem = memory_ratio(data, replace(claim, shapes="largest"), devices)
     m.devices = mem.devices | set(s["device"])
     if not (math.isfinite(first[a]) or math.isfinite(first[b])):
         m.cells = mem.cells

@@ -345,13 +345,17 @@ def load_file(path: Path | str, study: str | None = None) -> dict:
     if study not in SCHEMAS:
         raise ParamsError(f"{path}: cannot tell which study this params file is for; put it "
                           f"under params/<study>/ or name the study ({', '.join(SCHEMAS)})")
+    return validate(study, read_yaml(path, "params"), source=str(path))
+
+
+def read_yaml(path: Path, kind: str, error: type[Exception] = ParamsError):
+    """A YAML file's content ({} when empty), or ``error`` naming the file."""
     if not path.is_file():
-        raise ParamsError(f"{path}: no such params file")
+        raise error(f"{path}: no such {kind} file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
-    return validate(study, data, source=str(path))
+        raise error(f"{path}: not valid YAML: {exc}") from None
 
 
 def collect(study: str, namespace: dict) -> dict:
