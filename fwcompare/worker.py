@@ -264,6 +264,9 @@ class Group:
             return
         try:
             _fault(spec.label)
+            resettable = getattr(self.backend, "PEAK_RESETTABLE", True)
+            if self.device == "gpu" and not resettable:
+                self.backend.reset_peak_memory(self.device)  # marks the cell's start
             fn = call()
             checked: dict = {}
 
@@ -287,10 +290,18 @@ class Group:
             # Memory: a pass of its own, after timing, so sampling never perturbs timing.
             release_freed_heap()
             if self.device == "gpu":
-                self.backend.reset_peak_memory(self.device)
+                if resettable:
+                    self.backend.reset_peak_memory(self.device)
                 self.backend.sync(fn())
-                figures["peak_mem_bytes"] = self.backend.peak_memory_bytes(self.device)
-                figures["mem_method"] = f"{self.fw}_allocator_peak"
+                peak_bytes = self.backend.peak_memory_bytes(self.device)
+                figures["peak_mem_bytes"] = peak_bytes
+                # None: a peak that cannot be reset (JAX) and a cell that stayed
+                # below an earlier one (loading the model): no figure of its own.
+                if peak_bytes is None:
+                    suffix = "_unavailable" if resettable else "_masked_by_earlier_peak"
+                else:
+                    suffix = "" if resettable else "_since_cell_start"
+                figures["mem_method"] = f"{self.fw}_allocator_peak{suffix}"
             else:
                 with PeakRSS() as peak:
                     self.backend.sync(fn())

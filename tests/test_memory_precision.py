@@ -39,3 +39,112 @@ def test_error_metrics_counts_non_finite():
 def test_error_metrics_rejects_shape_mismatch():
     with pytest.raises(ValueError, match="shape"):
         error_metrics(np.zeros((2, 3)), np.zeros((3, 2)))
+
+
+
+class FakeDevice:
+    """A GPU allocator's counters: ``peak`` is what ``memory_stats`` reports."""
+
+    def __init__(self, peak):
+        self.peak = peak
+
+    def memory_stats(self):
+        return {"peak_bytes_in_use": self.peak}
+
+
+def test_jax_gpu_peak_counts_only_when_it_rises_above_the_mark(monkeypatch):
+    """JAX's allocator peak cannot be reset: below the mark (the loading peak,
+    say) there is no figure, not the loading peak."""
+    from fwcompare.frameworks import jax as jax_backend
+
+    dev = FakeDevice(1_200)
+    monkeypatch.setattr(jax_backend, "_device", lambda device: dev)
+    monkeypatch.setattr(jax_backend, "_peak_before", {})
+    assert jax_backend.PEAK_RESETTABLE is False
+    jax_backend.reset_peak_memory("gpu")      # mark: loading left 1200
+    assert jax_backend.peak_memory_bytes("gpu") is None
+    dev.peak = 1_500                          # the cell set a new peak
+    assert jax_backend.peak_memory_bytes("gpu") == 1_500
+    assert jax_backend.peak_memory_bytes("cpu") is None  # CPU: the caller uses RSS
+
+
+def _gpu_cell(monkeypatch, backend, fn):
+    """Run ``Group.measure`` for one GPU cell with a fake backend; its row."""
+    from fwcompare import worker
+    from fwcompare.spec import RunSpec
+    from fwcompare.timing import TimingConfig
+
+    g = object.__new__(worker.Group)
+    g.fw, g.device, g.backend, g.info = "fake", "gpu", backend, {"max_positions": 0}
+    g.cfg = TimingConfig(warmup_iters=1, warmup_s=0, min_iters=3, min_time_s=0,
+                         max_time_s=0.2)
+    rows = []
+    g.finish = lambda spec, rnd, status, error="", figures=None, samples=None: rows.append(
+        dict(figures or {}, status=status, error=error))
+    spec = RunSpec(study="inference_sweep", model="m", framework="jax", mode="jit",
+                   device="gpu", dtype="float32", batch_size=1, seq_len=8, threads=0)
+    g.measure(spec, 0, lambda: fn, {}, 1.0, "")
+    assert rows and rows[0]["status"] == "ok", rows
+    return rows[0]
+
+
+class FakeJaxBackend:
+    """JAX-like: the peak cannot be reset, so the worker marks the cell start."""
+
+    PEAK_RESETTABLE = False
+
+    def __init__(self, loading_peak):
+        self.dev = FakeDevice(loading_peak)
+        self.mark = None
+
+    def reset_peak_memory(self, device):
+        self.mark = self.dev.peak
+
+    def peak_memory_bytes(self, device):
+        return self.dev.peak if self.dev.peak > self.mark else None
+
+    def sync(self, out):
+        pass
+
+
+def test_worker_marks_a_non_resettable_peak_at_cell_start(monkeypatch):
+    """The cell's first (compiling) call sets its peak; the memory pass after
+    timing adds nothing, so the mark must come before the cell, not before the
+    memory pass (which, seen on an H100, masked every JAX cell)."""
+    backend = FakeJaxBackend(loading_peak=1_000)
+
+    def big_cell():
+        backend.dev.peak = max(backend.dev.peak, 1_800)
+    row = _gpu_cell(monkeypatch, backend, big_cell)
+    assert row["peak_mem_bytes"] == 1_800
+    assert row["mem_method"] == "fake_allocator_peak_since_cell_start"
+
+    backend = FakeJaxBackend(loading_peak=1_000)
+    row = _gpu_cell(monkeypatch, backend, lambda: None)  # below the loading peak
+    assert row["peak_mem_bytes"] is None
+    assert row["mem_method"] == "fake_allocator_peak_masked_by_earlier_peak"
+
+
+def test_worker_resets_a_resettable_peak_right_before_the_memory_pass(monkeypatch):
+    """PyTorch-like: reset before the memory pass, so warm-up and compile
+    allocations are not charged to the cell."""
+    class Backend:
+        def __init__(self):
+            self.peak, self.calls = 0, 0
+
+        def reset_peak_memory(self, device):
+            self.peak = 0
+
+        def peak_memory_bytes(self, device):
+            return self.peak
+
+        def sync(self, out):
+            pass
+    backend = Backend()
+
+    def cell():
+        backend.calls += 1
+        backend.peak = max(backend.peak, 5_000 if backend.calls == 1 else 700)  # 1st: compile
+    row = _gpu_cell(monkeypatch, backend, cell)
+    assert row["peak_mem_bytes"] == 700
+    assert row["mem_method"] == "fake_allocator_peak"

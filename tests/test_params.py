@@ -26,6 +26,15 @@ def test_every_committed_params_file_is_valid():
         params.load_file(f)
 
 
+def test_gpu_check_params_are_valid():
+    """benchmarks/gpu/<study>[_suffix].yaml: the params of the GPU runs README quotes."""
+    files = sorted((ROOT / "benchmarks" / "gpu").glob("*.yaml"))
+    assert files
+    for f in files:
+        study = next(s for s in params.SCHEMAS if f.stem.startswith(s))
+        assert params.load_file(f, study)["device"] == "gpu", f
+
+
 def test_defaults_are_filled_in():
     full = params.validate("inference_sweep", GOOD)
     assert full["device"] == "cpu" and full["target_rel_ci"] == 0.02

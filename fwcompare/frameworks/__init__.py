@@ -23,6 +23,9 @@ Each module (torch.py, tensorflow.py, jax.py) provides:
 - ``to_numpy(out)``: the last hidden state as float64 NumPy;
 - ``reset_peak_memory(device)`` / ``peak_memory_bytes(device)``: the
   framework's own device peak counter (None on the CPU: use peak RSS);
+  ``PEAK_RESETTABLE = False`` where the counter cannot be reset (JAX): the
+  worker then marks it at the start of each cell instead of before the
+  memory pass, and the figure is the cell's (compilation included) or None;
 - ``is_oom(exc)``: whether an exception means out of memory;
 - ``runtime_info(device)``: versions, threads, device name, TF32 flags.
 """
