@@ -41,7 +41,6 @@ def test_error_metrics_rejects_shape_mismatch():
         error_metrics(np.zeros((2, 3)), np.zeros((3, 2)))
 
 
-
 class FakeDevice:
     """A GPU allocator's counters: ``peak`` is what ``memory_stats`` reports."""
 
@@ -68,7 +67,7 @@ def test_jax_gpu_peak_counts_only_when_it_rises_above_the_mark(monkeypatch):
     assert jax_backend.peak_memory_bytes("cpu") is None  # CPU: the caller uses RSS
 
 
-def _gpu_cell(monkeypatch, backend, fn):
+def _gpu_cell(backend, fn):
     """Run ``Group.measure`` for one GPU cell with a fake backend; its row."""
     from fwcompare import worker
     from fwcompare.spec import RunSpec
@@ -107,7 +106,7 @@ class FakeJaxBackend:
         pass
 
 
-def test_worker_marks_a_non_resettable_peak_at_cell_start(monkeypatch):
+def test_worker_marks_a_non_resettable_peak_at_cell_start():
     """The cell's first (compiling) call sets its peak; the memory pass after
     timing adds nothing, so the mark must come before the cell, not before the
     memory pass (which, seen on an H100, masked every JAX cell)."""
@@ -115,17 +114,17 @@ def test_worker_marks_a_non_resettable_peak_at_cell_start(monkeypatch):
 
     def big_cell():
         backend.dev.peak = max(backend.dev.peak, 1_800)
-    row = _gpu_cell(monkeypatch, backend, big_cell)
+    row = _gpu_cell(backend, big_cell)
     assert row["peak_mem_bytes"] == 1_800
     assert row["mem_method"] == "fake_allocator_peak_since_cell_start"
 
     backend = FakeJaxBackend(loading_peak=1_000)
-    row = _gpu_cell(monkeypatch, backend, lambda: None)  # below the loading peak
+    row = _gpu_cell(backend, lambda: None)  # below the loading peak
     assert row["peak_mem_bytes"] is None
     assert row["mem_method"] == "fake_allocator_peak_masked_by_earlier_peak"
 
 
-def test_worker_resets_a_resettable_peak_right_before_the_memory_pass(monkeypatch):
+def test_worker_resets_a_resettable_peak_right_before_the_memory_pass():
     """PyTorch-like: reset before the memory pass, so warm-up and compile
     allocations are not charged to the cell."""
     class Backend:
@@ -145,6 +144,6 @@ def test_worker_resets_a_resettable_peak_right_before_the_memory_pass(monkeypatc
     def cell():
         backend.calls += 1
         backend.peak = max(backend.peak, 5_000 if backend.calls == 1 else 700)  # 1st: compile
-    row = _gpu_cell(monkeypatch, backend, cell)
+    row = _gpu_cell(backend, cell)
     assert row["peak_mem_bytes"] == 700
     assert row["mem_method"] == "fake_allocator_peak"
