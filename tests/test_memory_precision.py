@@ -87,39 +87,24 @@ def _gpu_cell(backend, fn):
     return rows[0]
 
 
-class FakeJaxBackend:
-    """JAX-like: the peak cannot be reset, so the worker marks the cell start."""
-
-    PEAK_RESETTABLE = False
-
-    def __init__(self, loading_peak):
-        self.dev = FakeDevice(loading_peak)
-        self.mark = None
-
-    def reset_peak_memory(self, device):
-        self.mark = self.dev.peak
-
-    def peak_memory_bytes(self, device):
-        return self.dev.peak if self.dev.peak > self.mark else None
-
-    def sync(self, out):
-        pass
-
-
-def test_worker_marks_a_non_resettable_peak_at_cell_start():
+def test_worker_marks_a_non_resettable_peak_at_cell_start(monkeypatch):
     """The cell's first (compiling) call sets its peak; the memory pass after
     timing adds nothing, so the mark must come before the cell, not before the
-    memory pass (which, seen on an H100, masked every JAX cell)."""
-    backend = FakeJaxBackend(loading_peak=1_000)
+    memory pass (which, seen on an H100, masked every JAX cell). Runs the real
+    JAX backend on a fake allocator."""
+    from fwcompare.frameworks import jax as backend
+
+    dev = FakeDevice(1_000)  # the peak loading the model left
+    monkeypatch.setattr(backend, "_device", lambda device: dev)
+    monkeypatch.setattr(backend, "_peak_before", {})
 
     def big_cell():
-        backend.dev.peak = max(backend.dev.peak, 1_800)
+        dev.peak = max(dev.peak, 1_800)
     row = _gpu_cell(backend, big_cell)
     assert row["peak_mem_bytes"] == 1_800
     assert row["mem_method"] == "fake_allocator_peak_since_cell_start"
 
-    backend = FakeJaxBackend(loading_peak=1_000)
-    row = _gpu_cell(backend, lambda: None)  # below the loading peak
+    row = _gpu_cell(backend, lambda: None)  # below the earlier peak
     assert row["peak_mem_bytes"] is None
     assert row["mem_method"] == "fake_allocator_peak_masked_by_earlier_peak"
 
