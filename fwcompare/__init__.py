@@ -43,19 +43,16 @@ def load_results(output_dir: str | Path) -> StudyResults:
 def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
               output_dir: str | Path | None = None, progress: bool = True) -> StudyResults:
     """Validate params, run (or resume) every cell of ``study``, return its results."""
-    from .params import validate
+    from .params import study_named, validate
     from .runner import Runner
-    from .studies import STUDIES
 
     params = validate(study, params or {}, source=f"{study} params")
     out = study_dir(study, profile, output_dir)
-    spec = STUDIES[study]
-    cells = spec.cells(params)
-    for task in spec.tasks:
-        if progress and len(spec.tasks) > 1:
+    st = study_named(study)
+    cells = st.cells(params)
+    for task in st.tasks:
+        if progress and len(st.tasks) > 1:
             print(f"{study}: {task} cells", flush=True)
-        Runner(params, out / "results", profile=profile, progress=progress, task=task,
-               precision_errors=spec.precision_errors,
-               acceleration=spec.acceleration,
-               distributed=spec.distributed).run([c for c in cells if c.task == task])
+        Runner(st, params, out / "results", profile=profile, progress=progress,
+               task=task).run([c for c in cells if c.task == task])
     return load_results(out)

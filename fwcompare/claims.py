@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from . import load_results
+from .atomic import write_text
 from .env import hardware_line
 from .params import ParamsError, read_yaml
 from .paths import OUTPUTS, PARAMS
 from .stats import geomean, geomean_ratio_ci
-from .tables import (_OK, CELL_KEYS, precision_table, samples_by_cell, scaling_table,
-                     stability_table, summarize, variant)
+from .results import MEASURED
+from .tables import CELL_KEYS, baseline_pairs, both_measured, samples_by_cell, summarize
 
 CLAIMS_FILE = PARAMS / "claims.yaml"
 VERDICTS = ("supported", "contradicted", "inconclusive", "not measured here")
@@ -121,6 +122,7 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
         raise ClaimsError(f"{path}: expected top-level keys 'sources' (mapping) and 'claims' "
                           f"(a non-empty list){'; unknown: ' + ', '.join(sorted(unknown)) if unknown else ''}")
     sources = data.get("sources") or {}
+    known_metrics = metrics()
     problems, claims, seen = [], [], set()
     for i, raw in enumerate(data["claims"]):
         where = f"claim {raw.get('id', i + 1)!r}" if isinstance(raw, dict) else f"claim {i + 1}"
@@ -141,7 +143,7 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
         if any(p.startswith(where) for p in problems):
             continue
         checks = [("source", raw["source"], list(sources)), ("hardware", raw["hardware"], HARDWARE),
-                  ("study", raw["study"], list(STUDIES)), ("metric", raw["metric"], list(METRICS)),
+                  ("study", raw["study"], list(STUDIES)), ("metric", raw["metric"], list(known_metrics)),
                   ("direction", raw["direction"], DIRECTIONS),
                   ("shapes", raw.get("shapes", "all"), ("all", "smallest", "largest")),
                   ("aggregate", raw.get("aggregate", "geomean"), ("geomean", "min"))]
@@ -157,8 +159,9 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
                             f"(the no-effect value the claim is above or below)")
         if raw["tolerance"] < 0:
             problems.append(f"{where}: key 'tolerance': must be >= 0")
-        if raw["metric"] in METRICS:
-            needed = METRICS[raw["metric"]].cells
+        if raw["metric"] in known_metrics:
+            metric = known_metrics[raw["metric"]]
+            needed = metric.cells
             missing = [k for k in needed if k not in raw["cells"]]
             extra = [k for k in raw["cells"] if k not in needed]
             if missing or extra:
@@ -166,7 +169,8 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
                                 f"{', '.join(needed)}" + (f"; unknown: {', '.join(extra)}"
                                                           if extra else ""))
             else:
-                problems += [f"{where}: key 'cells': {p}" for p in _cell_problems(raw["cells"])]
+                problems += [f"{where}: key 'cells': {p}"
+                             for p in (metric.check(raw["cells"]) if metric.check else [])]
         if any(p.startswith(where) for p in problems):
             continue
         claims.append(Claim(
@@ -181,26 +185,6 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
     if problems:
         raise ClaimsError(f"{path}: {len(problems)} problem(s)\n  " + "\n  ".join(problems))
     return claims
-
-
-def _cell_problems(cells: dict) -> list[str]:
-    """Names in a claim's cells that no study could have measured."""
-    from .spec import DIST_MODES, DTYPES, MODES, SCALINGS, TASKS
-
-    allowed = {"dtype": DTYPES, "task": TASKS, "scaling": SCALINGS}
-    problems = []
-    for key, value in cells.items():
-        if key in allowed and value not in allowed[key]:
-            problems.append(f"{key} {value!r} is not one of {', '.join(allowed[key])}")
-        elif key == "frameworks":
-            problems += [f"framework {fw!r} has no data-parallel engine; known: "
-                         f"{', '.join(DIST_MODES)}" for fw in value if fw not in DIST_MODES]
-        elif key in ("a", "b") and value not in DTYPES:
-            fw, _, mode = str(value).partition("/")
-            if mode not in MODES.get(fw, ()):
-                problems.append(f"{key} {value!r} is neither framework/mode (e.g. torch/eager) "
-                                f"nor a precision ({', '.join(DTYPES)})")
-    return problems
 
 
 # -- the stored results of a profile ---------------------------------------------------
@@ -225,7 +209,7 @@ def _devices(hardware: str) -> tuple[str, ...]:
     return {"cpu": ("cpu",), "gpu": ("gpu",), "any": ("cpu", "gpu")}[hardware]
 
 
-def _label(r) -> str:
+def cell_label(r) -> str:
     return f"{r['model']} {r['batch_size']}x{r['seq_len']}"
 
 
@@ -245,14 +229,14 @@ def _pick_shapes(rows: list, shapes: str) -> list:
 def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
     """(row of a, row of b) for every cell both ran ok, on these devices."""
     s = data.summary
-    s = s[s["status"].isin(_OK) & s["device"].isin(devices)]
+    s = s[s["device"].isin(devices) & s["variant"].isin([a, b])]
     if claim.models:
         s = s[s["model"].isin(claim.models)]
-    base = s[s["variant"] == b].set_index(CELL_KEYS)
-    rows = [r for _, r in s[s["variant"] == a].iterrows()
-            if tuple(r[k] for k in CELL_KEYS) in base.index]
-    rows = _pick_shapes(rows, shapes)
-    return [(r, base.loc[tuple(r[k] for k in CELL_KEYS)]) for r in rows]
+    pairs = {r["cell_id"]: (r, base) for r, base, _ in
+             baseline_pairs(s, CELL_KEYS, s["variant"] == b)
+             if r["variant"] == a and both_measured(r, base, data.by_cell)}
+    rows = _pick_shapes([r for r, _ in pairs.values()], shapes)
+    return [pairs[r["cell_id"]] for r in rows]
 
 
 def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
@@ -268,7 +252,7 @@ def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
         g = on[on["variant"] == v]
         if g.empty:
             parts.append(f"{v} did not run")
-        elif not g["status"].isin(_OK).any():
+        elif not g["status"].isin(MEASURED).any():
             parts.append(f"{v}: " + ", ".join(f"{k} {n}" for k, n in
                                               g["status"].value_counts().items()))
     return "no cell where " + " and ".join(needs) + " both ran ok" + (
@@ -298,8 +282,8 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
         if best is None or est[0] < best[1][0]:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
-    m.cells = [_label(ra) for ra, _ in used]
-    m.points = [(_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
+    m.cells = [cell_label(ra) for ra, _ in used]
+    m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
     m.devices = {ra["device"] for ra, _ in used}
     if claim.aggregate == "min" and len(groups) > 1:
         m.note = f"lowest of {len(groups)} models: {used[0][0]['model']}"
@@ -328,9 +312,9 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
     # The geometric mean over 2 log-ratios per model, squared, is the product of
     # the two per model (averaged over models): a monotone map, so the CI maps too.
     m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
-    m.cells = [f"{_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
+    m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):
-        m.points.append((_label(ra), ra["median_s"] / rb["median_s"]))
+        m.points.append((cell_label(ra), ra["median_s"] / rb["median_s"]))
     m.devices = {sa["device"] for (sa, _), _ in both}
     m.note = f"{a} time / {b} time: " + "; ".join(
         f"{sa['model']} {sa['median_s'] / sb['median_s']:.2f} at {sa['batch_size']}x"
@@ -351,7 +335,7 @@ def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
         return m
     ratios = [ra["peak_mem_bytes"] / rb["peak_mem_bytes"] for ra, rb in pairs]
     m.value = geomean(ratios)
-    m.cells = [_label(ra) for ra, _ in pairs]
+    m.cells = [cell_label(ra) for ra, _ in pairs]
     m.points = list(zip(m.cells, ratios))
     m.devices = {ra["device"] for ra, _ in pairs}
     methods = sorted({str(ra.get("mem_method", "")) for ra, _ in pairs} - {""})
@@ -392,113 +376,50 @@ def oom_order(data: StudyData, claim: Claim, devices) -> Measurement:
     return m
 
 
-def precision_speedup(data: StudyData, claim: Claim, devices) -> Measurement:
-    """Geometric mean of float32 time / ``dtype`` time over every framework's
-    cells of ``task``, bootstrap CI."""
-    dtype, task = claim.cells["dtype"], claim.cells["task"]
-    m = Measurement(unit=f"float32 time / {dtype} time ({task})")
-    s = data.summary[data.summary["device"].isin(devices)]
-    table = precision_table(s, data.samples) if len(s) else pd.DataFrame()
-    if len(table):
-        table = table[(table["dtype"] == dtype) & (table["task"] == task)
-                      & table["speedup"].notna()]
-        if claim.models:
-            table = table[table["model"].isin(claim.models)]
-    if table.empty:
-        m.note = f"no {task} cell where both float32 and {dtype} ran ok on {'/'.join(devices)}"
-        return m
-    m.value, m.low, m.high = geomean_ratio_ci(
-        [(data.by_cell[r["baseline_cell_id"]], data.by_cell[r["cell_id"]])
-         for _, r in table.iterrows()])
-    m.cells = [f"{r['variant']} {_label(r)}" for _, r in table.iterrows()]
-    m.points = list(zip(m.cells, table["speedup"]))
-    m.devices = set(table["device"])
-    return m
-
-
-def precision_stability(data: StudyData, claim: Claim, devices) -> Measurement:
-    """Training steps that went wrong (skipped by loss scaling after an overflow,
-    or a non-finite loss) with precision a minus those with b, summed over the
-    frameworks that trained both from the same weights on the same batch. No
-    CI (counts); if neither precision had one, nothing separates them."""
-    a, b = claim.cells["a"], claim.cells["b"]
-    m = Measurement(unit=f"unstable steps {a} - unstable steps {b}")
-    losses = data.losses
-    if losses is None or losses.empty:
-        m.note = "no training losses stored"
-        return m
-    table = stability_table(losses)
-    table = table.assign(unstable=table["skipped_steps"] + table["nonfinite_losses"])
-    pa = table[table["dtype"] == a].set_index(["model", "variant"])
-    pb = table[table["dtype"] == b].set_index(["model", "variant"])
-    both = pa.index.intersection(pb.index)
-    if claim.models:
-        both = [k for k in both if k[0] in claim.models]
-    if len(both) == 0:
-        m.note = f"no framework trained both {a} and {b}"
-        return m
-    ua = int(sum(pa.loc[k, "unstable"] for k in both))
-    ub = int(sum(pb.loc[k, "unstable"] for k in both))
-    m.value = float(ua - ub)
-    m.cells = [f"{k[1]} {k[0]}: {a} {int(pa.loc[k, 'unstable'])}/{int(pa.loc[k, 'steps'])}, "
-               f"{b} {int(pb.loc[k, 'unstable'])}/{int(pb.loc[k, 'steps'])} steps unstable"
-               for k in both]
-    m.points = [(f"{k[1]} {k[0]}", float(pa.loc[k, "unstable"] - pb.loc[k, "unstable"]))
-                for k in both]
-    dev = data.results["device"] if "device" in data.results else pd.Series(dtype=str)
-    m.devices = set(dev[data.results["task"] == "train"]) if len(dev) else set()
-    m.note = "; ".join(m.cells)
-    if ua == 0 and ub == 0:
-        m.forced = "inconclusive"
-        m.note = (f"neither {a} nor {b} skipped a step or lost a finite loss in "
-                  f"{int(pa.loc[list(both), 'steps'].sum())} steps: nothing separates them here")
-    return m
-
-
-def scaling_efficiency(data: StudyData, claim: Claim, devices) -> Measurement:
-    """Scaling efficiency (speed-up over the fewest workers / ideal speed-up)
-    at the most workers each framework ran; the claim needs every framework
-    named, so the figure is the lowest of them, with its bootstrap CI."""
-    fws, scaling = claim.cells["frameworks"], claim.cells["scaling"]
-    m = Measurement(unit=f"{scaling}-scaling efficiency at the most workers")
-    s = data.summary[data.summary["device"].isin(devices)]
-    table = scaling_table(s, data.samples) if len(s) else pd.DataFrame()
-    rows = []
-    for fw in fws:
-        g = table[(table["framework"] == fw) & (table["scaling"] == scaling)
-                  & table["efficiency"].notna() & (table["workers"] > table["baseline_workers"])] \
-            if len(table) else table
-        if len(g):
-            rows.append(g.sort_values("workers").iloc[-1])
-    if len(rows) < len(fws):
-        m.note = (f"{scaling} scaling needs two worker counts for each of {', '.join(fws)} "
-                  f"on {'/'.join(devices)}")
-        return m
-    low = min(rows, key=lambda r: r["efficiency"])
-    m.value, m.low, m.high = low["efficiency"], low["efficiency_low"], low["efficiency_high"]
-    m.cells = [f"{r['variant']} {r['model']} {r['baseline_workers']}->{r['workers']} workers"
-               for r in rows]
-    m.points = [(c, r["efficiency"]) for c, r in zip(m.cells, rows)]
-    m.devices = {r["device"] for r in rows}
-    m.note = "lowest: " + ", ".join(f"{r['variant']} {r['efficiency']:.0%}" for r in rows)
-    return m
-
-
 @dataclass(frozen=True)
 class Metric:
-    fn: object
+    """A claim metric: ``fn(data, claim, devices) -> Measurement``, the keys its
+    claim's ``cells`` need, and a check of their values (problems, or [])."""
+
+    fn: Callable[..., Measurement]
     cells: tuple[str, ...]
+    check: Callable[[dict], list[str]] | None = None
 
 
-METRICS = {
-    "time_ratio": Metric(time_ratio, ("a", "b")),
-    "speedup_trend": Metric(speedup_trend, ("a", "b")),
-    "memory_ratio": Metric(memory_ratio, ("a", "b")),
-    "oom_order": Metric(oom_order, ("a", "b")),
-    "precision_speedup": Metric(precision_speedup, ("dtype", "task")),
-    "precision_stability": Metric(precision_stability, ("a", "b")),
-    "scaling_efficiency": Metric(scaling_efficiency, ("frameworks", "scaling")),
+def _variant_cells(cells: dict) -> list[str]:
+    """Names in a claim's cells that no study could have measured."""
+    from .spec import DTYPES, MODES, TASKS
+
+    allowed = {"dtype": DTYPES, "task": TASKS}
+    problems = []
+    for key, value in cells.items():
+        if key in allowed and value not in allowed[key]:
+            problems.append(f"{key} {value!r} is not one of {', '.join(allowed[key])}")
+        elif key in ("a", "b") and value not in DTYPES:
+            fw, _, mode = str(value).partition("/")
+            if mode not in MODES.get(fw, ()):
+                problems.append(f"{key} {value!r} is neither framework/mode (e.g. torch/eager) "
+                                f"nor a precision ({', '.join(DTYPES)})")
+    return problems
+
+
+# Metrics any study's results can feed; a study module adds its own (Study.metrics).
+SHARED_METRICS = {
+    "time_ratio": Metric(time_ratio, ("a", "b"), _variant_cells),
+    "speedup_trend": Metric(speedup_trend, ("a", "b"), _variant_cells),
+    "memory_ratio": Metric(memory_ratio, ("a", "b"), _variant_cells),
+    "oom_order": Metric(oom_order, ("a", "b"), _variant_cells),
 }
+
+
+def metrics() -> dict[str, Metric]:
+    """Every metric a claim may name: the shared ones and each study's."""
+    from .studies import STUDIES
+
+    out = dict(SHARED_METRICS)
+    for study in STUDIES.values():
+        out.update(study.metrics)
+    return out
 
 
 # -- the scorecard ------------------------------------------------------------------
@@ -519,7 +440,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
            "claim_hardware": claim.hardware, "study": claim.study, "metric": claim.metric,
            "expected": claim.expected, "direction": claim.direction,
            "band_low": claim.band[0], "band_high": claim.band[1], "tolerance": claim.tolerance}
-    fn = METRICS[claim.metric].fn
+    fn = metrics()[claim.metric].fn
     if not data.present:
         m = Measurement(note=f"the {claim.study} study has no results for this profile")
     else:
@@ -586,10 +507,7 @@ def write(card: Scorecard, directory: Path) -> Path:
     doc = {"profile": card.profile, "verdicts": card.verdict_counts(),
            "claims": [{k: _jsonable(v) for k, v in r.items()}
                       for r in card.table.to_dict("records")]}
-    target = directory / "scorecard.json"
-    tmp = directory / ".scorecard.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, target)
+    target = write_text(directory / "scorecard.json", json.dumps(doc, indent=1))
     card.table.to_csv(directory / "scorecard.csv", index=False)
     card.points.to_csv(directory / "points.csv", index=False)
     return target
@@ -652,6 +570,19 @@ def display_table(card: Scorecard) -> pd.DataFrame:
         "verdict": t["verdict"], "cells": t["n_cells"], "measured on": t["measured_on"],
         "note": t["note"]})
     return df.set_axis(pd.Index(t["id"], name="id"))
+
+
+def study_table(study: str, output_dir: Path | str,
+                claims_file: Path | str | None = None) -> pd.DataFrame:
+    """The claims about one study, judged on that study's results in
+    ``output_dir`` (a study notebook's "claims beside this machine's
+    measurements"; claims live only in claims.yaml)."""
+    chosen = [c for c in load_claims(claims_file or CLAIMS_FILE) if c.study == study]
+    if not chosen:
+        return pd.DataFrame()
+    data = StudyData(Path(output_dir))
+    rows = [evaluate(c, data)[0] for c in chosen]
+    return display_table(Scorecard(pd.DataFrame(rows), pd.DataFrame(), ""))
 
 
 def styled(card: Scorecard):

@@ -36,9 +36,11 @@ from pathlib import Path
 import psutil
 
 from .paths import ROOT
-from .worker import EVENT_PREFIX
+from .protocol import parse_event
 
-MODULE = "fwcompare.distributed"
+# Every rank runs the worker entry point; the job names its study, whose
+# ``work`` hook is the rank's program.
+MODULE = "fwcompare.worker"
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -129,13 +131,14 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 class Launch:
     """This host's ranks of one data-parallel run, watched as one worker
-    (``events``, ``kill``, ``proc``, ``exit_description``, ``stderr_tail``)."""
+    (``events``, ``kill``, ``proc``, ``exit_description``, ``stderr_tail``).
+    Its ranks run their cells on their own: the runner only listens."""
 
-    def __init__(self, job: dict, job_dir: Path, name: str, env: dict, *, framework: str,
+    autonomous = True
+
+    def __init__(self, job, job_dir: Path, name: str, env: dict, *, framework: str,
                  workers: int, hosts: list[str], node_rank: int = 0, master_port: int = 0):
-        job_dir.mkdir(parents=True, exist_ok=True)
-        path = job_dir / f"{name}.json"
-        path.write_text(json.dumps(job))
+        path = job.write(job_dir / f"{name}.json")
         self.ports = choose_ports(framework, workers, hosts, master_port)
         env = dict(env)
         self.cache_dir = fresh_compile_cache(env)
@@ -169,9 +172,9 @@ class Launch:
 
     def _read(self, proc) -> None:
         for line in proc.stdout:
-            at = line.find(EVENT_PREFIX)  # launchers may prefix a rank's lines
-            if at >= 0:
-                self.events.put(json.loads(line[at + len(EVENT_PREFIX):]))
+            ev = parse_event(line)  # launchers may prefix a rank's lines
+            if ev is not None:
+                self.events.put(ev)
         self.events.put(None)
 
     def _watch(self) -> None:

@@ -10,7 +10,6 @@ safetensors only, never with remote code.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -205,8 +204,3 @@ def forward_flops(info: dict, batch_size: int, seq_len: int) -> float:
     n = info["n_params"] - info["n_embedding_params"]
     return float(tokens * (2 * n + 2 * info["n_layers"] * seq_len * info["hidden_size"]))
 
-
-def save_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)

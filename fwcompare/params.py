@@ -7,6 +7,7 @@ with a message naming the key, before anything is measured.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any, Callable
 import yaml
 
 from . import models
-from .spec import DEVICES, DIST_MODES, DTYPES, FRAMEWORKS, MODES, SCALINGS, TRAIN_MODES
+from .spec import DEVICES, DTYPES, FRAMEWORKS
+from .timing import TimingConfig
 
 # Set by `fwcompare report` for each notebook; not part of a params file.
 RUNTIME_KEYS = {"profile": "quick", "output_dir": ""}
@@ -33,21 +35,21 @@ class Param:
     check: Callable[[Any], str | None] | None = None  # returns a problem or None
 
 
-def _positive(v):
+def positive(v):
     vals = v if isinstance(v, list) else [v]
     bad = [x for x in vals if not x > 0]
     return f"must be positive, got {bad[0]!r}" if bad else None
 
 
-def _non_negative(v):
+def non_negative(v):
     return None if v >= 0 else f"must be >= 0, got {v!r}"
 
 
-def _non_empty(v):
+def non_empty(v):
     return "must not be empty" if len(v) == 0 else None
 
 
-def _one_of(allowed):
+def one_of(allowed):
     def check(v):
         vals = v if isinstance(v, list) else [v]
         bad = [x for x in vals if x not in allowed]
@@ -56,7 +58,7 @@ def _one_of(allowed):
     return check
 
 
-def _all(*checks):
+def all_of(*checks):
     def check(v):
         for c in checks:
             problem = c(v)
@@ -66,16 +68,16 @@ def _all(*checks):
     return check
 
 
-def _models(v):
+def check_models(v):
     for m in v:
         try:
             models.check_model(m)
         except models.ModelError as exc:
             return str(exc)
-    return _non_empty(v)
+    return non_empty(v)
 
 
-def _modes_in(table: dict):
+def modes_in(table: dict):
     def check(v):
         for fw, modes in v.items():
             if fw not in FRAMEWORKS:
@@ -87,185 +89,61 @@ def _modes_in(table: dict):
     return check
 
 
-TIMING = {
-    "warmup_iters": Param("int", 2, "warm-up calls before sampling (at least)", _non_negative),
-    "warmup_s": Param("float", 0.3, "warm-up seconds before sampling (at least)", _non_negative),
-    "min_iters": Param("int", 7, "samples per cell (at least)", _positive),
-    "min_time_s": Param("float", 1.0, "sampling seconds per cell (at least)", _positive),
-    "max_time_s": Param("float", 8.0, "sampling seconds per cell (at most; past it the cell is marked not converged)", _positive),
-    "target_rel_ci": Param("float", 0.02, "stop once the 95% CI half-width of the median is within this share of it", _positive),
-}
+def _timing() -> dict[str, Param]:
+    """The timing protocol's keys, their defaults from timing.TimingConfig (one source)."""
+    d = TimingConfig()
+    return {
+        "warmup_iters": Param("int", d.warmup_iters, "warm-up calls before sampling (at least)", non_negative),
+        "warmup_s": Param("float", d.warmup_s, "warm-up seconds before sampling (at least)", non_negative),
+        "min_iters": Param("int", d.min_iters, "samples per cell (at least)", positive),
+        "min_time_s": Param("float", d.min_time_s, "sampling seconds per cell (at least)", positive),
+        "max_time_s": Param("float", d.max_time_s, "sampling seconds per cell (at most; past it the cell is marked not converged)", positive),
+        "target_rel_ci": Param("float", d.target_rel_ci, "stop once the 95% CI half-width of the median is within this share of it", positive),
+    }
 
-def _float32_only(v):
+
+TIMING = _timing()
+
+
+def timing_config(params: dict) -> TimingConfig:
+    """The TimingConfig of a study's validated params."""
+    return TimingConfig(**{k: params[k] for k in TIMING})
+
+
+def float32_only(v):
     if v == "float32":
         return None
     hint = " (reduced precisions: the mixed_precision study)" if v in DTYPES else ""
     return f"unknown value {v!r}; allowed: float32{hint}"
 
 
-def _grid(models_default, modes_default, modes_table, batch_default, seq_default,
-          timeout_default) -> dict[str, Param]:
-    """The keys every study shares: what to run, where, and how to time it."""
+def grid_params(models_default, modes_default, modes_table, batch_default, seq_default,
+                timeout_default) -> dict[str, Param]:
+    """The keys every study shares: what to run, where, and how long it may take."""
     return {
         "models": Param("list[str]", models_default,
-                        "zoo names or local checkpoint directories", _models),
+                        "zoo names or local checkpoint directories", check_models),
         "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
-                            _all(_non_empty, _one_of(FRAMEWORKS))),
+                            all_of(non_empty, one_of(FRAMEWORKS))),
         "modes": Param("dict[str, list[str]]", modes_default, "modes per framework",
-                       _modes_in(modes_table)),
+                       modes_in(modes_table)),
         "batch_sizes": Param("list[int]", batch_default, "batch sizes",
-                             _all(_non_empty, _positive)),
+                             all_of(non_empty, positive)),
         "seq_lens": Param("list[int]", seq_default, "sequence lengths in tokens",
-                          _all(_non_empty, _positive)),
-        "device": Param("str", "cpu", "cpu or gpu", _one_of(DEVICES)),
-        "dtype": Param("str", "float32", "compute dtype (other precisions: the mixed_precision study)", _float32_only),
-        "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", _non_negative),
-        "rounds": Param("int", 1, "run the groups this many times, alternating order", _positive),
-        "seed": Param("int", 0, "seed of weights and token ids", _non_negative),
-        "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", _positive),
-        "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", _positive),
+                          all_of(non_empty, positive)),
+        "device": Param("str", "cpu", "cpu or gpu", one_of(DEVICES)),
+        "dtype": Param("str", "float32", "compute dtype (other precisions: the mixed_precision study)", float32_only),
+        "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", non_negative),
+        "rounds": Param("int", 1, "run the groups this many times, alternating order", positive),
+        "seed": Param("int", 0, "seed of weights and token ids", non_negative),
+        "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", positive),
+        "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),
     }
 
 
-INFERENCE_SWEEP = {
-    **_grid(["bert-base-cased", "gpt2", "distilbert-base-uncased"],
-            {"torch": ["eager"], "tensorflow": ["eager", "graph"], "jax": ["jit"]}, MODES,
-            [1, 2], [32, 128], 1800.0),
-    "equiv_tol": Param("float", 1e-4, "max abs error against the PyTorch reference before a cell is flagged not_equivalent", _positive),
-    **TIMING,
-}
-
-TRAINING = {
-    **_grid(["bert-base-cased", "gpt2"],
-            {"torch": ["eager"], "tensorflow": ["graph", "xla"], "jax": ["jit"]}, TRAIN_MODES,
-            [2], [64], 1800.0),
-    "learning_rate": Param("float", 1e-4, "AdamW learning rate (every framework)", _positive),
-    "weight_decay": Param("float", 0.01, "AdamW decoupled weight decay", _non_negative),
-    "beta1": Param("float", 0.9, "AdamW beta1", _positive),
-    "beta2": Param("float", 0.999, "AdamW beta2", _positive),
-    "eps": Param("float", 1e-8, "AdamW epsilon", _positive),
-    "accumulation_steps": Param("int", 1, "micro-batches per optimizer step (divides every batch size)", _positive),
-    "agreement_steps": Param("int", 5, "training steps on a fixed batch whose losses are compared before timing", _positive),
-    "loss_tol": Param("float", 1e-4, "max abs difference of the first loss from PyTorch's before a framework is flagged", _positive),
-    "loss_curve_rtol": Param("float", 1e-2, "max relative difference of any agreement-step loss from PyTorch's", _positive),
-    **TIMING,
-}
-
-def _has_float32(v):
-    return None if "float32" in v else "must include float32 (the baseline of every speed-up and loss curve)"
-
-
-_FRAMEWORK_MODES = {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}
-
-MIXED_PRECISION = {
-    **{k: p for k, p in _grid(["all-minilm-l6-v2", "bert-base-cased"], _FRAMEWORK_MODES, MODES, [1, 8],
-                              [128], 1800.0).items() if k != "dtype"},
-    "precisions": Param("list[str]", ["float32", "tf32", "bfloat16", "float16"],
-                        "float32, tf32 (NVIDIA GPUs only), and bfloat16 / float16 as each framework's mixed precision",
-                        _all(_non_empty, _one_of(DTYPES), _has_float32)),
-    "equiv_tol": INFERENCE_SWEEP["equiv_tol"],
-    "mp_equiv_rtol": Param("float", 0.1, "relative L2 error against float64 on the gate batch above which a reduced-precision forward is flagged not_equivalent (a sanity bound against wrong weights or casts, not rounding)", _positive),
-    "train_models": Param("list[str]", ["all-minilm-l6-v2"], "models trained in every precision (stability, then step time); [] for none", lambda v: _models(v) if v else None),
-    "train_modes": Param("dict[str, list[str]]", _FRAMEWORK_MODES, "training modes per framework", _modes_in(TRAIN_MODES)),
-    "train_batch_size": Param("int", 8, "batch size of the timed training cells", _positive),
-    "train_seq_len": Param("int", 64, "sequence length of the timed training cells", _positive),
-    "stability_steps": Param("int", 30, "training steps per precision from identical weights on one fixed batch: the loss curves compared", _positive),
-    **{k: TRAINING[k] for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps",
-                                "loss_tol", "loss_curve_rtol")},
-    "mp_loss_rtol": Param("float", 0.05, "relative difference of a reduced precision's first loss from PyTorch float32's above which it is flagged not_equivalent", _positive),
-    **TIMING,
-}
-
-def _eager_in_each(v):
-    missing = [fw for fw, modes in v.items() if "eager" not in modes]
-    return (f"must include eager for {', '.join(missing)} (the baseline of every speed-up "
-            "and the reference each compiled output is checked against)" if missing else None)
-
-
-ACCELERATION = {
-    **_grid(["distilbert-base-uncased"],
-            {"torch": ["eager", "torchscript", "compile"], "tensorflow": ["eager", "graph", "xla"],
-             "jax": ["eager", "jit"]}, MODES, [1, 8], [16, 128], 1800.0),
-    "equiv_tol": INFERENCE_SWEEP["equiv_tol"],
-    "accel_tol": Param("float", 1e-4, "max abs error of a compiled mode's output against the same framework's eager output before the cell is flagged not_equivalent", _positive),
-    "torch_compile_mode": Param("str", "default", "torch.compile mode", _one_of(["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])),
-    "torch_compile_dynamic": Param("str", "auto", "torch.compile dynamic shapes: auto (recompile as dynamic after a shape changes), true, false", _one_of(["auto", "true", "false"])),
-    **TIMING,
-}
-ACCELERATION["modes"] = Param("dict[str, list[str]]", ACCELERATION["modes"].default,
-                              "modes per framework; eager is required in each (the baseline)",
-                              _all(_modes_in(MODES), _eager_in_each))
-
-def _dist_frameworks(v):
-    bad = [fw for fw in v if fw not in DIST_MODES]
-    if not bad:
-        return None
-    if bad[0] == "jax":
-        return ("'jax' has no data-parallel launcher here yet (JAX's multi-process API is "
-                f"optional in this study); allowed: {', '.join(DIST_MODES)}")
-    return f"unknown value {bad[0]!r}; allowed: {', '.join(DIST_MODES)}"
-
-
-def _dist_modes(v):
-    problem = _dist_frameworks(list(v))
-    if problem:
-        return problem
-    return _modes_in(DIST_MODES)(v)
-
-
-DISTRIBUTED = {
-    **{k: p for k, p in _grid(["distilbert-base-uncased"], {"torch": ["eager"], "tensorflow": ["graph"]},
-                              DIST_MODES, [4], [64], 900.0).items()
-       if k not in ("batch_sizes", "seq_lens")},
-    "workers": Param("list[int]", [1, 2], "worker processes of each cell (1..N); the smallest is the baseline of speed-up and efficiency", _all(_non_empty, _positive)),
-    "scaling": Param("list[str]", list(SCALINGS), "weak: per_worker_batch on every worker (the global batch grows with workers); strong: global_batch split over the workers", _all(_non_empty, _one_of(SCALINGS))),
-    "per_worker_batch": Param("int", 4, "weak scaling: samples per worker per step", _positive),
-    "global_batch": Param("int", 8, "strong scaling: samples per step over all workers (a multiple of every workers value)", _positive),
-    "seq_len": Param("int", 64, "sequence length in tokens", _positive),
-    **{k: TRAINING[k] for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps",
-                                "agreement_steps", "loss_tol", "loss_curve_rtol")},
-    "weight_tol": Param("float", 1e-6, "max abs difference of any weight across ranks (after the agreement steps and after each cell) before the cells are flagged not_equivalent", _non_negative),
-    "allreduce_repeats": Param("int", 5, "all-reduces of one step's gradients timed alone per cell", _positive),
-    "hosts": Param("list[str]", ["127.0.0.1"], "hosts taking part, node 0 first (rank 0, torchrun's rendezvous); one entry: this machine, workers on loopback", _non_empty),
-    "node_rank": Param("int", 0, "this host's index in hosts: run the same study on every host, each with its own node_rank", _non_negative),
-    "master_port": Param("int", 0, "torchrun's rendezvous port on hosts[0] (TensorFlow worker i listens on master_port+1+i); 0: free ports found at launch (one host only)", _non_negative),
-    **TIMING,
-}
-DISTRIBUTED["frameworks"] = Param("list[str]", ["torch", "tensorflow"], "frameworks to compare",
-                                  _all(_non_empty, _dist_frameworks))
-DISTRIBUTED["modes"] = Param("dict[str, list[str]]", DISTRIBUTED["modes"].default,
-                             "engine per framework: torch eager (DistributedDataParallel), "
-                             "tensorflow graph (MultiWorkerMirroredStrategy)", _dist_modes)
-DISTRIBUTED["threads"] = Param("int", 0, "intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)", _non_negative)
-DISTRIBUTED["group_timeout_s"] = Param("float", 900.0, "seconds one launch (a framework at one worker count) may run before every rank is stopped", _positive)
-
-
-def _distributed_problems(full: dict) -> list[str]:
-    problems = []
-    hosts = full["hosts"]
-    if "strong" in full["scaling"]:
-        uneven = [w for w in full["workers"] if full["global_batch"] % w]
-        if uneven:
-            problems.append(f"key 'global_batch': {full['global_batch']} does not split evenly "
-                            f"over {', '.join(map(str, uneven))} workers")
-    uneven = [w for w in full["workers"] if w % len(hosts)]
-    if uneven:
-        problems.append(f"key 'workers': {', '.join(map(str, uneven))} cannot be spread evenly "
-                        f"over {len(hosts)} hosts")
-    if full["node_rank"] >= len(hosts):
-        problems.append(f"key 'node_rank': {full['node_rank']} is not an index of hosts "
-                        f"({len(hosts)} given)")
-    if len(hosts) > 1 and not full["master_port"]:
-        problems.append("key 'master_port': several hosts need a fixed port (0 picks a free "
-                        "port on one host only)")
-    return problems
-
-
-SCHEMAS: dict[str, dict[str, Param]] = {"inference_sweep": INFERENCE_SWEEP,
-                                        "training": TRAINING,
-                                        "mixed_precision": MIXED_PRECISION,
-                                        "acceleration": ACCELERATION,
-                                        "distributed": DISTRIBUTED}
+def replace_param(schema: dict[str, Param], key: str, **changes) -> dict[str, Param]:
+    """``schema`` with one key's Param changed (its help, check or default)."""
+    return {**schema, key: dataclasses.replace(schema[key], **changes)}
 
 
 def _type_ok(value, type_: str) -> bool:
@@ -285,19 +163,40 @@ def _type_ok(value, type_: str) -> bool:
     raise ValueError(f"unknown param type {type_}")
 
 
+def study_named(study: str):
+    """The registered study of that name, or ParamsError naming the known ones."""
+    from .studies import STUDIES
+
+    if study not in STUDIES:
+        raise ParamsError(f"unknown study {study!r}; known: {', '.join(STUDIES)}")
+    return STUDIES[study]
+
+
 def schema(study: str) -> dict[str, Param]:
-    if study not in SCHEMAS:
-        raise ParamsError(f"unknown study {study!r}; known: {', '.join(SCHEMAS)}")
-    return SCHEMAS[study]
+    return study_named(study).schema()
 
 
 def defaults(study: str) -> dict:
     return {k: p.default for k, p in schema(study).items()}
 
 
+def _shared_problems(full: dict) -> list[str]:
+    """Problems between keys that any study's schema may have."""
+    problems = []
+    for key, value in full.items():  # every framework needs its modes
+        if key.endswith("modes") and isinstance(value, dict) and "frameworks" in full:
+            missing = [fw for fw in full["frameworks"] if not value.get(fw)]
+            if missing:
+                problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
+    if "min_time_s" in full and full["min_time_s"] > full["max_time_s"]:
+        problems.append("key 'max_time_s': must be >= min_time_s")
+    return problems
+
+
 def validate(study: str, params: dict, source: str = "params") -> dict:
     """Return the params with defaults filled in, or raise ParamsError."""
-    sch = schema(study)
+    st = study_named(study)
+    sch = st.schema()
     if not isinstance(params, dict):
         raise ParamsError(f"{source}: expected a mapping of keys to values, got {type(params).__name__}")
     problems = []
@@ -306,7 +205,8 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
             close = difflib.get_close_matches(str(key), list(sch), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             problems.append(f"unknown key {key!r}{hint}; allowed keys: {', '.join(sch)}")
-    full = {**defaults(study), **{k: v for k, v in params.items() if k in sch}}
+    full = {**{k: p.default for k, p in sch.items()},
+            **{k: v for k, v in params.items() if k in sch}}
     for key, value in full.items():
         p = sch[key]
         if p.type == "float" and isinstance(value, int) and not isinstance(value, bool):
@@ -317,20 +217,10 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
         problem = p.check(value) if p.check else None
         if problem:
             problems.append(f"key {key!r}: {problem}")
-    if not problems and "modes" in full:
-        for key in ("modes", "train_modes"):
-            missing = [fw for fw in full["frameworks"] if key in full and not full[key].get(fw)]
-            if missing:
-                problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
-        if full["min_time_s"] > full["max_time_s"]:
-            problems.append("key 'max_time_s': must be >= min_time_s")
-        acc = full.get("accumulation_steps", 1)
-        uneven = [b for b in full.get("batch_sizes", []) if b % acc]
-        if uneven:
-            problems.append(f"key 'accumulation_steps': {acc} does not divide batch size(s) "
-                            f"{', '.join(map(str, uneven))}")
-    if not problems and study == "distributed":
-        problems += _distributed_problems(full)
+    if not problems:
+        problems += _shared_problems(full)
+    if not problems:
+        problems += st.check(full)
     if problems:
         if len(problems) == 1:
             raise ParamsError(f"{source}: {problems[0]}")
@@ -340,11 +230,13 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
 
 def load_file(path: Path | str, study: str | None = None) -> dict:
     """Read and validate a params file; the study defaults to its folder name."""
+    from .studies import STUDIES
+
     path = Path(path)
     study = study or path.parent.name
-    if study not in SCHEMAS:
+    if study not in STUDIES:
         raise ParamsError(f"{path}: cannot tell which study this params file is for; put it "
-                          f"under params/<study>/ or name the study ({', '.join(SCHEMAS)})")
+                          f"under params/<study>/ or name the study ({', '.join(STUDIES)})")
     return validate(study, read_yaml(path, "params"), source=str(path))
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from . import claims, env, load_results
+from .atomic import write_text
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
@@ -59,9 +60,7 @@ def _render_html(notebook: Path, target: Path) -> None:
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
-    tmp = target.with_name("." + target.name + ".tmp")
-    tmp.write_text(body, encoding="utf-8")
-    os.replace(tmp, target)
+    write_text(target, body)
 
 
 SUMMARY = "summary"  # the claims scorecard: judged after every study, opens index.html
@@ -305,8 +304,4 @@ failed cells are marked, not dropped. Index written {html.escape(manifest['times
 </body></html>
 """
     out_root.mkdir(parents=True, exist_ok=True)
-    index = out_root / "index.html"
-    tmp = out_root / ".index.html.tmp"
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, index)
-    return index
+    return write_text(out_root / "index.html", page)

@@ -18,15 +18,18 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
+from .atomic import write_atomic
 from .spec import RunSpec
 
 STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "not_equivalent")
+# Statuses of cells that were measured and carry figures (a not_equivalent cell
+# is timed and flagged in every table and figure).
+MEASURED = ("ok", "not_equivalent")
 # Statuses of cells that produced no measurement.
 FAILED_STATUSES = ("oom", "unsupported", "error", "timeout")
 # Statuses a resumed run keeps; error and timeout cells are tried again.
@@ -119,10 +122,7 @@ def losses_frame(model: str, framework: str, mode: str, losses, reference,
 
 
 def _write_atomic(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def _read_all(directory: Path, empty) -> pd.DataFrame:

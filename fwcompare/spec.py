@@ -26,11 +26,6 @@ DEVICES = ("cpu", "gpu")
 # mixed precision (fp32 weights, reduced-precision compute).
 DTYPES = ("float32", "tf32", "bfloat16", "float16")
 TASKS = ("inference", "train")
-# Data-parallel training (the distributed study): the engine each framework's
-# mode stands for. torch eager: DistributedDataParallel under torchrun;
-# tensorflow graph: MultiWorkerMirroredStrategy with the step in tf.function.
-DIST_MODES = {"torch": ("eager",), "tensorflow": ("graph",)}
-SCALINGS = ("weak", "strong")
 
 
 _LATER_FIELDS = ("workers", "scaling")

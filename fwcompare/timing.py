@@ -1,4 +1,4 @@
-"""The one timing protocol, shared by every framework and mode.
+"""The one timing protocol, shared by every framework, mode and study.
 
 1. The first call is timed on its own: it pays for tracing, compilation and
    first allocations, which are reported apart (``first_call_s``), never mixed
@@ -14,6 +14,12 @@
    stops before ``min_iters`` samples (6 are the fewest that give a 95% CI of
    the median).
 5. Every raw sample is kept (seconds per call, with the block size).
+
+Steps 1-3 are :func:`prepare`, which returns a :class:`Sampler`; step 4 is
+:class:`StoppingRule`, written once and used by :meth:`Sampler.sample_until_stop`,
+by the data-parallel ranks (which time steps across processes) and by any
+schedule that asks a prepared cell for a few blocks at a time
+(:meth:`Sampler.take`). :func:`measure` is the whole protocol in one call.
 """
 from __future__ import annotations
 
@@ -29,11 +35,13 @@ MAX_TIMER_SHARE = 1e-3
 
 @dataclass(frozen=True)
 class TimingConfig:
+    """The protocol's settings; these defaults are the params schema's defaults too."""
+
     warmup_iters: int = 2
-    warmup_s: float = 0.2
+    warmup_s: float = 0.3
     min_iters: int = 7
     min_time_s: float = 1.0
-    max_time_s: float = 10.0
+    max_time_s: float = 8.0
     target_rel_ci: float = 0.02
     confidence: float = 0.95
 
@@ -45,6 +53,30 @@ class Timing:
     calls_per_sample: int = 1
     converged: bool = False
     rel_ci: float = float("nan")
+
+
+class StoppingRule:
+    """Step 4 of the protocol: fed the samples so far and the seconds spent
+    sampling, says whether to stop; ``converged`` and ``rel_ci`` say why."""
+
+    def __init__(self, config: TimingConfig):
+        self.config = config
+        self.converged = False
+        self.rel_ci = float("nan")
+
+    def done(self, samples: list[float], spent_s: float) -> bool:
+        cfg = self.config
+        if len(samples) < cfg.min_iters:
+            return False
+        if spent_s >= cfg.min_time_s:
+            self.rel_ci = rel_ci_halfwidth(samples, cfg.confidence)
+            if self.rel_ci <= cfg.target_rel_ci:
+                self.converged = True
+                return True
+        if spent_s >= cfg.max_time_s:
+            self.rel_ci = rel_ci_halfwidth(samples, cfg.confidence)
+            return True
+        return False
 
 
 def timer_overhead_ns(repeats: int = 1000) -> float:
@@ -67,17 +99,44 @@ def _time_block(fn: Callable[[], Any], sync: Callable[[Any], None], calls: int) 
     return time.perf_counter_ns() - t0
 
 
-def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,
+class Sampler:
+    """A prepared callable (first call, warm-up and block size done): takes
+    sample blocks on request and keeps every one in ``timing.samples_s``."""
+
+    def __init__(self, fn: Callable[[], Any], sync: Callable[[Any], None],
+                 config: TimingConfig, timing: Timing):
+        self.fn, self.sync, self.config, self.timing = fn, sync, config, timing
+
+    def take(self, blocks: int) -> list[float]:
+        """``blocks`` more samples (seconds per call), appended and returned."""
+        calls = self.timing.calls_per_sample
+        new = [_time_block(self.fn, self.sync, calls) / 1e9 / calls for _ in range(blocks)]
+        self.timing.samples_s.extend(new)
+        return new
+
+    def sample_until_stop(self) -> Timing:
+        """Sample block after block until the stopping rule says stop."""
+        rule = StoppingRule(self.config)
+        start = time.perf_counter()
+        while True:
+            self.take(1)
+            if rule.done(self.timing.samples_s, time.perf_counter() - start):
+                break
+        self.timing.converged, self.timing.rel_ci = rule.converged, rule.rel_ci
+        return self.timing
+
+
+def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,
             config: TimingConfig = TimingConfig(),
-            on_first: Callable[[Any], None] | None = None) -> Timing:
-    """Time ``fn`` under the protocol above; ``sync(out)`` waits for its result.
+            on_first: Callable[[Any], None] | None = None) -> Sampler:
+    """Steps 1-3: the first call timed apart, warm-up, block size.
     ``on_first(out)`` gets the first call's output, untimed, before warm-up
     (e.g. to check a compiled mode's output before its steady state is timed)."""
     t0 = time.perf_counter_ns()
     out = fn()
     sync(out)
     first_ns = time.perf_counter_ns() - t0
-    result = Timing(first_call_s=first_ns / 1e9)
+    timing = Timing(first_call_s=first_ns / 1e9)
     if on_first is not None:
         on_first(out)
     del out
@@ -96,19 +155,12 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
         if elapsed >= min_block_ns:
             break
         calls = max(calls * 2, int(calls * min_block_ns / max(elapsed, 1)) + 1)
-    result.calls_per_sample = calls
+    timing.calls_per_sample = calls
+    return Sampler(fn, sync, config, timing)
 
-    start = time.perf_counter()
-    while True:
-        elapsed_ns = _time_block(fn, sync, calls)
-        result.samples_s.append(elapsed_ns / 1e9 / calls)
-        spent = time.perf_counter() - start
-        if len(result.samples_s) >= config.min_iters and spent >= config.min_time_s:
-            result.rel_ci = rel_ci_halfwidth(result.samples_s, config.confidence)
-            if result.rel_ci <= config.target_rel_ci:
-                result.converged = True
-                break
-        if spent >= config.max_time_s and len(result.samples_s) >= config.min_iters:
-            result.rel_ci = rel_ci_halfwidth(result.samples_s, config.confidence)
-            break
-    return result
+
+def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,
+            config: TimingConfig = TimingConfig(),
+            on_first: Callable[[Any], None] | None = None) -> Timing:
+    """Time ``fn`` under the whole protocol; ``sync(out)`` waits for its result."""
+    return prepare(fn, sync, config, on_first).sample_until_stop()

@@ -165,6 +165,10 @@ def to_numpy(out) -> np.ndarray:
     return out.numpy().astype(np.float64)
 
 
+# The allocator's peak can be reset before each memory pass.
+PEAK_RESETTABLE = True
+
+
 def reset_peak_memory(device: str) -> None:
     if device == "gpu":
         tf.config.experimental.reset_memory_stats("GPU:0")

@@ -171,6 +171,10 @@ def to_numpy(out) -> np.ndarray:
     return out.detach().to(torch.float64).cpu().numpy()
 
 
+# The allocator's peak can be reset before each memory pass.
+PEAK_RESETTABLE = True
+
+
 def reset_peak_memory(device: str) -> None:
     if device == "gpu":
         torch.cuda.synchronize()

@@ -1,0 +1,31 @@
+"""Atomic file writes: a reader sees the old file or the whole new one, never
+half of it (an interrupted run, a failed notebook, two runs at once)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+
+def write_atomic(path: Path | str, write: Callable[[Path], Any]) -> Path:
+    """``write(tmp)`` writes a temporary file beside ``path``, then it is
+    renamed into place (an atomic replace on one filesystem)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_text(path: Path | str, text: str) -> Path:
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: Path | str, obj: Any, **kwargs) -> Path:
+    kwargs = {"indent": 2, "sort_keys": True, "default": str, **kwargs}
+    return write_text(path, json.dumps(obj, **kwargs))

@@ -1,0 +1,214 @@
+"""The equivalence gate: identical inputs, a reference, and the check every
+framework passes before it is timed.
+
+A prepare job (one process per model and task, PyTorch only) makes the shared
+weights and writes the gate file: fixed token ids of an odd shape that no grid
+uses (so the gate's trace or compile never pre-pays a cell's first call), and
+PyTorch eager float32's answer on them: the output (inference) or the losses
+of the first training steps on that batch (training). With ``fp64_shapes`` it
+also writes float64 outputs for the precision errors of the mixed-precision
+study. Workers then check each forward or training step against it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import write_atomic
+from .job import Job
+from .protocol import GATE, emit
+
+# The gate's batch: an odd shape that no sensible grid uses.
+GATE_SHAPE = (3, 17)
+# Precision errors are computed over the first REF_ROWS sequences of a cell's
+# batch (sequences are independent), so float64 references of large decoder
+# logits (batch x seq x vocab) stay small.
+REF_ROWS = 2
+
+
+def token_ids(seed: int, batch: int, seq: int, vocab: int):
+    """The same token ids for a (batch, seq) cell in every framework."""
+    import numpy as np
+
+    low = min(5, vocab - 1)  # skip special tokens (padding ids shift RoBERTa positions)
+    return np.random.default_rng([seed, batch, seq]).integers(low, vocab, size=(batch, seq))
+
+
+def train_labels(seed: int, ids, head: str):
+    """Labels of a synthetic training batch: the ids themselves for a causal LM
+    (shifted inside the loss), seeded class labels for classification."""
+    import numpy as np
+
+    if head == "causal_lm":
+        return ids
+    b, s = ids.shape
+    return np.random.default_rng([seed, b, s, 1]).integers(0, 2, size=b)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What a training reference (and every framework's step) is made with."""
+
+    optimizer: dict          # AdamW: learning_rate, weight_decay, beta1, beta2, eps
+    accumulation_steps: int
+    agreement_steps: int     # steps on the gate batch whose losses are compared
+
+
+def fp64_key(batch: int, seq: int) -> str:
+    return f"ref64_{batch}x{seq}"
+
+
+def prepare(job: Job, train: TrainSettings | None = None) -> Path:
+    """Weights of ``job.model`` with ``job.head`` and the gate file; its path."""
+    import numpy as np
+
+    from . import models
+    from .frameworks import get_backend
+
+    head = job.head
+    wdir = models.weights_dir(job.model, job.seed, head=head)
+    torch_backend = get_backend("torch")
+    torch_backend.configure(job.threads, "cpu")
+    net = torch_backend.load(wdir, "cpu", head)
+    config = net.config
+    b, s = job.gate_shape
+    maxpos = models.max_positions(config)
+    s = min(s, maxpos) if maxpos else s
+    ids = token_ids(job.seed, b, s, config.vocab_size)
+    n_emb = sum(p.numel() for n, p in net.named_parameters()
+                if "emb" in n or n.split(".")[-2:-1] in (["wte"], ["wpe"]))
+    info = models.param_counts(config, torch_backend.n_params(net), n_emb)
+    info.update(vocab_size=config.vocab_size, max_positions=maxpos or 0, weights_dir=str(wdir))
+    labels = train_labels(job.seed, ids, head)
+    if train is not None:
+        step = torch_backend.make_train_step(net, "eager", "cpu", train.optimizer, head,
+                                             train.accumulation_steps)
+        batch = torch_backend.make_batch(ids, labels, "cpu")
+        reference = np.array([float(torch_backend.to_numpy(step(batch)))
+                              for _ in range(train.agreement_steps)])
+    else:
+        forward = torch_backend.make_forward(net, "eager", "cpu", head)
+        reference = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+    fp64 = {}
+    if job.fp64_shapes:  # float64 references for the precision errors
+        forward = torch_backend.make_forward(net.double(), "eager", "cpu", head)
+        fp64["ref64_gate"] = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+        for b, s in job.fp64_shapes:
+            if not maxpos or s <= maxpos:
+                cell_ids = token_ids(job.seed, b, s, config.vocab_size)[:REF_ROWS]
+                x = torch_backend.make_inputs(cell_ids, "cpu")
+                fp64[fp64_key(b, s)] = torch_backend.to_numpy(forward(x))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, ids=ids, labels=labels, reference=reference, info=json.dumps(info),
+                     **fp64)
+    return write_atomic(job.gate_path, write)
+
+
+class Gate:
+    """A gate file, loaded: ``ids``, ``labels``, ``reference``, ``info`` (model
+    facts: parameter counts, vocabulary, positions, weights directory) and the
+    float64 references, if any."""
+
+    def __init__(self, path: Path):
+        import numpy as np
+
+        self._npz = np.load(path)
+        self.ids = self._npz["ids"]
+        self.labels = self._npz["labels"]
+        self.reference = self._npz["reference"]
+        self.info = json.loads(str(self._npz["info"]))
+
+    def fp64(self, key: str):
+        """A float64 reference (``ref64_gate`` or ``fp64_key(b, s)``), or None."""
+        return self._npz[key] if key in self._npz else None
+
+
+def check_forwards(backend, model, modes, device: str, head: str, dtype: str, gate: Gate,
+                   equiv_tol: float, mp_equiv_rtol: float | None = None,
+                   mode_options: dict | None = None):
+    """Each mode's forward, checked on the gate batch before any timing:
+    float32 against PyTorch's float32 output (max abs error within
+    ``equiv_tol``); a reduced precision against the float64 reference where the
+    study computed one (relative L2 error within ``mp_equiv_rtol``), which
+    catches wrong weights or a broken cast, not rounding.
+
+    Returns (forwards: mode -> (fn, not-equivalent reason or ""), known:
+    mode -> gate error figures, problems: mode -> (status, message))."""
+    from .cell import describe, failure_status
+    from .precision import error_metrics
+
+    ref64 = gate.fp64("ref64_gate")
+    forwards, known, problems = {}, {}, {}
+    for mode in modes:
+        try:
+            fn = backend.make_forward(model, mode, device, head, dtype, mode_options)
+            out = fn(backend.make_inputs(gate.ids, device))
+            backend.sync(out)
+            out = backend.to_numpy(out)
+        except Exception as exc:
+            problems[mode] = (failure_status(backend, exc), describe(exc))
+            continue
+        err = error_metrics(out, gate.reference)
+        known[mode] = {"equiv_max_abs_err": err["max_abs_err"],
+                       "equiv_rel_err": err["rel_l2_err"]}
+        if dtype == "float32":
+            bad = (f"max abs error {err['max_abs_err']:.3g} vs reference exceeds "
+                   f"equiv_tol {equiv_tol:g}") if not err["max_abs_err"] <= equiv_tol else ""
+        else:
+            if ref64 is not None:
+                err = error_metrics(out, ref64)
+            bad = (f"{dtype} output's relative L2 error {err['rel_l2_err']:.3g} on the gate "
+                   f"batch exceeds mp_equiv_rtol {mp_equiv_rtol:g}"
+                   ) if not err["rel_l2_err"] <= mp_equiv_rtol else ""
+        forwards[mode] = (fn, bad)
+    emit(GATE, dtype=dtype, errors={m: k["equiv_max_abs_err"] for m, k in known.items()})
+    return forwards, known, problems
+
+
+def agreement_steps(backend, step, gate: Gate, device: str, n: int):
+    """``n`` training steps on the gate batch: losses, the loss scale after each
+    step, and which steps dynamic loss scaling skipped (the scale went down)."""
+    import numpy as np
+
+    batch = backend.make_batch(gate.ids, gate.labels, device)
+    losses, scales, skipped = [], [], []
+    before = step.loss_scale()
+    for _ in range(n):
+        losses.append(float(backend.to_numpy(step(batch))))
+        scales.append(step.loss_scale())
+        skipped.append(bool(scales[-1] < before))
+        before = scales[-1]
+    return np.array(losses), np.array(scales), np.array(skipped)
+
+
+def loss_problems(dtype: str, losses, ref, loss_tol: float, loss_curve_rtol: float,
+                  mp_loss_rtol: float | None = None, who: str = "PyTorch") -> list[str]:
+    """Why these losses do not stand for the same training as the reference:
+    float32 must follow it (``loss_tol`` on the first, then ``loss_curve_rtol``);
+    a reduced precision must start from the same loss (``mp_loss_rtol``
+    relative on the first step: the same weights and data, only rounding
+    differs) and stay finite. How far its curve departs later is what the
+    mixed-precision study measures, not a failure."""
+    import numpy as np
+
+    problems = []
+    if not np.all(np.isfinite(losses)):
+        problems.append(f"{int((~np.isfinite(losses)).sum())} non-finite loss(es) "
+                        "during the agreement steps")
+    step0 = abs(losses[0] - ref[0])
+    if dtype == "float32":
+        curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
+        if not step0 <= loss_tol:
+            problems.append(f"first loss differs from {who} by {step0:.3g} "
+                            f"(loss_tol {loss_tol:g})")
+        if not curve <= loss_curve_rtol:
+            problems.append(f"loss curve departs from {who} by {curve:.3g} relative "
+                            f"(loss_curve_rtol {loss_curve_rtol:g})")
+    elif not step0 / abs(ref[0]) <= mp_loss_rtol:
+        problems.append(f"{dtype} first loss differs from PyTorch float32 by "
+                        f"{step0 / abs(ref[0]):.3g} relative (mp_loss_rtol "
+                        f"{mp_loss_rtol:g})")
+    return problems

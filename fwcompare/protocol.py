@@ -1,0 +1,71 @@
+"""The messages between the parent (runner) and a worker process.
+
+Neither side owns this module: the runner, the launcher and every worker
+import it, and the parent never imports a worker's entry module.
+
+Events (worker -> parent) are lines on the worker's stdout that start with
+``EVENT_PREFIX`` followed by a JSON object with an ``event`` key; anything
+else a library prints is ignored. Requests (parent -> worker) are JSON lines
+on the worker's stdin with an ``op`` key. A served worker answers:
+
+========  ===========================================  ======================
+request   what the worker does                         its answer (event)
+========  ===========================================  ======================
+prepare   the cell's model, gate, first call, warm-up   ``prepared``, or ``done``
+          and block size (``start`` is sent first)      when the cell cannot run
+sample    ``blocks`` sample blocks, or with             ``sampled`` (the new
+          ``until_stop`` until the stopping rule stops  samples, converged)
+memory    the memory pass                              ``measured``
+finish    the cell's figures; its row is written       ``done``
+exit      leaves                                       (end of output)
+========  ===========================================  ======================
+
+So a schedule is the parent's choice: one cell after another (today), or
+several prepared workers asked for one block each in turn (interleaving).
+A ``gate`` event reports the equivalence gate's errors, for the progress log.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO
+
+EVENT_PREFIX = "@@fwcompare "
+
+# Requests.
+PREPARE, SAMPLE, MEMORY, FINISH, EXIT = "prepare", "sample", "memory", "finish", "exit"
+# Events.
+START, PREPARED, SAMPLED, MEASURED, DONE, GATE = (
+    "start", "prepared", "sampled", "measured", "done", "gate")
+
+
+def emit(event: str, **fields) -> None:
+    """Send an event to the parent (a worker's stdout)."""
+    sys.stdout.write(EVENT_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def parse_event(line: str) -> dict | None:
+    """The event in a line of a worker's output, or None. Launchers may put a
+    prefix of their own before a rank's line, so the marker is searched for."""
+    at = line.find(EVENT_PREFIX)
+    if at < 0:
+        return None
+    return json.loads(line[at + len(EVENT_PREFIX):])
+
+
+def send(stream: IO[str], op: str, **fields) -> None:
+    """Send a request to a worker (its stdin)."""
+    stream.write(json.dumps({"op": op, **fields}) + "\n")
+    stream.flush()
+
+
+def requests(stream: IO[str] = sys.stdin):
+    """The requests a worker receives, until ``exit`` or the end of its input."""
+    for line in stream:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if req["op"] == EXIT:
+            return
+        yield req

@@ -1,0 +1,49 @@
+"""The studies: one module each, found through this registry.
+
+A study module defines a :class:`~fwcompare.studies.base.Study` subclass and
+registers an instance with :func:`register`; nothing outside it branches on its
+name. ``STUDIES`` lists the registered studies in report order.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from .base import Study
+
+STUDIES: dict[str, Study] = {}
+
+
+def register(study: Study) -> Study:
+    """Add a study to the registry (a module registers its study on import)."""
+    if not study.name:
+        raise ValueError(f"{type(study).__name__} has no name")
+    STUDIES[study.name] = study
+    return study
+
+
+def unregister(name: str) -> None:
+    STUDIES.pop(name, None)
+
+
+def load(name: str, module_file: str = "") -> Study:
+    """The study ``name``; a study not built in is registered by importing the
+    file that defines it (a worker process of a study registered elsewhere)."""
+    if name not in STUDIES and module_file:
+        spec = importlib.util.spec_from_file_location(f"_fwcompare_study_{name}", module_file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    if name not in STUDIES:
+        raise KeyError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
+    return STUDIES[name]
+
+
+def module_file(study: Study) -> str:
+    """The file of the module that defines ``study``'s class."""
+    return str(Path(sys.modules[type(study).__module__].__file__).resolve())
+
+
+# The built-in studies, in report order; each module registers its study.
+from . import inference_sweep, training, mixed_precision, acceleration, distributed  # noqa: E402,F401

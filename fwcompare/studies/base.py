@@ -1,0 +1,151 @@
+"""The study protocol: what a study module declares, as named hooks.
+
+The runner, the worker process, params validation, the report and the claims
+scorecard only call these hooks; a study is one module that subclasses
+:class:`Study`, fills them in and registers an instance
+(``fwcompare.studies.register``). Parent-side hooks decide what to measure and
+how cells share processes; worker-side hooks say what one cell is.
+
+================  ============================================================
+hook              says
+================  ============================================================
+``schema``        the params keys (the shared ones from ``params.grid_params``
+                  and ``params.TIMING``, plus the study's own)
+``check``         problems between keys (each a message naming its key)
+``cells``         the RunSpecs of a params set
+``head``          the model head a task runs (base, causal_lm, seq_cls)
+``gate_shape``    the gate batch (rows must split as the study needs)
+``fp64_shapes``   shapes that need float64 references (precision errors)
+``groups``        how one framework's cells share worker processes, in order
+``spawn``         the process(es) that run one group (default: one worker)
+``run_group``     how the parent runs one group (default: the runner's)
+``train_settings`` the training reference's optimizer and steps (training tasks)
+``backend``       the framework backend of a worker
+``pin``           the cores a worker runs on
+``prepare``       the prepare job: weights and gate references
+``work``          a worker's main loop (default: serve the runner's requests)
+``plan``          one cell: what to time and what is known before timing
+``metrics``       claim metrics the study adds to ``params/claims.yaml``'s
+================  ============================================================
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import env, models
+from ..job import CellRef, Job
+from ..spec import DTYPES, RunSpec
+
+if TYPE_CHECKING:
+    from ..cell import CellPlan, WorkerContext
+    from ..gate import TrainSettings
+    from ..params import Param
+    from ..runner import Runner
+
+
+def grid_cells(params: dict, study: str, task: str, *, models=None, modes=None, dtypes=None,
+               batch_sizes=None, seq_lens=None) -> list[RunSpec]:
+    """Every (model, framework, mode, precision, batch, sequence) cell of a grid;
+    each axis defaults to the params key of the same name."""
+    threads = params["threads"] or env.default_threads()
+    modes = modes or params["modes"]
+    return [RunSpec(study=study, model=model, framework=fw, mode=mode,
+                    device=params["device"], dtype=dtype, batch_size=b,
+                    seq_len=s, threads=threads, task=task)
+            for model in (models or params["models"])
+            for fw in params["frameworks"]
+            for mode in modes[fw]
+            for dtype in (dtypes or [params["dtype"]])
+            for b in (batch_sizes or params["batch_sizes"])
+            for s in (seq_lens or params["seq_lens"])]
+
+
+def by_size(ref: CellRef) -> tuple:
+    """Ascending batch x sequence, so a cell's peak RSS is not inflated by a
+    larger cell's allocator caches; float32 first (every speed-up's baseline)."""
+    s = ref.spec
+    return (DTYPES.index(s.dtype), s.batch_size * s.seq_len, s.batch_size, s.mode)
+
+
+def per_mode(cells: list[CellRef]) -> list[list[CellRef]]:
+    """One process per mode (sorted by mode), each in ascending size."""
+    modes = sorted({c.spec.mode for c in cells})
+    return [sorted((c for c in cells if c.spec.mode == m), key=by_size) for m in modes]
+
+
+class Study:
+    """A study: override the hooks its cells need (see the module doc)."""
+
+    name: str = ""
+    title: str = ""
+    tasks: tuple[str, ...] = ("inference",)
+    # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
+    metrics: dict[str, Any] = {}
+
+    @property
+    def notebook(self) -> str:
+        return f"{self.name}.ipynb"
+
+    # -- params ---------------------------------------------------------------------
+    def schema(self) -> dict[str, "Param"]:
+        raise NotImplementedError
+
+    def check(self, params: dict) -> list[str]:
+        return []
+
+    # -- cells and processes (parent side) --------------------------------------------
+    def cells(self, params: dict) -> list[RunSpec]:
+        return grid_cells(params, self.name, self.tasks[0])
+
+    def head(self, task: str, model: str) -> str:
+        if task == "train":
+            return models.train_head(models.config_for(model))
+        return "base"
+
+    def model_key(self, model: str, seed: int, head: str) -> str:
+        return models.model_key(model, seed, head)
+
+    def gate_shape(self, params: dict, task: str) -> tuple[int, int]:
+        from ..gate import GATE_SHAPE
+
+        return GATE_SHAPE
+
+    def fp64_shapes(self, task: str, cells: list[RunSpec]) -> list[tuple[int, int]]:
+        return []
+
+    def groups(self, task: str, cells: list[CellRef]) -> list[list[CellRef]]:
+        """Default: one process for all of a framework's cells (one model per
+        precision), in ascending size."""
+        return [sorted(cells, key=by_size)] if cells else []
+
+    def spawn(self, runner: "Runner", job: Job, name: str):
+        return runner.spawn_worker(job, name)
+
+    def run_group(self, runner: "Runner", model: str, group: list[CellRef]) -> None:
+        runner.run_group(model, group)
+
+    def train_settings(self, params: dict) -> "TrainSettings | None":
+        return None
+
+    # -- worker side -------------------------------------------------------------------
+    def backend(self, framework: str):
+        from ..frameworks import get_backend
+
+        return get_backend(framework)
+
+    def pin(self, job: Job, cores: list[int]) -> None:
+        """Move a worker to other cores than the first ``threads`` of ``cores``
+        (the process's cores when it started), where it already runs."""
+
+    def prepare(self, job: Job) -> None:
+        from ..gate import prepare
+
+        prepare(job, self.train_settings(job.params) if job.task == "train" else None)
+
+    def work(self, job: Job) -> None:
+        from ..cell import serve
+
+        serve(self, job)
+
+    def plan(self, ctx: "WorkerContext", spec: RunSpec) -> "CellPlan":
+        raise NotImplementedError(f"{type(self).__name__} does not say how to measure a cell")

@@ -1,0 +1,657 @@
+"""Distributed data-parallel training: DDP against tf.distribute, one worker to many.
+
+Each (framework, engine, worker count) is one launch of that many ranks with
+the framework's own launcher (:mod:`fwcompare.launch`: ``torchrun`` for
+PyTorch DistributedDataParallel, ``TF_CONFIG`` workers for TensorFlow's
+MultiWorkerMirroredStrategy); every rank runs :meth:`Distributed.work` with its
+framework's engine (``frameworks.<fw>.DataParallel``):
+
+1. **Agreement**: ``agreement_steps`` training steps on the gate batch, split
+   evenly over the ranks. The loss of each step (mean over ranks: the mean
+   over the global batch) is compared with the single-process PyTorch run over
+   the same global batch (the prepare job's reference), as in the training
+   study; then the weights are compared across ranks.
+2. **Each cell** (weak or strong scaling at this worker count): every rank
+   trains on its shard of the cell's global batch. A sample is one step
+   followed by a scalar all-reduce that acts as a barrier, timed on rank 0
+   from the end of the previous barrier to the end of this one: the time
+   until the slowest rank has finished the step. Rank 0 applies the shared
+   stopping rule (timing.StoppingRule) and sends its decision in the
+   barrier's value, so every rank runs the same number of steps. Then the
+   gradient all-reduce is timed alone and the weights are compared across
+   ranks again.
+
+Rank 0 writes the rows and sends the events; a rank that fails exits with an
+error, and the launcher ends the others (a collective cannot go on without it).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from .. import env, models
+from ..cell import CellResult, derived_figures, release_freed_heap, write_row
+from ..claims import Claim, Measurement, Metric, StudyData
+from ..gate import GATE_SHAPE, TrainSettings
+from ..job import CellRef, Job
+from ..params import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
+                      one_of, positive, replace_param)
+from ..protocol import GATE, START, emit
+from ..results import MEASURED
+from ..spec import RunSpec
+from ..stats import ratio_ci
+from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
+from . import register
+from .base import Study
+from .training import AGREEMENT, OPTIMIZER, train_settings
+
+# The engine each framework's mode stands for. torch eager:
+# DistributedDataParallel under torchrun; tensorflow graph:
+# MultiWorkerMirroredStrategy with the step in tf.function.
+DIST_MODES = {"torch": ("eager",), "tensorflow": ("graph",)}
+SCALINGS = ("weak", "strong")
+
+
+def _dist_frameworks(v):
+    bad = [fw for fw in v if fw not in DIST_MODES]
+    if not bad:
+        return None
+    if bad[0] == "jax":
+        return ("'jax' has no data-parallel launcher here yet (JAX's multi-process API is "
+                f"optional in this study); allowed: {', '.join(DIST_MODES)}")
+    return f"unknown value {bad[0]!r}; allowed: {', '.join(DIST_MODES)}"
+
+
+def _dist_modes(v):
+    return _dist_frameworks(list(v)) or modes_in(DIST_MODES)(v)
+
+
+class Distributed(Study):
+    name = "distributed"
+    title = "Distributed data-parallel: DDP against tf.distribute, 1 to N workers"
+    tasks = ("train",)
+
+    # -- params ---------------------------------------------------------------------
+    def schema(self):
+        grid = grid_params(["distilbert-base-uncased"], {"torch": ["eager"], "tensorflow": ["graph"]},
+                           DIST_MODES, [4], [64], 900.0)
+        for key in ("batch_sizes", "seq_lens"):
+            del grid[key]
+        s = {
+            **grid,
+            "workers": Param("list[int]", [1, 2], "worker processes of each cell (1..N); the smallest is the baseline of speed-up and efficiency", all_of(non_empty, positive)),
+            "scaling": Param("list[str]", list(SCALINGS), "weak: per_worker_batch on every worker (the global batch grows with workers); strong: global_batch split over the workers", all_of(non_empty, one_of(SCALINGS))),
+            "per_worker_batch": Param("int", 4, "weak scaling: samples per worker per step", positive),
+            "global_batch": Param("int", 8, "strong scaling: samples per step over all workers (a multiple of every workers value)", positive),
+            "seq_len": Param("int", 64, "sequence length in tokens", positive),
+            **OPTIMIZER, **AGREEMENT,
+            "weight_tol": Param("float", 1e-6, "max abs difference of any weight across ranks (after the agreement steps and after each cell) before the cells are flagged not_equivalent", non_negative),
+            "allreduce_repeats": Param("int", 5, "all-reduces of one step's gradients timed alone per cell", positive),
+            "hosts": Param("list[str]", ["127.0.0.1"], "hosts taking part, node 0 first (rank 0, torchrun's rendezvous); one entry: this machine, workers on loopback", non_empty),
+            "node_rank": Param("int", 0, "this host's index in hosts: run the same study on every host, each with its own node_rank", non_negative),
+            "master_port": Param("int", 0, "torchrun's rendezvous port on hosts[0] (TensorFlow worker i listens on master_port+1+i); 0: free ports found at launch (one host only)", non_negative),
+            **TIMING,
+        }
+        s = replace_param(s, "frameworks", default=["torch", "tensorflow"],
+                          check=all_of(non_empty, _dist_frameworks))
+        s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
+                          "tensorflow graph (MultiWorkerMirroredStrategy)", check=_dist_modes)
+        s = replace_param(s, "threads", help="intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)")
+        return replace_param(s, "group_timeout_s", help="seconds one launch (a framework at one worker count) may run before every rank is stopped")
+
+    def check(self, full):
+        problems = []
+        hosts = full["hosts"]
+        if "strong" in full["scaling"]:
+            uneven = [w for w in full["workers"] if full["global_batch"] % w]
+            if uneven:
+                problems.append(f"key 'global_batch': {full['global_batch']} does not split evenly "
+                                f"over {', '.join(map(str, uneven))} workers")
+        uneven = [w for w in full["workers"] if w % len(hosts)]
+        if uneven:
+            problems.append(f"key 'workers': {', '.join(map(str, uneven))} cannot be spread evenly "
+                            f"over {len(hosts)} hosts")
+        if full["node_rank"] >= len(hosts):
+            problems.append(f"key 'node_rank': {full['node_rank']} is not an index of hosts "
+                            f"({len(hosts)} given)")
+        if len(hosts) > 1 and not full["master_port"]:
+            problems.append("key 'master_port': several hosts need a fixed port (0 picks a free "
+                            "port on one host only)")
+        return problems
+
+    # -- cells and launches (parent side) ---------------------------------------------
+    def cells(self, params):
+        """Per framework and worker count, a weak-scaling cell (per_worker_batch on
+        each worker) and a strong-scaling one (global_batch over all workers)."""
+        local = max(params["workers"]) // len(params["hosts"])
+        threads = params["threads"] or max(1, env.default_threads() // local)
+        batch = {"weak": lambda w: params["per_worker_batch"] * w,
+                 "strong": lambda w: params["global_batch"]}
+        return [RunSpec(study=self.name, model=model, framework=fw, mode=mode,
+                        device=params["device"], dtype=params["dtype"], batch_size=batch[sc](w),
+                        seq_len=params["seq_len"], threads=threads, task="train", workers=w,
+                        scaling=sc)
+                for model in params["models"]
+                for fw in params["frameworks"]
+                for mode in params["modes"][fw]
+                for w in params["workers"]
+                for sc in params["scaling"]]
+
+    def gate_shape(self, params, task):
+        return (2 * math.lcm(*params["workers"]), GATE_SHAPE[1])  # splits over every count
+
+    def groups(self, task, cells):
+        """One launch per (engine, worker count)."""
+        keys = sorted({(c.spec.mode, c.spec.workers) for c in cells})
+        return [sorted((c for c in cells if (c.spec.mode, c.spec.workers) == k),
+                       key=lambda c: (c.spec.batch_size * c.spec.seq_len, c.spec.batch_size))
+                for k in keys]
+
+    def spawn(self, runner, job, name):
+        from ..launch import Launch
+
+        spec = job.cells[0].spec
+        job = job.replace(mode=spec.mode, threads=spec.threads)
+        return Launch(job, runner.work_dir / "jobs", f"{name}-x{spec.workers}",
+                      runner.worker_env(spec.threads, job.framework),
+                      framework=job.framework, workers=spec.workers,
+                      hosts=runner.params["hosts"], node_rank=runner.params["node_rank"],
+                      master_port=runner.params["master_port"])
+
+    def run_group(self, runner, model, group):
+        """Node 0 runs the launch and writes the rows; another host only runs
+        its ranks until the launch ends."""
+        if runner.params["node_rank"]:
+            runner.follow(model, group)
+        else:
+            runner.run_group(model, group)
+
+    def train_settings(self, params):
+        return train_settings(params)
+
+    # -- a rank (worker side) -----------------------------------------------------------
+    def pin(self, job, cores):
+        """Give each local rank its own ``threads`` cores (like one GPU each), so
+        that ranks do not compete for the same cores."""
+        if cores and hasattr(os, "sched_setaffinity"):
+            start = (local_rank() * job.threads) % len(cores)
+            os.sched_setaffinity(0, (cores + cores)[start:start + max(1, min(job.threads,
+                                                                             len(cores)))])
+
+    def work(self, job):
+        """Run the rank and leave with os._exit while the engine's objects are
+        still referenced: freeing them can block for minutes (a gloo process
+        group waiting on a rank that has already left; TensorFlow's collective
+        service threads), and the results are written by then."""
+        import faulthandler
+        import signal
+        import traceback
+
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack to the log
+        try:
+            engine = run_rank(job, self.train_settings(job.params))  # noqa: F841  (kept alive)
+        except Exception:
+            traceback.print_exc()
+            _exit(1)
+        _exit(0)
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def shard(rows, rank: int, world: int):
+    """This rank's equal share of a global batch (rows split in order)."""
+    n = len(rows) // world
+    return rows[rank * n:(rank + 1) * n]
+
+
+def _fault(label: str, rank: int, dp=None) -> None:
+    """Fault injection for the robustness tests: FWCOMPARE_FAULT holds
+    comma-separated ``kind@rank:label-part`` (kind crash, hang or desync;
+    without @rank, every rank)."""
+    for fault in filter(None, os.environ.get("FWCOMPARE_FAULT", "").split(",")):
+        spec, _, where = fault.partition(":")
+        kind, _, who = spec.partition("@")
+        if not where or where not in label or (who and int(who) != rank):
+            continue
+        if kind == "crash":
+            os._exit(3)
+        if kind == "hang":
+            time.sleep(1e6)
+        if kind == "desync" and dp is not None:
+            dp.perturb(1e-3)
+
+
+class Rank:
+    """One rank of a launch: the agreement steps, then each cell."""
+
+    def __init__(self, job: Job, dp, load_s: float):
+        from ..gate import Gate
+        from ..results import ResultStore
+
+        self.job, self.dp, self.load_s = job, dp, load_s
+        self.rank0 = dp.rank == 0
+        self.cfg = job.timing
+        self.store = ResultStore(job.store_dir) if self.rank0 else None
+        self.gate = Gate(job.gate_path)
+        self.info = self.gate.info
+        self.provenance = dict(job.provenance, mode_setup=dp.setup)
+
+    def data(self, ids, labels):
+        return self.dp.batch(shard(ids, self.dp.rank, self.dp.world),
+                             shard(labels, self.dp.rank, self.dp.world))
+
+    # -- 1. agreement ---------------------------------------------------------
+    def agreement(self) -> tuple[dict, str]:
+        """Known figures of every cell of this run, and its problems (empty if none)."""
+        from ..gate import loss_problems
+        from ..results import losses_frame
+
+        ref = self.gate.reference
+        batch = self.data(self.gate.ids, self.gate.labels)
+        losses = np.array([self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world
+                           for _ in range(len(ref))])
+        spread = self.dp.max_weight_diff()
+        p, world = self.job.params, self.dp.world
+        step0 = abs(losses[0] - ref[0])
+        curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
+        problems = loss_problems("float32", losses, ref, p["loss_tol"], p["loss_curve_rtol"],
+                                 who=f"the single-process run with {world} worker(s)")
+        if not spread <= p["weight_tol"]:
+            problems.append(f"weights differ across ranks by {spread:.3g} after "
+                            f"{len(ref)} steps (weight_tol {p['weight_tol']:g})")
+        if self.rank0:
+            fw, mode = self.job.framework, self.job.mode
+            self.store.append_losses(
+                losses_frame(self.job.model, fw, f"{mode} x{world}", losses, ref),
+                f"{self.job.model_key}-{fw}-{mode}-x{world}")
+            emit(GATE, dtype="float32", errors={f"{mode} x{world}": float(step0)})
+        known = dict(loss_step0=float(losses[0]), loss_final=float(losses[-1]),
+                     equiv_max_abs_err=float(step0), equiv_rel_err=curve)
+        return known, "; ".join(problems)
+
+    # -- 2. cells ---------------------------------------------------------------
+    def time_steps(self, batch):
+        """(first step seconds, samples, stopping rule) by the protocol above."""
+        from ..timing import StoppingRule
+
+        cfg, dp = self.cfg, self.dp
+        dp.allreduce_sum(0.0)
+        t0 = time.perf_counter()
+        dp.step(batch)
+        dp.allreduce_sum(0.0)
+        first = time.perf_counter() - t0
+        start, n = time.perf_counter(), 0
+        while True:  # warm-up
+            dp.step(batch)
+            n += 1
+            done = n >= cfg.warmup_iters and time.perf_counter() - start >= cfg.warmup_s
+            if dp.allreduce_sum(1.0 if self.rank0 and done else 0.0) > 0:
+                break
+        rule = StoppingRule(cfg)
+        samples = []
+        start = prev = time.perf_counter()
+        stop = False
+        while True:
+            dp.step(batch)
+            if dp.allreduce_sum(1.0 if stop else 0.0) > 0:
+                break
+            now = time.perf_counter()
+            samples.append(now - prev)
+            prev = now
+            if self.rank0:
+                stop = rule.done(samples, now - start)
+        return first, samples, rule
+
+    def cell(self, ref: CellRef, known: dict, problems: str) -> None:
+        from ..gate import token_ids, train_labels
+
+        spec, dp, p = ref.spec, self.dp, self.job.params
+        if self.rank0:
+            emit(START, cell=spec.cell_id, round=ref.round, label=spec.label)
+        dp.allreduce_sum(0.0)  # every rank is in this cell (a failure from here is its)
+        _fault(spec.label, dp.rank, dp)
+        per_worker = spec.batch_size // dp.world
+        figures = dict(known, per_worker_batch=float(per_worker), load_s=self.load_s)
+        maxpos = self.info["max_positions"]
+        if maxpos and spec.seq_len > maxpos:
+            self.finish(ref, CellResult("unsupported", f"seq_len {spec.seq_len} exceeds the "
+                                        f"model's {maxpos} positions", figures))
+            return
+        ids = token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
+        batch = self.data(ids, train_labels(self.job.seed, ids, self.job.head))
+        first, samples, rule = self.time_steps(batch)
+        comm = dp.allreduce_grads_s(p["allreduce_repeats"])
+        spread = dp.max_weight_diff()
+        if not self.rank0:
+            return
+        flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
+        figures.update(derived_figures(spec, samples, self.cfg.confidence, flops))
+        allreduce_s = float(np.median(comm))
+        figures.update(calls_per_sample=1, rel_ci=rule.rel_ci, first_call_s=first,
+                       converged=rule.converged, weight_max_abs_diff=spread,
+                       allreduce_s=allreduce_s, allreduce_share=allreduce_s / figures["median_s"])
+        notes = [problems] if problems else []
+        if not spread <= p["weight_tol"]:
+            notes.append(f"weights differ across ranks by {spread:.3g} after the cell "
+                         f"(weight_tol {p['weight_tol']:g})")
+        status = "not_equivalent" if notes else "ok"
+        if not rule.converged:
+            notes.append(f"did not converge: CI half-width {rule.rel_ci:.1%} of the median "
+                         f"after {self.cfg.max_time_s:g} s")
+        self.finish(ref, CellResult(status, "; ".join(notes), figures, samples))
+
+    def finish(self, ref: CellRef, result: CellResult) -> None:
+        if self.rank0:
+            write_row(self.store, self.job, self.provenance, ref, result)
+
+
+def run_rank(job: Job, settings: TrainSettings):
+    """One rank's whole launch; returns the engine (kept alive until the exit)."""
+    from ..frameworks import get_backend
+    from ..gate import Gate
+
+    backend = get_backend(job.framework)
+    backend.configure(job.threads, job.device)
+    t0 = time.perf_counter()
+    dp = backend.DataParallel(Gate(job.gate_path).info["weights_dir"], job.device, job.head,
+                              settings.optimizer, job.mode, job.params["group_timeout_s"])
+    load_s = time.perf_counter() - t0
+    release_freed_heap()
+    try:
+        rank = Rank(job, dp, load_s)
+        if rank.rank0:
+            rank.provenance.update(backend.runtime_info(job.device))
+        known, problems = rank.agreement()
+        for ref in job.cells:
+            rank.cell(ref, known, problems)
+        dp.allreduce_sum(0.0)  # nobody leaves while another rank still needs it
+    finally:
+        dp.close()
+    return dp
+
+
+def _exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+STUDY = register(Distributed())
+
+
+# -- tables -------------------------------------------------------------------------
+SCALING_KEYS = ["model", "framework", "mode", "device", "dtype", "seq_len", "scaling"]
+
+
+def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per (framework, scaling, workers): step time with its CI
+    (rank 0, to the slowest rank), samples/s, and against the smallest worker
+    count of the same framework and scaling (the baseline, usually 1):
+
+    - ``speedup`` = throughput / baseline throughput (global samples per
+      second), with a bootstrap CI from both cells' raw step times;
+    - ``ideal_speedup`` = workers / baseline workers;
+    - ``efficiency`` = speedup / ideal_speedup (1 is linear scaling). Weak
+      scaling (per-worker batch fixed): baseline step time / step time. Strong
+      scaling (global batch fixed): that ratio over the worker ratio.
+
+    Gradient all-reduce timed alone (``allreduce_s``) and its share of the
+    step, weights across ranks and losses against the single-process run
+    come from the cell's row."""
+    if summary.empty:
+        return pd.DataFrame()
+    by_cell = samples_by_cell(samples)
+    measured = summary["status"].isin(MEASURED) & summary["cell_id"].isin(list(by_cell))
+    fewest = summary[measured].groupby(SCALING_KEYS)["workers"].transform("min")
+    is_base = measured & (summary["workers"] == fewest.reindex(summary.index))
+    paired = {r["cell_id"]: (b, status) for r, b, status in
+              baseline_pairs(summary, SCALING_KEYS, is_base)}
+    rows = []
+    for _, g in summary.groupby(SCALING_KEYS, sort=False):
+        g = g.sort_values("workers")
+        for _, r in g.iterrows():
+            base, status = paired[r["cell_id"]]
+            row = {k: r[k] for k in SCALING_KEYS}
+            row.update(variant=r["variant"], workers=int(r["workers"]),
+                       batch_size=int(r["batch_size"]),
+                       per_worker_batch=int(r["batch_size"]) // int(r["workers"]),
+                       status=status, median_s=r["median_s"], ci_low_s=r["ci_low_s"],
+                       ci_high_s=r["ci_high_s"],
+                       samples_per_s=r["batch_size"] / r["median_s"],
+                       samples_per_s_low=r["batch_size"] / r["ci_high_s"],
+                       samples_per_s_high=r["batch_size"] / r["ci_low_s"],
+                       first_call_s=r["first_call_s"])
+            speed = (math.nan,) * 3
+            if both_measured(r, base, by_cell):
+                ratio = ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]])
+                scale = r["batch_size"] / base["batch_size"]
+                speed = tuple(x * scale for x in ratio)
+            ideal = r["workers"] / base["workers"] if base is not None else math.nan
+            row.update(baseline_workers=int(base["workers"]) if base is not None else math.nan,
+                       speedup=speed[0], speedup_low=speed[1], speedup_high=speed[2],
+                       ideal_speedup=ideal, efficiency=speed[0] / ideal,
+                       efficiency_low=speed[1] / ideal, efficiency_high=speed[2] / ideal,
+                       allreduce_s=r["allreduce_s"], allreduce_share=r["allreduce_share"],
+                       weight_max_abs_diff=r["weight_max_abs_diff"],
+                       loss_abs_diff_step0=r["equiv_max_abs_err"],
+                       loss_max_rel_diff=r["equiv_rel_err"], mode_setup=r["mode_setup"],
+                       error=r["error"])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
+    """Agreement-step losses of every framework at every worker count against
+    the single-process PyTorch run over the same global batch (the reference),
+    and against the same framework's run with the fewest workers."""
+    if losses.empty:
+        return pd.DataFrame()
+    df = losses.assign(engine=losses["mode"].str.split(" x").str[0],
+                       workers=losses["mode"].str.split(" x").str[-1].astype(int))
+    rows = []
+    for (model, fw, engine), g in df.groupby(["model", "framework", "engine"]):
+        fewest = g[g["workers"] == g["workers"].min()].sort_values("step")["loss"].to_numpy()
+        for w, h in g.groupby("workers"):
+            h = h.sort_values("step")
+            loss = h["loss"].to_numpy()
+            ref = h["reference_loss"].to_numpy()
+            rows.append({"model": model, "variant": variant(fw, engine), "workers": int(w),
+                         "steps": len(h), "first_loss": loss[0], "last_loss": loss[-1],
+                         "max_abs_diff_vs_single_process_torch": float(np.max(np.abs(loss - ref))),
+                         f"max_abs_diff_vs_{int(g['workers'].min())}_worker":
+                             float(np.max(np.abs(loss - fewest))) if len(fewest) == len(loss)
+                             else math.nan,
+                         "loss_decreased": bool(loss[-1] < loss[0])})
+    return pd.DataFrame(rows)
+
+
+
+
+# -- claim metric (params/claims.yaml names it) ----------------------------------------
+def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Scaling efficiency (speed-up over the fewest workers / ideal speed-up)
+    at the most workers each framework ran; the claim needs every framework
+    named, so the figure is the lowest of them, with its bootstrap CI."""
+    fws, scaling = claim.cells["frameworks"], claim.cells["scaling"]
+    m = Measurement(unit=f"{scaling}-scaling efficiency at the most workers")
+    s = data.summary[data.summary["device"].isin(devices)]
+    table = scaling_table(s, data.samples) if len(s) else pd.DataFrame()
+    rows = []
+    for fw in fws:
+        g = table[(table["framework"] == fw) & (table["scaling"] == scaling)
+                  & table["efficiency"].notna() & (table["workers"] > table["baseline_workers"])] \
+            if len(table) else table
+        if len(g):
+            rows.append(g.sort_values("workers").iloc[-1])
+    if len(rows) < len(fws):
+        m.note = (f"{scaling} scaling needs two worker counts for each of {', '.join(fws)} "
+                  f"on {'/'.join(devices)}")
+        return m
+    low = min(rows, key=lambda r: r["efficiency"])
+    m.value, m.low, m.high = low["efficiency"], low["efficiency_low"], low["efficiency_high"]
+    m.cells = [f"{r['variant']} {r['model']} {r['baseline_workers']}->{r['workers']} workers"
+               for r in rows]
+    m.points = [(c, r["efficiency"]) for c, r in zip(m.cells, rows)]
+    m.devices = {r["device"] for r in rows}
+    m.note = "lowest: " + ", ".join(f"{r['variant']} {r['efficiency']:.0%}" for r in rows)
+    return m
+
+
+
+def _scaling_cells(cells: dict) -> list[str]:
+    """Names in a scaling_efficiency claim's cells that no launch could measure."""
+    problems = [f"framework {fw!r} has no data-parallel engine; known: {', '.join(DIST_MODES)}"
+                for fw in cells.get("frameworks", []) if fw not in DIST_MODES]
+    if cells.get("scaling") not in SCALINGS:
+        problems.append(f"scaling {cells.get('scaling')!r} is not one of {', '.join(SCALINGS)}")
+    return problems
+
+
+Distributed.metrics = {"scaling_efficiency": Metric(scaling_efficiency_metric,
+                                                    ("frameworks", "scaling"), _scaling_cells)}
+
+
+# -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
+def _scaling_panels(table: pd.DataFrame):
+    """(axes grid, panels): one panel per (model, scaling), weak first."""
+    import matplotlib.pyplot as plt
+
+    keys = sorted({(m, sc) for m, sc in zip(table["model"], table["scaling"])},
+                  key=lambda k: (k[0], k[1] != "weak"))
+    fig, axes = plt.subplots(1, len(keys), squeeze=False, figsize=(4.6 * len(keys) + 2.2, 4.0))
+    return fig, axes, keys
+
+
+def _scaling_title(model: str, scaling: str, g: pd.DataFrame) -> str:
+    if scaling == "weak":
+        return f"{model}\nweak: {g['per_worker_batch'].iloc[0]} samples per worker"
+    return f"{model}\nstrong: global batch {g['batch_size'].iloc[0]}"
+
+
+def _mark_failed(ax, g: pd.DataFrame, x: str) -> None:
+    from ..plots import STATUS_MARK
+
+    for _, r in g[~g["status"].isin(MEASURED)].iterrows():
+        ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (r[x], 0), xycoords=(
+            "data", "axes fraction"), xytext=(0, 4), textcoords="offset points", ha="center",
+            fontsize=8, color="crimson")
+
+
+def scaling_throughput(table: pd.DataFrame, manifest: dict):
+    """Global samples per second against workers, per framework, with the
+    95% CI as error bars; the dashed line is linear scaling from each
+    framework's baseline (its fewest workers). Failed cells marked on the axis."""
+    from ..plots import legend_right, no_data, palette
+
+    if table.empty:
+        return no_data("no distributed cell ran")
+    fig, axes, keys = _scaling_panels(table)
+    colors = palette(table["variant"])
+    for ax, (model, scaling) in zip(axes[0], keys):
+        g = table[(table["model"] == model) & (table["scaling"] == scaling)]
+        for v, h in g.groupby("variant"):
+            h = h.sort_values("workers")
+            ok = h[h["status"].isin(MEASURED)]
+            ax.errorbar(ok["workers"], ok["samples_per_s"],
+                        yerr=[ok["samples_per_s"] - ok["samples_per_s_low"],
+                              ok["samples_per_s_high"] - ok["samples_per_s"]],
+                        marker="o", capsize=3, color=colors[v], label=v)
+            base = ok[ok["workers"] == ok["baseline_workers"]]
+            if len(base):
+                b = base.iloc[0]
+                ideal = b["samples_per_s"] * h["workers"] / b["workers"]
+                ax.plot(h["workers"], ideal, ls="--", color=colors[v], alpha=0.6,
+                        label=f"{v} linear")
+            _mark_failed(ax, h, "workers")
+        ax.set_xticks(sorted(g["workers"].unique()))
+        ax.set_xlabel("workers")
+        ax.set_ylabel("samples / s (all workers)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
+    return legend_right(fig, axes, "Training throughput against workers (dashed: linear "
+                        "scaling)", manifest, "error bars: 95% CI of the median step time, "
+                        "timed on rank 0 to the slowest rank", 0.8)
+
+
+def _bars_by_workers(table: pd.DataFrame, ylabel: str):
+    """Panels per (model, scaling), axes labelled, with room for one bar per
+    framework at each worker count: (fig, axes, draws), a draw being (axis,
+    panel rows, bar x positions, the variant's rows by worker count, bar
+    style) for the caller to draw."""
+    from ..plots import palette
+
+    fig, axes, keys = _scaling_panels(table)
+    colors = palette(table["variant"])
+    variants = sorted(table["variant"].unique())
+    width = 0.8 / len(variants)
+    draws = []
+    for ax, (model, scaling) in zip(axes[0], keys):
+        g = table[(table["model"] == model) & (table["scaling"] == scaling)]
+        counts = sorted(g["workers"].unique())
+        for k, v in enumerate(variants):
+            h = g[g["variant"] == v].set_index("workers").reindex(counts)
+            x = np.arange(len(counts)) + (k - (len(variants) - 1) / 2) * width
+            draws.append((ax, g, x, h, dict(width=width, color=colors[v], label=v)))
+        ax.set_xticks(range(len(counts)), [str(c) for c in counts])
+        ax.set_xlabel("workers")
+        ax.set_ylabel(ylabel)
+        ax.set_title(_scaling_title(model, scaling, g), fontsize=10)
+    return fig, axes, draws
+
+
+def scaling_efficiency(table: pd.DataFrame, manifest: dict):
+    """Scaling efficiency (speed-up over the baseline / worker ratio) per
+    worker count and framework, with its bootstrap 95% CI; 1 is linear."""
+    from ..plots import STATUS_MARK, legend_right, no_data
+
+    rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
+    if rest.empty:
+        return no_data("scaling efficiency needs two worker counts")
+    fig, axes, draws = _bars_by_workers(rest, "scaling efficiency")
+    for ax, g, x, h, style in draws:
+        ax.bar(x, h["efficiency"], yerr=[h["efficiency"] - h["efficiency_low"],
+                                         h["efficiency_high"] - h["efficiency"]],
+               capsize=3, **style)
+        for xx, (_, r) in zip(x, h.iterrows()):
+            if r["efficiency"] == r["efficiency"]:
+                ax.annotate(f"{r['efficiency']:.0%}", (xx, r["efficiency_high"]),
+                            ha="center", va="bottom", fontsize=8)
+            elif isinstance(r["status"], str):
+                ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
+                            ha="center", fontsize=8, color="crimson")
+        ax.axhline(1.0, color="0.3", lw=1, ls="--")
+        ax.set_ylim(0, max(1.15, float(np.nanmax(g["efficiency_high"].to_numpy(float),
+                                                  initial=0)) * 1.1))
+    return legend_right(fig, axes, "Scaling efficiency against the fewest workers (1 = linear)",
+                        manifest, "error bars: bootstrap 95% CI from the raw step times of "
+                        "both cells", 0.82)
+
+
+def allreduce_share(table: pd.DataFrame, manifest: dict):
+    """The gradient all-reduce (every gradient, timed alone after the cell)
+    as a share of the step, per framework and worker count."""
+    import matplotlib
+
+    from ..plots import legend_right, no_data
+
+    if table.empty or table["allreduce_share"].isna().all():
+        return no_data("no all-reduce was timed")
+    fig, axes, draws = _bars_by_workers(table, "all-reduce time / step time")
+    for ax, g, x, h, style in draws:
+        ax.bar(x, h["allreduce_share"], **style)
+        for xx, (_, r) in zip(x, h.iterrows()):
+            if r["allreduce_share"] == r["allreduce_share"]:
+                ax.annotate(f"{r['allreduce_s'] * 1e3:.3g} ms", (xx, r["allreduce_share"]),
+                            ha="center", va="bottom", fontsize=7)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    return legend_right(fig, axes, "Gradient all-reduce as a share of the training step",
+                        manifest, "all-reduce of every gradient timed alone (labels: its "
+                        "median); DDP overlaps it with the backward pass, so this bounds the "
+                        "cost it adds", 0.82)
