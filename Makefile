@@ -7,10 +7,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup report test lab validate env clean browser
+.PHONY: help setup report test test-fast lab validate env clean browser
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 	@echo "  PROFILE=smoke|quick|full (default quick)"
 
 $(STAMP): pyproject.toml
@@ -26,6 +26,9 @@ report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.htm
 
 test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke profile end to end, the report in headless Chromium)
 	$(PY) -m pytest
+
+test-fast: $(STAMP) ## the unit tests only: no test that starts worker processes (about 2 minutes)
+	$(PY) -m pytest -m "not slow"
 
 # The report's browser test opens index.html in Debian's Chromium through chromedriver
 # (Playwright's own browser download does not work offline). Installed when missing

@@ -104,7 +104,7 @@ class CellPlan:
     provenance: dict = field(default_factory=dict)
 
 
-def derived_figures(spec: RunSpec, samples_s, confidence: float = 0.95,
+def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float = 0.95,
                     flops: float = float("nan")) -> dict:
     """A cell's figures derived from its raw seconds-per-call samples: the one
     place median, CI, spread, throughput and achieved FLOP/s are computed
@@ -117,8 +117,8 @@ def derived_figures(spec: RunSpec, samples_s, confidence: float = 0.95,
     return dict(n_samples=len(samples_s), median_s=med, ci_low_s=lo, ci_high_s=hi,
                 iqr_s=iqr(samples_s), mean_s=float(np.mean(samples_s)),
                 p90_s=float(np.percentile(samples_s, 90)),
-                throughput_samples_per_s=spec.batch_size / med,
-                tokens_per_s=spec.batch_size * spec.seq_len / med,
+                throughput_samples_per_s=batch_size / med,
+                tokens_per_s=batch_size * seq_len / med,
                 flops_per_call=flops, achieved_flops_per_s=flops / med)
 
 
@@ -211,8 +211,9 @@ class CellRun:
             timing.rel_ci = rel_ci_halfwidth(timing.samples_s, self.config.confidence)
             timing.converged = bool(timing.rel_ci <= self.config.target_rel_ci)
         samples = list(timing.samples_s)
-        figures = dict(self.figures, **derived_figures(self.spec, samples,
-                                                       self.config.confidence, self.plan.flops))
+        figures = dict(self.figures, **derived_figures(
+            self.spec.batch_size, self.spec.seq_len, samples, self.config.confidence,
+            self.plan.flops))
         figures.update(calls_per_sample=timing.calls_per_sample, rel_ci=timing.rel_ci,
                        first_call_s=timing.first_call_s, converged=timing.converged)
         if self.plan.after is not None:
@@ -269,9 +270,8 @@ def serve(study, job: Job) -> None:
                     plan = study.plan(ctx, spec)  # builds its variant (model, gate) once
                 finally:  # the cell starts once its variant is ready (or failed)
                     emit(protocol.START, label=spec.label, **ids)
-                skip = plan.skip or ctx.skip_reason(spec)
-                if skip:
-                    ctx.finish(ref, CellResult("unsupported", skip, dict(plan.known), None,
+                if plan.skip:
+                    ctx.finish(ref, CellResult("unsupported", plan.skip, dict(plan.known), None,
                                                plan.provenance))
                     continue
                 inject_fault(spec.label)
@@ -302,7 +302,6 @@ class WorkerContext:
     (a study builds variants through :meth:`variant`)."""
 
     def __init__(self, job: Job, backend):
-        from .gate import Gate
         from .memory import current_rss_bytes
         from .results import ResultStore
 
@@ -311,11 +310,24 @@ class WorkerContext:
         self.params = job.params
         self.config = job.timing
         self.store = ResultStore(job.store_dir)
-        self.gate = Gate(job.gate_path)
-        self.info = self.gate.info
         self.provenance = dict(job.provenance)
         self.baseline_rss = current_rss_bytes()  # imports done, no model yet
         self._variant: tuple[Any, Any] | None = None
+        self._gate = None
+
+    @property
+    def gate(self):
+        """The prepare job's gate file (loaded when a study first asks for it)."""
+        if self._gate is None:
+            from .gate import Gate
+
+            self._gate = Gate(self.job.gate_path)
+        return self._gate
+
+    @property
+    def info(self) -> dict:
+        """Facts about the model the prepare job wrote into the gate file."""
+        return self.gate.info
 
     def load(self, dtype: str = "float32"):
         """The model with the shared weights, set up for ``dtype``; its load time.

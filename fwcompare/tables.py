@@ -11,7 +11,6 @@ import pandas as pd
 
 from .cell import derived_figures
 from .results import FAILED_STATUSES, MEASURED
-from .spec import RunSpec
 from .stats import geomean_ratio_ci
 
 CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
@@ -43,8 +42,7 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:
-            spec = RunSpec.from_dict(first)
-            pooled = derived_figures(spec, x)
+            pooled = derived_figures(first["batch_size"], first["seq_len"], x)
             first.update({k: pooled[k] for k in _POOLED})
             toks = first["batch_size"] * first["seq_len"]
             first.update(tokens_per_s_low=toks / pooled["ci_high_s"],

@@ -5,10 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from fwcompare import models, params, plots, run_study, tables
+from fwcompare import claims, models, params, run_study, tables
 from fwcompare.frameworks import get_backend
 from fwcompare.results import ResultStore, make_row
 from fwcompare.spec import RunSpec
+from fwcompare.studies import acceleration as study
 from fwcompare.stats import median_diff_ci
 from fwcompare.timing import TimingConfig, measure
 
@@ -22,7 +23,7 @@ from fwcompare.timing import TimingConfig, measure
     (1.0, 0.5, 0.0, 1.0, 3),       # 1 + 2*0.5 = 2 <= 2; n=2: 1.5 > 1
 ])
 def test_breakeven_calls(first, per_call, eager_first, eager_per_call, expected):
-    n = tables.breakeven_calls(first, per_call, eager_first, eager_per_call)
+    n = study.breakeven_calls(first, per_call, eager_first, eager_per_call)
     assert n == expected
     if math.isfinite(n) and n > 1:  # the definition, checked directly
         assert first + (n - 1) * per_call <= eager_first + (n - 1) * eager_per_call
@@ -30,7 +31,7 @@ def test_breakeven_calls(first, per_call, eager_first, eager_per_call, expected)
 
 
 def test_breakeven_needs_both_figures():
-    assert math.isnan(tables.breakeven_calls(1.0, math.nan, 0.1, 0.2))
+    assert math.isnan(study.breakeven_calls(1.0, math.nan, 0.1, 0.2))
 
 
 def test_median_diff_ci_covers_the_difference():
@@ -80,7 +81,7 @@ def accel(tmp_path):
     """torch eager 20 ms per call, first call 30 ms; torchscript 10 ms per call,
     first call 2 s (cold) at 1x8, then 15 ms at 1x16 (no re-trace); XLA at 1x8
     fails; tensorflow eager only at 1x8."""
-    store = ResultStore(tmp_path)
+    store = ResultStore(tmp_path / "results")
     rng = np.random.default_rng(0)
 
     def add(fw, mode, b, s, per_call, first, status="ok", **figures):
@@ -104,7 +105,7 @@ def accel(tmp_path):
 def test_acceleration_table(accel):
     samples = accel.load_samples()
     s = tables.summarize(accel.load(), samples)
-    t = tables.acceleration_table(s, samples).set_index(["variant", "shape"])
+    t = study.acceleration_table(s, samples).set_index(["variant", "shape"])
     assert len(t) == 4  # compiled cells only; eager is the baseline
     ts = t.loc[("torch/torchscript", "1x8")]
     # Sweep order is ascending size, whatever order the rows were stored in.
@@ -122,7 +123,7 @@ def test_acceleration_table(accel):
     assert math.isnan(t.loc[("tensorflow/xla", "1x8"), "speedup"])
     assert t.loc[("tensorflow/xla", "1x16"), "status"] == "no baseline"
 
-    summ = tables.acceleration_summary(t.reset_index(), samples).set_index("variant")
+    summ = study.acceleration_summary(t.reset_index(), samples).set_index("variant")
     ts = summ.loc["torch/torchscript"]
     assert ts["cells_ok"] == 2 and ts["geomean_speedup"] == pytest.approx(2.0, rel=0.02)
     assert ts["time_to_first_result_s"] == 2.0 and ts["cold_shape"] == "1x8"
@@ -130,27 +131,29 @@ def test_acceleration_table(accel):
     assert summ.loc["tensorflow/xla", "cells_ok"] == 0
     assert "error" in summ.loc["tensorflow/xla", "statuses"]
 
-    figs = [plots.speedup_heatmaps(t.reset_index(), {}), plots.time_to_first_result(
-        t.reset_index(), {}), plots.breakeven(t.reset_index(), {}),
-        plots.recompilations(t.reset_index(), {})]
+    figs = [study.speedup_heatmaps(t.reset_index(), {}), study.time_to_first_result(
+        t.reset_index(), {}), study.breakeven(t.reset_index(), {}),
+        study.recompilations(t.reset_index(), {})]
     heat_texts = [x.get_text() for ax in figs[0].axes for x in ax.texts]
     assert "ERR" in heat_texts and any(x.startswith("2.0") for x in heat_texts)
     ttfr_texts = [x.get_text() for ax in figs[1].axes for x in ax.texts]
     assert any("breakeven" in x for x in ttfr_texts) and "ERR" in ttfr_texts
 
 
-def test_acceleration_claims_pick_shapes(accel):
-    samples = accel.load_samples()
-    s = tables.summarize(accel.load(), samples)
-    c = tables.acceleration_claims(s, samples).set_index("claim")
-    avg = c.loc["TorchScript speeds PyTorch inference by about 20% on average"]
-    assert avg["cells"] == 2 and avg["measured_speedup"] == pytest.approx(2.0, rel=0.02)
-    assert avg["claimed_speedup"] == 1.2
-    large = c.loc["TorchScript can be slower for some models at larger inputs"]
-    assert large["cells"] == 1 and large["shapes"] == "m 1x16"
-    # No cell where both XLA and TF eager ran: nothing measured, said so with NaN.
-    xla = c.loc["XLA speeds TensorFlow inference about 1.15x on average (against eager)"]
-    assert xla["cells"] == 0 and math.isnan(xla["measured_speedup"])
+def test_acceleration_claims_come_from_claims_yaml_and_pick_shapes(accel):
+    """The notebook's claims table: claims.yaml's claims about this study,
+    judged on its results (no copy of a claim in the library)."""
+    c = claims.study_table("acceleration", accel.dir.parent)
+    assert set(c.index) == {x.id for x in claims.load_claims() if x.study == "acceleration"}
+    avg = c.loc["torchscript-speedup"]  # eager time / torchscript time = 2 in both cells
+    assert avg["cells"] == 2 and avg["measured"].startswith("2.0")
+    assert avg["verdict"] == "contradicted"  # claimed about 1.2
+    large = c.loc["torchscript-slower-large-inputs"]
+    assert large["cells"] == 1  # only the largest shape of the model
+    # No cell where both XLA and tf.function ran: nothing measured, and it says why.
+    xla = c.loc["xla-speedup"]
+    assert xla["cells"] == 0 and xla["verdict"] == "not measured here"
+    assert "did not run" in xla["note"]
 
 
 def test_torchscript_traces_once_and_matches_eager():
@@ -169,7 +172,9 @@ def test_torchscript_traces_once_and_matches_eager():
         assert np.abs(out - torch_backend.to_numpy(eager(x))).max() < 1e-5
 
 
-def test_a_failing_compiled_cell_keeps_the_others(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_a_failing_compiled_cell_keeps_the_others(tmp_path, monkeypatch, smoke_timing,
+                                                  no_orphans):
     # A compiled mode that fails at one shape: that cell is recorded with its
     # status and message, its next shape and the other modes still run, each
     # mode in a worker process of its own.
@@ -177,8 +182,7 @@ def test_a_failing_compiled_cell_keeps_the_others(tmp_path, monkeypatch):
     res = run_study("acceleration", {
         "models": ["tiny-bert"], "frameworks": ["torch"],
         "modes": {"torch": ["eager", "torchscript"]}, "batch_sizes": [1], "seq_lens": [8, 16],
-        "warmup_iters": 1, "warmup_s": 0.0, "min_iters": 5, "min_time_s": 0.05,
-        "max_time_s": 0.3, "target_rel_ci": 0.1}, output_dir=tmp_path, progress=False)
+        **smoke_timing}, output_dir=tmp_path, progress=False)
     df = res.results.set_index(["mode", "seq_len"])
     assert df.loc[("torchscript", 8), "status"] == "oom"
     assert "out-of-memory" in df.loc[("torchscript", 8), "error"]

@@ -2,6 +2,7 @@
 two-worker launches that crash, hang or diverge on purpose."""
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -9,9 +10,10 @@ import psutil
 import pytest
 
 import fwcompare
-from fwcompare import launch, tables
+from fwcompare import claims, launch, tables
 from fwcompare.params import ParamsError, validate
 from fwcompare.studies import STUDIES
+from fwcompare.studies import distributed as study
 
 
 def test_params_name_every_problem():
@@ -49,7 +51,7 @@ def test_launch_commands_for_two_hosts(tmp_path):
     joined = " ".join(cmd)
     assert "-m torch.distributed.run --nnodes 2 --node_rank 1 --nproc_per_node 2" in joined
     assert "--master_addr h0 --master_port 29500" in joined
-    assert cmd[-3:] == ["-m", "fwcompare.distributed", str(tmp_path / "job.json")]
+    assert cmd[-3:] == ["-m", "fwcompare.worker", str(tmp_path / "job.json")]
     ports = launch.choose_ports("tensorflow", 4, ["h0", "h1"], 29500)
     assert ports == [29501, 29502, 29503, 29504]
     configs = launch.tf_configs(4, ["h0", "h1"], 1, ports)
@@ -61,12 +63,12 @@ def test_launch_commands_for_two_hosts(tmp_path):
     assert len(set(free)) == 3 and all(launch.port_is_free(p) for p in free)
 
 
-def _table(step_s: dict) -> pd.DataFrame:
-    """A scaling table from constructed step times: {(scaling, workers): (batch, seconds)}."""
+def _study_data(step_s: dict, framework: str = "torch"):
+    """Summary and samples from constructed step times: {(scaling, workers): (batch, seconds)}."""
     rows, samples = [], []
     for (scaling, w), (batch, secs) in step_s.items():
         cid = f"{scaling}{w}"
-        rows.append(dict(cell_id=cid, model="m", framework="torch", mode="eager", device="cpu",
+        rows.append(dict(cell_id=cid, model="m", framework=framework, mode="eager", device="cpu",
                          dtype="float32", seq_len=8, scaling=scaling, workers=w,
                          batch_size=batch, status="ok" if secs else "timeout", error="",
                          converged=True, round=0, allreduce_s=0.01, allreduce_share=0.1,
@@ -76,7 +78,12 @@ def _table(step_s: dict) -> pd.DataFrame:
         samples += [dict(cell_id=cid, round=0, sample=i, seconds=s, calls_per_sample=1)
                     for i, s in enumerate(secs or [])]
     results, samples = pd.DataFrame(rows), pd.DataFrame(samples)
-    return tables.scaling_table(tables.summarize(results, samples), samples)
+    return tables.summarize(results, samples), samples
+
+
+def _table(step_s: dict) -> pd.DataFrame:
+    """A scaling table from constructed step times."""
+    return study.scaling_table(*_study_data(step_s))
 
 
 def test_scaling_table_efficiency():
@@ -98,19 +105,41 @@ def test_scaling_table_efficiency():
     # A failed cell stays in the table, marked, with no figures.
     assert t.loc[("weak", 4), "status"] == "timeout" and math.isnan(t.loc[("weak", 4),
                                                                            "efficiency"])
-    claims = tables.distributed_claims(t.reset_index())
-    torch8 = claims.iloc[0]
-    assert torch8["measured_workers"] == 2 and torch8["measured_efficiency"] == pytest.approx(0.8)
-    assert claims["claimed_hardware"].str.contains("V100").iloc[0]
-    assert claims.iloc[1]["measured_hardware"].startswith("not measured here")  # no TF cells
-    assert claims.iloc[-1]["measured_hardware"].startswith("not measured here")
+
+
+
+def test_scaling_claim_from_claims_yaml_needs_every_framework():
+    """claims.yaml's data-parallel claim (a study metric, found through the
+    registry): the lowest efficiency of the frameworks it names, at their
+    most workers; a GPU claim on CPU cells is shown, never judged."""
+    (claim,) = [c for c in claims.load_claims() if c.study == "distributed"]
+    one = list(np.linspace(0.99, 1.01, 9))
+    torch_summary, torch_samples = _study_data({("weak", 1): (4, one),
+                                                ("weak", 2): (8, [x * 1.25 for x in one])})
+    data = SimpleNamespace(present=True, summary=torch_summary, samples=torch_samples,
+                           results=torch_summary, losses=None, manifest={},
+                           by_cell=tables.samples_by_cell(torch_samples))
+    row, _ = claims.evaluate(claim, data)
+    assert row["verdict"] == "not measured here" and math.isnan(row["value"])  # no TF cells
+    tf_summary, tf_samples = _study_data({("weak", 1): (4, one),
+                                          ("weak", 2): (8, [x * 1.6 for x in one])},
+                                         "tensorflow")
+    tf_summary["cell_id"] = "tf-" + tf_summary["cell_id"]
+    tf_samples["cell_id"] = "tf-" + tf_samples["cell_id"]
+    both = pd.concat([torch_summary, tf_summary], ignore_index=True)
+    samples = pd.concat([torch_samples, tf_samples], ignore_index=True)
+    data = SimpleNamespace(present=True, summary=both, samples=samples, results=both,
+                           losses=None, manifest={}, by_cell=tables.samples_by_cell(samples))
+    row, _ = claims.evaluate(claim, data)
+    assert row["value"] == pytest.approx(1 / 1.6)  # TensorFlow's, the lower one
+    assert row["verdict"] == "not measured here" and "GPU" in row["note"]
 
 
 def _ranks_alive() -> list[psutil.Process]:
     alive = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "fwcompare.distributed" in cmd or "torch.distributed.run" in cmd:
+        if "fwcompare.worker" in cmd or "torch.distributed.run" in cmd:
             alive.append(proc)
     return alive
 

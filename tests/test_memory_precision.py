@@ -68,23 +68,17 @@ def test_jax_gpu_peak_counts_only_when_it_rises_above_the_mark(monkeypatch):
 
 
 def _gpu_cell(backend, fn):
-    """Run ``Group.measure`` for one GPU cell with a fake backend; its row."""
-    from fwcompare import worker
+    """One GPU cell measured by cell.measure_cell with a fake backend; its result."""
+    from fwcompare.cell import CellPlan, measure_cell
     from fwcompare.spec import RunSpec
     from fwcompare.timing import TimingConfig
 
-    g = object.__new__(worker.Group)
-    g.fw, g.device, g.backend, g.info = "fake", "gpu", backend, {"max_positions": 0}
-    g.cfg = TimingConfig(warmup_iters=1, warmup_s=0, min_iters=3, min_time_s=0,
-                         max_time_s=0.2)
-    rows = []
-    g.finish = lambda spec, rnd, status, error="", figures=None, samples=None: rows.append(
-        dict(figures or {}, status=status, error=error))
     spec = RunSpec(study="inference_sweep", model="m", framework="jax", mode="jit",
                    device="gpu", dtype="float32", batch_size=1, seq_len=8, threads=0)
-    g.measure(spec, 0, lambda: fn, {}, 1.0, "")
-    assert rows and rows[0]["status"] == "ok", rows
-    return rows[0]
+    cfg = TimingConfig(warmup_iters=1, warmup_s=0, min_iters=3, min_time_s=0, max_time_s=0.2)
+    result = measure_cell(backend, "fake", "gpu", spec, CellPlan(lambda: fn, flops=1.0), cfg)
+    assert result.status == "ok", result
+    return dict(result.figures, status=result.status, error=result.error)
 
 
 def test_worker_marks_a_non_resettable_peak_at_cell_start(monkeypatch):
@@ -113,6 +107,8 @@ def test_worker_resets_a_resettable_peak_right_before_the_memory_pass():
     """PyTorch-like: reset before the memory pass, so warm-up and compile
     allocations are not charged to the cell."""
     class Backend:
+        PEAK_RESETTABLE = True
+
         def __init__(self):
             self.peak, self.calls = 0, 0
 

@@ -11,6 +11,7 @@ from fwcompare.frameworks import Unsupported, check_precision
 from fwcompare.precision import error_metrics
 from fwcompare.results import _frame, losses_frame, make_row
 from fwcompare.spec import RunSpec
+from fwcompare.studies import mixed_precision as study
 
 
 def test_tf32_is_unsupported_on_a_cpu_with_a_reason():
@@ -53,7 +54,7 @@ def test_precision_table_speedup_is_float32_time_over_this_time():
     results = _frame([c[0] for c in cells])
     samples = pd.concat([c[1] for c in cells], ignore_index=True)
     summary = tables.summarize(results, samples)
-    table = tables.precision_table(summary, samples).set_index("dtype")
+    table = study.precision_table(summary, samples).set_index("dtype")
     assert list(table.index) == ["float32", "tf32", "bfloat16", "float16"]
     assert table.loc["float32", "speedup"] == 1.0
     assert table.loc["bfloat16", "speedup"] == pytest.approx(2.0, rel=0.02)
@@ -61,7 +62,7 @@ def test_precision_table_speedup_is_float32_time_over_this_time():
     bf = table.loc["bfloat16"]
     assert bf["speedup_low"] < bf["speedup"] < bf["speedup_high"]
     assert math.isnan(table.loc["tf32", "speedup"]) and table.loc["tf32", "status"] == "unsupported"
-    overall = tables.precision_summary(table.reset_index(), samples).set_index("dtype")
+    overall = study.precision_summary(table.reset_index(), samples).set_index("dtype")
     assert overall.loc["bfloat16", "geomean_speedup"] == pytest.approx(2.0, rel=0.02)
     assert overall.loc["bfloat16", "max_fp64_rel_l2_err"] == 1e-2
     assert overall.loc["tf32", "statuses"] == "unsupported"
@@ -78,7 +79,7 @@ def test_stability_table_counts_skips_and_measures_deviation():
         losses_frame("m", "torch", "eager", ref, ref),
         losses_frame("m", "torch", "eager", fp16, ref, dtype="float16", loss_scale=scale,
                      skipped=skipped)], ignore_index=True)
-    t = tables.stability_table(losses).set_index("dtype")
+    t = study.stability_table(losses).set_index("dtype")
     assert t.loc["float32", "max_rel_dev"] == 0 and t.loc["float32", "applied_steps_pct"] == 100
     row = t.loc["float16"]
     assert row["skipped_steps"] == 2 and row["nonfinite_losses"] == 1

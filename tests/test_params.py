@@ -6,6 +6,7 @@ import pytest
 
 from fwcompare import params, run_study
 from fwcompare.paths import PARAMS, ROOT
+from fwcompare.studies import STUDIES
 
 GOOD = {"models": ["tiny-bert"], "batch_sizes": [1], "seq_lens": [8]}
 
@@ -31,7 +32,7 @@ def test_gpu_check_params_are_valid():
     files = sorted((ROOT / "benchmarks" / "gpu").glob("*.yaml"))
     assert files
     for f in files:
-        study = next(s for s in params.SCHEMAS if f.stem.startswith(s))
+        study = next(s for s in STUDIES if f.stem.startswith(s))
         assert params.load_file(f, study)["device"] == "gpu", f
 
 

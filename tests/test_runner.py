@@ -2,14 +2,15 @@
 status, the other cells still run, and an interrupted run resumes."""
 import time
 
-import psutil
+import pytest
+from conftest import SMOKE_TIMING, children_alive
 
 from fwcompare import run_study
 
+pytestmark = pytest.mark.slow  # every test starts worker processes
+
 BASE = {"models": ["tiny-bert"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
-        "batch_sizes": [1, 2], "seq_lens": [8], "warmup_iters": 1, "warmup_s": 0.0,
-        "min_iters": 5, "min_time_s": 0.05, "max_time_s": 0.3, "target_rel_ci": 0.1,
-        "group_timeout_s": 120.0}
+        "batch_sizes": [1, 2], "seq_lens": [8], "group_timeout_s": 120.0, **SMOKE_TIMING}
 
 
 def statuses(res):
@@ -18,7 +19,7 @@ def statuses(res):
 
 
 def no_orphans():
-    assert not psutil.Process().children(recursive=True)
+    assert not children_alive()
 
 
 def test_crash_in_one_cell_keeps_the_others(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 from fwcompare import claims, load_results, report, tables
 from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
+from fwcompare.studies import acceleration, distributed
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +174,7 @@ def test_acceleration_modes_match_eager_and_count_compiles(smoke):
     assert df.loc[df["mode"] == "eager", "recompiles"].isna().all()
 
     summary = tables.summarize(df, res.samples)
-    table = tables.acceleration_table(summary, res.samples).set_index(["variant", "shape"])
+    table = acceleration.acceleration_table(summary, res.samples).set_index(["variant", "shape"])
     cold = table[table["cold"]]
     # The cold first call carries the trace/compile: positive and above a steady call.
     assert (cold["first_call_overhead_s"] > 0).all() and (cold["recompiles"] == 1).all()
@@ -185,8 +186,8 @@ def test_acceleration_modes_match_eager_and_count_compiles(smoke):
     second = table[~table["cold"]]["recompiles"].droplevel("shape")
     assert second.loc[["tensorflow/graph", "tensorflow/xla", "jax/jit"]].eq(1).all()
     assert second.loc["torch/torchscript"] == 0 and second.loc["torch/compile"] >= 1
-    claims = tables.acceleration_claims(summary, res.samples)
-    assert claims["measured_speedup"].notna().all() and (claims["cells"] > 0).all()
+    judged = claims.study_table("acceleration", out / "acceleration")
+    assert (judged["cells"] > 0).all() and (judged["measured"] != "-").all()
 
 
 def test_distributed_two_workers_agree_with_one_process(smoke):
@@ -215,7 +216,7 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     assert (two[two["scaling"] == "strong"]["per_worker_batch"] == p["global_batch"] // 2).all()
     assert (two["allreduce_s"] > 0).all() and (two["mode_setup"].str.contains("2 ")).all()
     assert (df["median_s"] > 0).all() and (df["n_samples"] >= p["min_iters"]).all()
-    table = tables.scaling_table(tables.summarize(df, res.samples), res.samples)
+    table = distributed.scaling_table(tables.summarize(df, res.samples), res.samples)
     rest = table[table["workers"] == 2]
     assert len(rest) == n_variants(p) * len(p["scaling"])
     assert (rest["efficiency"] > 0).all() and (rest["efficiency_low"] <= rest["efficiency"]).all()

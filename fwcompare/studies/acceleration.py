@@ -104,6 +104,7 @@ class Acceleration(Study):
         return CellPlan(lambda: (lambda: fn(x)), known=known,
                         flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
                         problem=bad, provenance={"mode_setup": fn.setup},
+                        skip=ctx.skip_reason(spec),
                         first=None if spec.mode == "eager" else accel_check(ctx, fn, eager, x))
 
 

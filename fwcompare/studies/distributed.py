@@ -332,7 +332,8 @@ class Rank:
         if not self.rank0:
             return
         flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
-        figures.update(derived_figures(spec, samples, self.cfg.confidence, flops))
+        figures.update(derived_figures(spec.batch_size, spec.seq_len, samples,
+                                       self.cfg.confidence, flops))
         allreduce_s = float(np.median(comm))
         figures.update(calls_per_sample=1, rel_ci=rule.rel_ci, first_call_s=first,
                        converged=rule.converged, weight_max_abs_diff=spread,

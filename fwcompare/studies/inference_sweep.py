@@ -65,7 +65,8 @@ def plan_inference(ctx: WorkerContext, spec: RunSpec, mp_equiv_rtol=None,
     fn, bad = forwards[spec.mode]
     return CellPlan(forward_call(ctx, fn, spec), known=dict(known[spec.mode], load_s=load_s),
                     flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
-                    problem=bad, after=after, provenance={"mode_setup": fn.setup})
+                    problem=bad, after=after, provenance={"mode_setup": fn.setup},
+                    skip=ctx.skip_reason(spec))
 
 
 class InferenceSweep(Study):

@@ -94,7 +94,7 @@ def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
     def call():
         b = ctx.backend.make_batch(ids, labels, ctx.device)
         return lambda: step(b)
-    return CellPlan(call, known=known, problem=problems,
+    return CellPlan(call, known=known, problem=problems, skip=ctx.skip_reason(spec),
                     flops=3 * models.forward_flops(ctx.info, spec.batch_size, spec.seq_len))
 
 
