@@ -150,9 +150,9 @@ class CellRun:
     def resettable(self) -> bool:
         return self.backend.PEAK_RESETTABLE
 
-    def prepare(self) -> None:
-        """First call, warm-up, block size; a GPU peak that cannot be reset is
-        marked here, at the cell's start."""
+    def prepare(self):
+        """First call, warm-up, block size (returns the Timing so far); a GPU
+        peak that cannot be reset is marked here, at the cell's start."""
         if self.device == "gpu" and not self.resettable:
             self.backend.reset_peak_memory(self.device)
         fn = self.plan.call()
@@ -166,6 +166,7 @@ class CellRun:
         problem = checked.pop("problem", "")
         self.figures.update(checked)
         self.problem = "; ".join(p for p in (self.problem, problem) if p)
+        return self.sampler.timing
 
     def sample(self, blocks: int | None = None) -> list[float]:
         """``blocks`` more sample blocks, or (None) until the stopping rule stops."""
@@ -275,12 +276,11 @@ def serve(study, job: Job) -> None:
                                                plan.provenance))
                     continue
                 inject_fault(spec.label)
-                run = CellRun(backend, job.framework, job.device, spec, plan,
-                              ctx.config, ctx.baseline_rss)
-                runs[ref.key] = run
-                run.prepare()
-                emit(protocol.PREPARED, first_call_s=run.sampler.timing.first_call_s,
-                     calls_per_sample=run.sampler.timing.calls_per_sample, **ids)
+                runs[ref.key] = CellRun(backend, job.framework, job.device, spec, plan,
+                                        ctx.config, ctx.baseline_rss)
+                timing = runs[ref.key].prepare()
+                emit(protocol.PREPARED, first_call_s=timing.first_call_s,
+                     calls_per_sample=timing.calls_per_sample, **ids)
             elif op == protocol.SAMPLE:
                 new = runs[ref.key].sample(None if req.get("until_stop") else req["blocks"])
                 emit(protocol.SAMPLED, seconds=new, **ids)
@@ -290,9 +290,9 @@ def serve(study, job: Job) -> None:
             elif op == protocol.FINISH:
                 ctx.finish(ref, runs.pop(ref.key).finish())
         except Exception as exc:
-            run = runs.pop(ref.key, None)
-            ctx.finish(ref, failed(backend, exc, run.plan if run is not None else plan))
-            del run
+            lost = runs.pop(ref.key, None)
+            ctx.finish(ref, failed(backend, exc, lost.plan if lost is not None else plan))
+            del lost
             gc.collect()
 
 

@@ -379,11 +379,19 @@ def oom_order(data: StudyData, claim: Claim, devices) -> Measurement:
 @dataclass(frozen=True)
 class Metric:
     """A claim metric: ``fn(data, claim, devices) -> Measurement``, the keys its
-    claim's ``cells`` need, and a check of their values (problems, or [])."""
+    claim's ``cells`` need, a check of their values (problems, or []), and
+    whether its figure is a signed count (no CI, printed as +n)."""
 
     fn: Callable[..., Measurement]
     cells: tuple[str, ...]
     check: Callable[[dict], list[str]] | None = None
+    count: bool = False
+
+
+def is_count(metric: str) -> bool:
+    """Whether a metric's figure is a signed count (no CI, printed as +n)."""
+    m = metrics().get(metric)
+    return bool(m and m.count)
 
 
 def _variant_cells(cells: dict) -> list[str]:
@@ -408,7 +416,7 @@ SHARED_METRICS = {
     "time_ratio": Metric(time_ratio, ("a", "b"), _variant_cells),
     "speedup_trend": Metric(speedup_trend, ("a", "b"), _variant_cells),
     "memory_ratio": Metric(memory_ratio, ("a", "b"), _variant_cells),
-    "oom_order": Metric(oom_order, ("a", "b"), _variant_cells),
+    "oom_order": Metric(oom_order, ("a", "b"), _variant_cells, count=True),
 }
 
 
@@ -537,11 +545,12 @@ def format_value(row) -> str:
     def num(x):
         return f"{x:.3f}" if 0.1 <= abs(x) < 10 else f"{x:.3g}"
 
-    text = f"{v:+.0f}" if row.get("metric") in ("oom_order", "precision_stability") else num(v)
+    count = is_count(row.get("metric"))
+    text = f"{v:+.0f}" if count else num(v)
     if lo is not None and hi is not None and all(
             isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
         text += f" [{num(lo)}, {num(hi)}]"
-    elif row.get("metric") not in ("oom_order", "precision_stability"):
+    elif not count:
         text += " (no CI)"
     return text
 

@@ -113,7 +113,12 @@ def timing_config(params: dict) -> TimingConfig:
 def float32_only(v):
     if v == "float32":
         return None
-    hint = " (reduced precisions: the mixed_precision study)" if v in DTYPES else ""
+    hint = ""
+    if v in DTYPES:  # name the studies that take other precisions
+        from .studies import STUDIES
+
+        takers = [name for name, st in STUDIES.items() if "precisions" in st.schema()]
+        hint = f" (reduced precisions: the {', '.join(takers)} study)" if takers else ""
     return f"unknown value {v!r}; allowed: float32{hint}"
 
 
@@ -132,7 +137,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "seq_lens": Param("list[int]", seq_default, "sequence lengths in tokens",
                           all_of(non_empty, positive)),
         "device": Param("str", "cpu", "cpu or gpu", one_of(DEVICES)),
-        "dtype": Param("str", "float32", "compute dtype (other precisions: the mixed_precision study)", float32_only),
+        "dtype": Param("str", "float32", "compute dtype (other precisions: a study with a 'precisions' key)", float32_only),
         "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", non_negative),
         "rounds": Param("int", 1, "run the groups this many times, alternating order", positive),
         "seed": Param("int", 0, "seed of weights and token ids", non_negative),

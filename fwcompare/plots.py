@@ -228,7 +228,6 @@ def save_figure(fig, directory: Path | str, name: str) -> Path:
 # -- claims scorecard ------------------------------------------------------------------
 VERDICT_COLOURS = {"supported": "#1a7f37", "contradicted": "#c62828",
                    "inconclusive": "#b26a00", "not measured here": "#6e7781"}
-_COUNT_METRICS = ("oom_order", "precision_stability")
 
 
 def claim_figure(row: dict, points: pd.DataFrame):
@@ -238,6 +237,8 @@ def claim_figure(row: dict, points: pd.DataFrame):
     on a log axis."""
     import textwrap
 
+    from .claims import is_count
+
     colour = VERDICT_COLOURS[row["verdict"]]
     value, lo, hi = (row.get(k) for k in ("value", "ci_low", "ci_high"))
     has_value = value is not None and math.isfinite(value)
@@ -246,7 +247,7 @@ def claim_figure(row: dict, points: pd.DataFrame):
     finite += list(vals[np.isfinite(vals)])
     band = (row["band_low"], row["band_high"])
     finite += [b for b in band if b is not None and math.isfinite(b)]
-    log = (row["metric"] not in _COUNT_METRICS and all(x > 0 for x in finite)
+    log = (not is_count(row["metric"]) and all(x > 0 for x in finite)
            and max(finite) / min(finite) > 3)
     fig, ax = plt.subplots(figsize=(6.4, 2.5))
     if log:

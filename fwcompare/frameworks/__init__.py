@@ -23,18 +23,57 @@ Each module (torch.py, tensorflow.py, jax.py) provides:
 - ``to_numpy(out)``: the last hidden state as float64 NumPy;
 - ``reset_peak_memory(device)`` / ``peak_memory_bytes(device)``: the
   framework's own device peak counter (None on the CPU: use peak RSS);
-  ``PEAK_RESETTABLE = False`` where the counter cannot be reset (JAX): the
+  ``PEAK_RESETTABLE``: False where the counter cannot be reset (JAX): the
   worker then marks it at the start of each cell instead of before the
   memory pass, and the figure is the cell's (compilation included) or None;
 - ``is_oom(exc)``: whether an exception means out of memory;
 - ``runtime_info(device)``: versions, threads, device name, TF32 flags.
+
+:class:`Backend` states the same contract as code; a test checks every backend
+against it.
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Protocol
+
+import numpy as np
 
 from ..spec import FRAMEWORKS
+
+
+class Backend(Protocol):
+    """The contract every backend module (torch.py, tensorflow.py, jax.py)
+    fulfils, as code: a study's plan and the cell measurement call only these.
+    ``PEAK_RESETTABLE``: whether the allocator's peak can be reset before a
+    memory pass (JAX's cannot: the cell's start is marked instead)."""
+
+    PEAK_RESETTABLE: bool
+
+    def configure(self, threads: int, device: str) -> None: ...
+    def load(self, weights_dir, device: str, head: str = "base", dtype: str = "float32"): ...
+    def n_params(self, model) -> int: ...
+    def make_forward(self, model, mode: str, device: str, head: str = "base",
+                     dtype: str = "float32", options: dict | None = None): ...
+    def make_train_step(self, model, mode: str, device: str, opt: dict, head: str,
+                        accumulation_steps: int = 1, dtype: str = "float32"): ...
+    def precision_setup(self, dtype: str, device: str) -> str: ...
+    def make_inputs(self, ids: np.ndarray, device: str): ...
+    def make_batch(self, ids: np.ndarray, labels: np.ndarray, device: str): ...
+    def sync(self, out) -> None: ...
+    def to_numpy(self, out) -> np.ndarray: ...
+    def reset_peak_memory(self, device: str) -> None: ...
+    def peak_memory_bytes(self, device: str) -> int | None: ...
+    def is_oom(self, exc: BaseException) -> bool: ...
+    def runtime_info(self, device: str) -> dict: ...
+
+
+def contract_gaps(backend) -> list[str]:
+    """Names of the contract a backend lacks (none for the three built in)."""
+    names = [n for n in Backend.__dict__.get("__annotations__", {})]
+    names += [n for n, v in vars(Backend).items() if callable(v) and not n.startswith("_")]
+    return [n for n in names if not hasattr(backend, n)]
 
 
 class Unsupported(RuntimeError):

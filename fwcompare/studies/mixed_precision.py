@@ -280,7 +280,7 @@ def precision_stability(data: StudyData, claim: Claim, devices) -> Measurement:
 
 MixedPrecision.metrics = {
     "precision_speedup": Metric(precision_speedup, ("dtype", "task")),
-    "precision_stability": Metric(precision_stability, ("a", "b")),
+    "precision_stability": Metric(precision_stability, ("a", "b"), count=True),
 }
 STUDY = register(MixedPrecision())
 
