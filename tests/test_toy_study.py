@@ -113,3 +113,58 @@ def test_a_study_registered_from_a_test_runs_end_to_end(toy, tmp_path, smoke_tim
     run_study(toy.name, p, output_dir=tmp_path, progress=False)
     assert kept == {f.name: f.stat().st_mtime_ns
                     for f in (tmp_path / "results" / "cells").iterdir()}
+
+
+def _next(worker, event: str, cell: str, timeout_s: float = 60.0) -> dict:
+    """The worker's next event about ``cell`` (its progress events skipped)."""
+    import queue
+    import time
+
+    end = time.monotonic() + timeout_s
+    while True:
+        ev = worker.events.get(timeout=max(0.1, end - time.monotonic()))
+        assert ev is not None, f"worker ended: {worker.stderr_tail()}"
+        if f"{ev.get('cell')}-r{ev.get('round')}" == cell and ev["event"] != "start":
+            assert ev["event"] == event, ev
+            return ev
+        if time.monotonic() > end:
+            raise queue.Empty(event)
+
+
+def test_a_served_worker_takes_sample_blocks_of_two_prepared_cells_in_turn(
+        toy, tmp_path, smoke_timing, no_orphans):
+    """The parent/worker protocol of an interleaved schedule: two cells
+    prepared in one worker, then asked for one block each in turn; each keeps
+    its own samples and is judged on them when it finishes."""
+    from fwcompare import protocol
+    from fwcompare.job import CELLS, CellRef
+    from fwcompare.results import ResultStore
+    from fwcompare.runner import Runner
+
+    p = params.validate(toy.name, {"seq_lens": [16], **smoke_timing})
+    runner = Runner(toy, p, tmp_path / "results", progress=False)
+    refs = [CellRef(s) for s in toy.cells(p)]  # matmul and einsum at 64 x 64
+    worker = runner.spawn_worker(runner.job(CELLS, "square", "numpy", refs), "numpy-served")
+    try:
+        keys = [r.key for r in refs]
+        for k in keys:
+            worker.send(protocol.PREPARE, cell=k)
+            assert _next(worker, protocol.PREPARED, k)["calls_per_sample"] >= 1
+        for _ in range(7):
+            for k in keys:
+                worker.send(protocol.SAMPLE, cell=k, blocks=1)
+                assert len(_next(worker, protocol.SAMPLED, k)["seconds"]) == 1
+        for k in keys:
+            worker.send(protocol.MEMORY, cell=k)
+            _next(worker, protocol.MEASURED, k)
+            worker.send(protocol.FINISH, cell=k)
+            assert _next(worker, protocol.DONE, k)["status"] == "ok"
+        worker.send(protocol.EXIT)
+        assert worker.proc.wait(timeout=30) == 0
+    finally:
+        worker.kill()
+    rows = ResultStore(tmp_path / "results").load().set_index("mode")
+    assert list(rows["n_samples"]) == [7.0, 7.0]  # exactly the blocks asked for
+    assert (rows["ci_low_s"] <= rows["median_s"]).all() and rows["rel_ci"].notna().all()
+    samples = ResultStore(tmp_path / "results").load_samples()
+    assert samples.groupby("cell_id").size().to_dict() == {c: 7 for c in rows["cell_id"]}
