@@ -288,7 +288,9 @@ def serve(study, job: Job) -> None:
                 runs[ref.key].memory()
                 emit(protocol.MEASURED, **ids)
             elif op == protocol.FINISH:
-                ctx.finish(ref, runs.pop(ref.key).finish())
+                result = runs[ref.key].finish()  # a failure here keeps the plan's figures
+                del runs[ref.key]
+                ctx.finish(ref, result)
         except Exception as exc:
             lost = runs.pop(ref.key, None)
             ctx.finish(ref, failed(backend, exc, lost.plan if lost is not None else plan))

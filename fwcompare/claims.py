@@ -394,7 +394,7 @@ def is_count(metric: str) -> bool:
     return bool(m and m.count)
 
 
-def _variant_cells(cells: dict) -> list[str]:
+def check_cells(cells: dict) -> list[str]:
     """Names in a claim's cells that no study could have measured."""
     from .spec import DTYPES, MODES, TASKS
 
@@ -413,10 +413,10 @@ def _variant_cells(cells: dict) -> list[str]:
 
 # Metrics any study's results can feed; a study module adds its own (Study.metrics).
 SHARED_METRICS = {
-    "time_ratio": Metric(time_ratio, ("a", "b"), _variant_cells),
-    "speedup_trend": Metric(speedup_trend, ("a", "b"), _variant_cells),
-    "memory_ratio": Metric(memory_ratio, ("a", "b"), _variant_cells),
-    "oom_order": Metric(oom_order, ("a", "b"), _variant_cells, count=True),
+    "time_ratio": Metric(time_ratio, ("a", "b"), check_cells),
+    "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells),
+    "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells),
+    "oom_order": Metric(oom_order, ("a", "b"), check_cells, count=True),
 }
 
 

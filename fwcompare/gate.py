@@ -6,8 +6,7 @@ weights and writes the gate file: fixed token ids of an odd shape that no grid
 uses (so the gate's trace or compile never pre-pays a cell's first call), and
 PyTorch eager float32's answer on them: the output (inference) or the losses
 of the first training steps on that batch (training). With ``fp64_shapes`` it
-also writes float64 outputs for the precision errors of the mixed-precision
-study. Workers then check each forward or training step against it.
+also writes float64 outputs, for studies that measure precision errors. Workers then check each forward or training step against it.
 """
 from __future__ import annotations
 
@@ -185,13 +184,15 @@ def agreement_steps(backend, step, gate: Gate, device: str, n: int):
 
 
 def loss_problems(dtype: str, losses, ref, loss_tol: float, loss_curve_rtol: float,
-                  mp_loss_rtol: float | None = None, who: str = "PyTorch") -> list[str]:
+                  mp_loss_rtol: float | None = None, who: str = "PyTorch",
+                  run: str = "") -> list[str]:
     """Why these losses do not stand for the same training as the reference:
     float32 must follow it (``loss_tol`` on the first, then ``loss_curve_rtol``);
     a reduced precision must start from the same loss (``mp_loss_rtol``
     relative on the first step: the same weights and data, only rounding
-    differs) and stay finite. How far its curve departs later is what the
-    mixed-precision study measures, not a failure."""
+    differs) and stay finite. How far its curve departs later is a finding
+    about precision, not a failure. ``who``: the reference's name; ``run``:
+    words naming this run (e.g. " with 2 worker(s)")."""
     import numpy as np
 
     problems = []
@@ -202,10 +203,10 @@ def loss_problems(dtype: str, losses, ref, loss_tol: float, loss_curve_rtol: flo
     if dtype == "float32":
         curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
         if not step0 <= loss_tol:
-            problems.append(f"first loss differs from {who} by {step0:.3g} "
+            problems.append(f"first loss{run} differs from {who} by {step0:.3g} "
                             f"(loss_tol {loss_tol:g})")
         if not curve <= loss_curve_rtol:
-            problems.append(f"loss curve departs from {who} by {curve:.3g} relative "
+            problems.append(f"loss curve{run} departs from {who} by {curve:.3g} relative "
                             f"(loss_curve_rtol {loss_curve_rtol:g})")
     elif not step0 / abs(ref[0]) <= mp_loss_rtol:
         problems.append(f"{dtype} first loss differs from PyTorch float32 by "

@@ -55,7 +55,6 @@ class Job:
     params: Mapping[str, Any]        # the study's validated params
     provenance: Mapping[str, Any]
     framework: str = ""
-    mode: str = ""                   # a data-parallel launch: its engine
     cells: tuple[CellRef, ...] = ()
     fp64_shapes: tuple[tuple[int, int], ...] = ()
 

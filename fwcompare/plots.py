@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .env import hardware_line  # noqa: E402,F401  (re-exported for notebooks)
-from .results import FAILED_STATUSES, MEASURED  # noqa: E402,F401
+from .results import FAILED_STATUSES, MEASURED  # noqa: E402
 
 STATUS_MARK = {"oom": "OOM", "unsupported": "n/s", "error": "ERR", "timeout": "T/O",
                "not_equivalent": "≠", "baseline oom": "base OOM",

@@ -114,11 +114,10 @@ class Worker:
             except ProcessLookupError:
                 pass
         self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except (OSError, ValueError):
-                pass
+        try:
+            self.proc.stdin.close()  # stdout stays with its reader thread (it sees the end)
+        except (OSError, ValueError):
+            pass
         self._log.close()
         shutil.rmtree(self.cache_dir, ignore_errors=True)
 
@@ -178,10 +177,10 @@ class Runner:
         spent = time.monotonic() - self.t_start
         done_now = self.done - self.done_before  # cells finished in this run (not resumed)
         left = spent / done_now * (self.total - self.done) if done_now else 0
-        self._say(f"[{self.done}/{self.total}] {spec.label}: {status} {detail} "
+        self.say(f"[{self.done}/{self.total}] {spec.label}: {status} {detail} "
                   f"| {_hms(spent)} elapsed, ~{_hms(left)} left")
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
         if self.progress:
             tqdm.write(message, file=sys.stdout)  # keeps a terminal bar intact
 
@@ -229,21 +228,6 @@ class Runner:
         return None
 
     # -- one group ----------------------------------------------------------------------
-    def follow(self, model: str, group: list[CellRef]) -> None:
-        """Run a group's process(es) until they end, writing nothing (another
-        host's ranks of a launch whose rank 0, on node 0, writes the rows)."""
-        framework = group[0].spec.framework
-        w = self.study.spawn(self, self.job(CELLS, model, framework, group),
-                             f"{framework}-{self.model_key(model)}")
-        deadline = time.monotonic() + self.params["group_timeout_s"]
-        try:
-            while w.running() and time.monotonic() < deadline:
-                time.sleep(0.5)
-        finally:
-            w.kill()
-        self._say(f"{framework} x{group[0].spec.workers}: this host's ranks ended "
-                  f"({w.exit_description()})")
-
     def run_group(self, model: str, group: list[CellRef]) -> None:
         """Run a group in a worker, restarting after a crash or a cell's
         timeout until every cell has a row."""
@@ -393,7 +377,7 @@ class Runner:
                         bar_format="{l_bar}{bar:20}| {n_fmt}/{total_fmt} cells "
                                    "[{elapsed}<{remaining}]{postfix}")
         if len(todo) < total:
-            self._say(f"resuming: {total - len(todo)} of {total} cells already done")
+            self.say(f"resuming: {total - len(todo)} of {total} cells already done")
         try:
             prepared: dict[str, str | None] = {}
             frameworks = list(self.params["frameworks"])

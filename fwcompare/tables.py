@@ -67,8 +67,9 @@ def baseline_pairs(summary: pd.DataFrame, keys: list[str],
     (a row marked in ``is_baseline``; None when there is none), and the status
     the pair gets. One rule for every ratio table: the row's own status when it
     is not ok; "no baseline" when nothing matches; "baseline <status>" when the
-    baseline is not ok (a not_equivalent baseline was still timed, so a ratio
-    is still computed: see :func:`both_measured`); else "ok"."""
+    baseline has no timing (oom, error, ...); else "ok". A not_equivalent
+    baseline was timed and carries its own flag: its ratios are computed
+    (:func:`both_measured`) and the row keeps its status."""
     if summary.empty:
         return
     base = summary[is_baseline].drop_duplicates(keys).set_index(keys)
@@ -79,7 +80,7 @@ def baseline_pairs(summary: pd.DataFrame, keys: list[str],
             status = r["status"]
         elif b is None:
             status = "no baseline"
-        elif b["status"] != "ok":
+        elif b["status"] not in MEASURED:
             status = f"baseline {b['status']}"
         else:
             status = "ok"

@@ -15,24 +15,27 @@ import traceback
 from pathlib import Path
 
 
-def pin_threads(threads: int) -> list[int]:
+def pin_threads(threads: int) -> None:
     """Give every framework the same cores: affinity first, before any import
-    (thread pools started later inherit it). Returns the cores it had."""
+    (thread pools started later inherit it). A process a launcher started as
+    local rank ``LOCAL_RANK`` (torchrun, or fwcompare.launch for TensorFlow)
+    gets the next ``threads`` cores after the lower ranks', like one GPU each,
+    so that ranks do not compete for the same cores."""
     if not hasattr(os, "sched_setaffinity"):
-        return []
+        return
     cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, cores[:max(1, threads)])
-    return cores
+    n = max(1, min(threads, len(cores)))
+    start = (int(os.environ.get("LOCAL_RANK", "0")) * threads) % len(cores)
+    os.sched_setaffinity(0, (cores + cores)[start:start + n])
 
 
 def main(argv: list[str]) -> int:
-    cores = pin_threads(json.loads(Path(argv[0]).read_text())["threads"])
+    pin_threads(json.loads(Path(argv[0]).read_text())["threads"])
     from . import studies
     from .job import PREPARE, Job
 
     job = Job.read(argv[0])
     study = studies.load(job.study, job.study_file)
-    study.pin(job, cores)  # a study may move its process to other cores (data-parallel ranks)
     try:
         if job.kind == PREPARE:
             study.prepare(job)

@@ -135,11 +135,14 @@ def test_scaling_claim_from_claims_yaml_needs_every_framework():
     assert row["verdict"] == "not measured here" and "GPU" in row["note"]
 
 
-def _ranks_alive() -> list[psutil.Process]:
+def _ranks_alive(tmp_path) -> list[psutil.Process]:
+    """Ranks or launchers of this test's jobs still running anywhere on the
+    machine (torchrun's ranks run in sessions of their own, so they are not
+    found among this process's children); a rank's command names its job file."""
     alive = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "fwcompare.worker" in cmd or "torch.distributed.run" in cmd:
+        if str(tmp_path) in cmd and ("fwcompare.worker" in cmd or "torch.distributed.run" in cmd):
             alive.append(proc)
     return alive
 
@@ -183,7 +186,7 @@ def test_crashed_rank_and_diverged_weights(tmp_path, monkeypatch, ports_used):
     assert df.loc["strong", "weight_max_abs_diff"] == pytest.approx(1e-3, rel=0.05)
     assert "weights differ across ranks" in df.loc["strong", "error"]
     assert df.loc["strong", "median_s"] > 0  # timed all the same, and marked
-    assert not _ranks_alive()
+    assert not _ranks_alive(tmp_path)
     assert ports_used and all(launch.port_is_free(p) for p in ports_used)
 
 
@@ -196,7 +199,7 @@ def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
     assert df.loc["weak", "status"] == "timeout"
     assert "cell_timeout_s" in df.loc["weak", "error"]
     assert df.loc["strong", "status"] == "ok"
-    assert not _ranks_alive()
+    assert not _ranks_alive(tmp_path)
     assert len(ports_used) == 4 and all(launch.port_is_free(p) for p in ports_used)
     stored = json.loads((tmp_path / "results" / "params.json").read_text())
     assert stored["cell_timeout_s"] == 15.0

@@ -40,7 +40,7 @@ def test_job_cannot_change_after_it_is_made():
         job.threads = 2
     with pytest.raises(TypeError):
         job.params["seed"] = 4
-    assert job.replace(mode="eager").mode == "eager" and job.mode == ""
+    assert job.replace(threads=2).threads == 2 and job.threads == 1
 
 
 def test_a_file_that_is_not_a_job_is_refused():

@@ -228,7 +228,6 @@ def acceleration_summary(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
 def speedup_heatmaps(table: pd.DataFrame, manifest: dict):
     """Per model and compiled mode: speed-up over the same framework's eager

@@ -13,7 +13,9 @@ hook              says
                   and ``params.TIMING``, plus the study's own)
 ``check``         problems between keys (each a message naming its key)
 ``cells``         the RunSpecs of a params set
+``notebook``      its notebook (default ``<name>.ipynb``)
 ``head``          the model head a task runs (base, causal_lm, seq_cls)
+``model_key``     the name of a model's weights and gate files
 ``gate_shape``    the gate batch (rows must split as the study needs)
 ``fp64_shapes``   shapes that need float64 references (precision errors)
 ``groups``        how one framework's cells share worker processes, in order
@@ -21,7 +23,6 @@ hook              says
 ``run_group``     how the parent runs one group (default: the runner's)
 ``train_settings`` the training reference's optimizer and steps (training tasks)
 ``backend``       the framework backend of a worker
-``pin``           the cores a worker runs on
 ``prepare``       the prepare job: weights and gate references
 ``work``          a worker's main loop (default: serve the runner's requests)
 ``plan``          one cell: what to time and what is known before timing
@@ -30,7 +31,8 @@ hook              says
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import env, models
 from ..job import CellRef, Job
@@ -80,7 +82,7 @@ class Study:
     title: str = ""
     tasks: tuple[str, ...] = ("inference",)
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
-    metrics: dict[str, Any] = {}
+    metrics: Mapping[str, Any] = MappingProxyType({})
 
     @property
     def notebook(self) -> str:
@@ -132,10 +134,6 @@ class Study:
         from ..frameworks import get_backend
 
         return get_backend(framework)
-
-    def pin(self, job: Job, cores: list[int]) -> None:
-        """Move a worker to other cores than the first ``threads`` of ``cores``
-        (the process's cores when it started), where it already runs."""
 
     def prepare(self, job: Job) -> None:
         from ..gate import prepare

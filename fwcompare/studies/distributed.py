@@ -38,7 +38,7 @@ from .. import env, models
 from ..cell import CellResult, derived_figures, release_freed_heap, write_row
 from ..claims import Claim, Measurement, Metric, StudyData
 from ..gate import GATE_SHAPE, TrainSettings
-from ..job import CellRef, Job
+from ..job import CELLS, CellRef, Job
 from ..params import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
                       one_of, positive, replace_param)
 from ..protocol import GATE, START, emit
@@ -155,8 +155,8 @@ class Distributed(Study):
     def spawn(self, runner, job, name):
         from ..launch import Launch
 
-        spec = job.cells[0].spec
-        job = job.replace(mode=spec.mode, threads=spec.threads)
+        spec = job.cells[0].spec  # one engine and worker count per launch
+        job = job.replace(threads=spec.threads)
         return Launch(job, runner.work_dir / "jobs", f"{name}-x{spec.workers}",
                       runner.worker_env(spec.threads, job.framework),
                       framework=job.framework, workers=spec.workers,
@@ -165,24 +165,26 @@ class Distributed(Study):
 
     def run_group(self, runner, model, group):
         """Node 0 runs the launch and writes the rows; another host only runs
-        its ranks until the launch ends."""
-        if runner.params["node_rank"]:
-            runner.follow(model, group)
-        else:
+        its ranks until the launch ends (or the group timeout), writing none."""
+        if not runner.params["node_rank"]:
             runner.run_group(model, group)
+            return
+        framework = group[0].spec.framework
+        w = self.spawn(runner, runner.job(CELLS, model, framework, group),
+                       f"{framework}-{runner.model_key(model)}")
+        deadline = time.monotonic() + runner.params["group_timeout_s"]
+        try:
+            while w.running() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        finally:
+            w.kill()
+        runner.say(f"{framework} x{group[0].spec.workers}: this host's ranks ended "
+                   f"({w.exit_description()})")
 
     def train_settings(self, params):
         return train_settings(params)
 
-    # -- a rank (worker side) -----------------------------------------------------------
-    def pin(self, job, cores):
-        """Give each local rank its own ``threads`` cores (like one GPU each), so
-        that ranks do not compete for the same cores."""
-        if cores and hasattr(os, "sched_setaffinity"):
-            start = (local_rank() * job.threads) % len(cores)
-            os.sched_setaffinity(0, (cores + cores)[start:start + max(1, min(job.threads,
-                                                                             len(cores)))])
-
+    # -- a rank (worker side: every rank runs this; worker.py pinned it to its cores) --
     def work(self, job):
         """Run the rank and leave with os._exit while the engine's objects are
         still referenced: freeing them can block for minutes (a gloo process
@@ -262,12 +264,12 @@ class Rank:
         step0 = abs(losses[0] - ref[0])
         curve = float(np.max(np.abs(losses - ref) / np.abs(ref)))
         problems = loss_problems("float32", losses, ref, p["loss_tol"], p["loss_curve_rtol"],
-                                 who=f"the single-process run with {world} worker(s)")
+                                 who="the single-process run", run=f" with {world} worker(s)")
         if not spread <= p["weight_tol"]:
             problems.append(f"weights differ across ranks by {spread:.3g} after "
                             f"{len(ref)} steps (weight_tol {p['weight_tol']:g})")
         if self.rank0:
-            fw, mode = self.job.framework, self.job.mode
+            fw, mode = self.job.framework, self.job.cells[0].spec.mode
             self.store.append_losses(
                 losses_frame(self.job.model, fw, f"{mode} x{world}", losses, ref),
                 f"{self.job.model_key}-{fw}-{mode}-x{world}")
@@ -362,7 +364,8 @@ def run_rank(job: Job, settings: TrainSettings):
     backend.configure(job.threads, job.device)
     t0 = time.perf_counter()
     dp = backend.DataParallel(Gate(job.gate_path).info["weights_dir"], job.device, job.head,
-                              settings.optimizer, job.mode, job.params["group_timeout_s"])
+                              settings.optimizer, job.cells[0].spec.mode,
+                              job.params["group_timeout_s"])
     load_s = time.perf_counter() - t0
     release_freed_heap()
     try:
@@ -473,8 +476,6 @@ def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-
-
 # -- claim metric (params/claims.yaml names it) ----------------------------------------
 def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     """Scaling efficiency (speed-up over the fewest workers / ideal speed-up)
@@ -503,7 +504,6 @@ def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measure
     m.devices = {r["device"] for r in rows}
     m.note = "lowest: " + ", ".join(f"{r['variant']} {r['efficiency']:.0%}" for r in rows)
     return m
-
 
 
 def _scaling_cells(cells: dict) -> list[str]:

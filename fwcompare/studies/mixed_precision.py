@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import models
 from ..cell import WorkerContext
-from ..claims import Claim, Measurement, Metric, StudyData, cell_label
+from ..claims import Claim, Measurement, Metric, StudyData, cell_label, check_cells
 from ..gate import REF_ROWS, fp64_key
 from ..params import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
                       one_of, positive)
@@ -212,8 +212,6 @@ def stability_table(losses: pd.DataFrame) -> pd.DataFrame:
     return sort_by_precision(pd.DataFrame(rows), ["model", "variant"])
 
 
-
-
 # -- claim metrics (params/claims.yaml names them) ------------------------------------
 def precision_speedup(data: StudyData, claim: Claim, devices) -> Measurement:
     """Geometric mean of float32 time / ``dtype`` time over every framework's
@@ -279,8 +277,8 @@ def precision_stability(data: StudyData, claim: Claim, devices) -> Measurement:
 
 
 MixedPrecision.metrics = {
-    "precision_speedup": Metric(precision_speedup, ("dtype", "task")),
-    "precision_stability": Metric(precision_stability, ("a", "b"), count=True),
+    "precision_speedup": Metric(precision_speedup, ("dtype", "task"), check_cells),
+    "precision_stability": Metric(precision_stability, ("a", "b"), check_cells, count=True),
 }
 STUDY = register(MixedPrecision())
 
