@@ -6,28 +6,25 @@ scorecard only call these hooks; a study is one module that subclasses
 (``fwcompare.studies.register``). Parent-side hooks decide what to measure and
 how cells share processes; worker-side hooks say what one cell is.
 
-================  ============================================================
-hook              says
-================  ============================================================
-``schema``        the params keys (the shared ones from ``params.grid_params``
-                  and ``params.TIMING``, plus the study's own)
-``check``         problems between keys (each a message naming its key)
-``cells``         the RunSpecs of a params set
-``notebook``      its notebook (default ``<name>.ipynb``)
-``head``          the model head a task runs (base, causal_lm, seq_cls)
-``model_key``     the name of a model's weights and gate files
-``gate_shape``    the gate batch (rows must split as the study needs)
-``fp64_shapes``   shapes that need float64 references (precision errors)
-``groups``        how one framework's cells share worker processes, in order
-``spawn``         the process(es) that run one group (default: one worker)
-``run_group``     how the parent runs one group (default: the runner's)
-``train_settings`` the training reference's optimizer and steps (training tasks)
-``backend``       the framework backend of a worker
-``prepare``       the prepare job: weights and gate references
-``work``          a worker's main loop (default: serve the runner's requests)
-``plan``          one cell: what to time and what is known before timing
-``metrics``       claim metrics the study adds to ``params/claims.yaml``'s
-================  ============================================================
+- ``schema``: the params keys (the shared ones from ``params.grid_params`` and
+  ``params.TIMING``, plus the study's own)
+- ``check``: problems between keys (each a message naming its key)
+- ``cells``: the RunSpecs of a params set
+- ``notebook``: its notebook (default ``<name>.ipynb``)
+- ``head``: the model head a task runs (base, causal_lm, seq_cls)
+- ``model_key``: the name of a model's weights and gate files
+- ``gate_shape``: the gate batch (rows must split as the study needs)
+- ``fp64_shapes``: shapes that need float64 references (precision errors)
+- ``groups``: how one framework's cells share worker processes, in order
+- ``spawn``: the process(es) that run one group (default: one worker)
+- ``run_group``: how the parent runs one group (default: the runner's)
+- ``train_settings``: the training reference's optimizer and steps (training
+  tasks)
+- ``backend``: the framework backend of a worker
+- ``prepare``: the prepare job: weights and gate references
+- ``work``: a worker's main loop (default: serve the runner's requests)
+- ``plan``: one cell: what to time and what is known before timing
+- ``metrics``: claim metrics the study adds to ``params/claims.yaml``'s
 """
 from __future__ import annotations
 
