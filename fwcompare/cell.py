@@ -108,12 +108,16 @@ def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float 
                     flops: float = float("nan")) -> dict:
     """A cell's figures derived from its raw seconds-per-call samples: the one
     place median, CI, spread, throughput and achieved FLOP/s are computed
-    (workers, data-parallel ranks and the tables that pool rounds use it)."""
+    (workers, data-parallel ranks and the tables that pool rounds use it).
+    ``samples_s``: one sampling window's samples, or a ``stats.CellSamples``
+    of several rounds (the CI is then two-level: rounds, then blocks)."""
     import numpy as np
 
-    from .stats import iqr, median_ci
+    from .stats import CellSamples, iqr, rounds_median_ci
 
-    med, lo, hi = median_ci(samples_s, confidence)
+    cs = CellSamples.of(samples_s)
+    med, lo, hi = rounds_median_ci(cs, confidence)
+    samples_s = cs.pooled
     return dict(n_samples=len(samples_s), median_s=med, ci_low_s=lo, ci_high_s=hi,
                 iqr_s=iqr(samples_s), mean_s=float(np.mean(samples_s)),
                 p90_s=float(np.percentile(samples_s, 90)),
@@ -260,6 +264,7 @@ def serve(study, job: Job) -> None:
     ctx = WorkerContext(job, backend)
     refs = {c.key: c for c in job.cells}
     runs: dict[str, CellRun] = {}
+    emit(protocol.READY)
     for req in protocol.requests():
         ref = refs[req["cell"]]
         spec, op = ref.spec, req["op"]

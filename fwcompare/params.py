@@ -16,7 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from . import models
-from .spec import DEVICES, DTYPES, FRAMEWORKS
+from .spec import DEVICES, DTYPES, FRAMEWORKS, SCHEDULES
 from .timing import TimingConfig
 
 # Set by `fwcompare report` for each notebook; not part of a params file.
@@ -106,8 +106,11 @@ TIMING = _timing()
 
 
 def timing_config(params: dict) -> TimingConfig:
-    """The TimingConfig of a study's validated params."""
-    return TimingConfig(**{k: params[k] for k in TIMING})
+    """The TimingConfig of a study's validated params (an interleaved schedule
+    makes each block last at least ``block_s``)."""
+    interleaved = params.get("schedule") == "interleaved"
+    return TimingConfig(**{k: params[k] for k in TIMING},
+                        min_block_s=params["block_s"] if interleaved else 0.0)
 
 
 def float32_only(v):
@@ -139,7 +142,10 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "device": Param("str", "cpu", "cpu or gpu", one_of(DEVICES)),
         "dtype": Param("str", "float32", "compute dtype (other precisions: a study with a 'precisions' key)", float32_only),
         "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", non_negative),
-        "rounds": Param("int", 1, "run the groups this many times, alternating order", positive),
+        "rounds": Param("int", 1, "measure every cell this many times, each round in fresh worker processes (intervals then carry the spread between processes)", positive),
+        "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device)", one_of(SCHEDULES)),
+        "settle_s": Param("float", 0.005, "interleaved: idle seconds before each block, so the previous worker's spinning threads (PyTorch's OpenMP) have stopped", non_negative),
+        "block_s": Param("float", 0.02, "interleaved: each sample block lasts at least this long (one block per variant per turn)", non_negative),
         "seed": Param("int", 0, "seed of weights and token ids", non_negative),
         "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", positive),
         "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),

@@ -20,8 +20,9 @@ finish    the cell's figures; its row is written       ``done``
 exit      leaves                                       (end of output)
 ========  ===========================================  ======================
 
-So a schedule is the parent's choice: one cell after another (today), or
-several prepared workers asked for one block each in turn (interleaving).
+A served worker says ``ready`` once its imports are done, before any request.
+So a schedule is the parent's choice: one cell after another (sequential), or
+several prepared workers asked for one block each in turn (interleaved).
 A ``gate`` event reports the equivalence gate's errors, for the progress log.
 """
 from __future__ import annotations
@@ -35,8 +36,8 @@ EVENT_PREFIX = "@@fwcompare "
 # Requests.
 PREPARE, SAMPLE, MEMORY, FINISH, EXIT = "prepare", "sample", "memory", "finish", "exit"
 # Events.
-START, PREPARED, SAMPLED, MEASURED, DONE, GATE = (
-    "start", "prepared", "sampled", "measured", "done", "gate")
+READY, START, PREPARED, SAMPLED, MEASURED, DONE, GATE = (
+    "ready", "start", "prepared", "sampled", "measured", "done", "gate")
 
 
 def emit(event: str, **fields) -> None:

@@ -3,7 +3,8 @@
 Layout under a study's results directory::
 
     cells/<cell_id>-r<round>.parquet     one row per finished cell
-    samples/<cell_id>-r<round>.parquet   its raw samples
+    samples/<cell_id>-r<round>.parquet   its raw samples (sample i of cells timed
+                                         interleaved in one round: the same turn)
     losses/<model>-<framework>-<mode>.parquet   training: loss per agreement step
     results.parquet, samples.parquet     consolidated copies (after a run)
 
@@ -52,7 +53,8 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "accel_max_abs_err", "accel_rel_err", "recompiles",
            # distributed: per-worker batch, weights across ranks, gradient all-reduce
            "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share"]
-PROVENANCE = {"mem_method": "string", "precision_setup": "string", "mode_setup": "string",
+PROVENANCE = {"schedule": "string",
+              "mem_method": "string", "precision_setup": "string", "mode_setup": "string",
               "framework_version": "string", "framework_threads": "float64",
               "device_name": "string", "cpu_model": "string", "hostname": "string",
               "versions": "string", "git_commit": "string", "git_dirty": "bool",
@@ -168,7 +170,9 @@ class ResultStore:
             s = pd.DataFrame({"cell_id": row["cell_id"], "round": row["round"],
                               "sample": range(len(samples_s)),
                               "seconds": pd.Series(samples_s, dtype="float64"),
-                              "calls_per_sample": calls})
+                              "calls_per_sample": calls,
+                              "schedule": pd.Series([row.get("schedule") or "sequential"]
+                                                    * len(samples_s), dtype="string")})
             _write_atomic(s, self.samples_dir / name)
         _write_atomic(_frame([row]), self.cells_dir / name)
 
@@ -185,7 +189,8 @@ class ResultStore:
         return _read_all(self.samples_dir, lambda: pd.DataFrame(
             {"cell_id": pd.Series(dtype="string"), "round": pd.Series(dtype="int64"),
              "sample": pd.Series(dtype="int64"), "seconds": pd.Series(dtype="float64"),
-             "calls_per_sample": pd.Series(dtype="int64")}))
+             "calls_per_sample": pd.Series(dtype="int64"),
+             "schedule": pd.Series(dtype="string")}))
 
     def finished(self) -> set[tuple[str, int]]:
         """(cell_id, round) of cells a resumed run keeps."""

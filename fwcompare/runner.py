@@ -20,6 +20,7 @@ say what its cells are, how they share processes and what a worker does.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import queue
@@ -138,6 +139,10 @@ _STEPS = ((protocol.PREPARE, {}, protocol.PREPARED),
           (protocol.SAMPLE, {"until_stop": True}, protocol.SAMPLED),
           (protocol.MEMORY, {}, protocol.MEASURED),
           (protocol.FINISH, {}, protocol.DONE))
+# Where a request's time goes in the run's time breakdown.
+_PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
+           protocol.SAMPLE: "timing samples", protocol.MEMORY: "memory passes",
+           protocol.FINISH: "figures after timing"}
 
 
 class Runner:
@@ -153,10 +158,24 @@ class Runner:
         self.provenance = {
             "versions": self.manifest["versions"], "git_commit": self.manifest["git_commit"],
             "git_dirty": self.manifest["git_dirty"], "params_hash": self.manifest["params_hash"],
-            "hostname": self.manifest["hostname"], "cpu_model": self.manifest["cpu_model"]}
+            "hostname": self.manifest["hostname"], "cpu_model": self.manifest["cpu_model"],
+            "schedule": params.get("schedule", "sequential")}
         self.timing = timing_config(params)
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
+        self.phases: dict[str, float] = {}  # where the run's time went (seconds)
+
+    # -- where the time goes ----------------------------------------------------------
+    def charge(self, phase: str, seconds: float) -> None:
+        self.phases[phase] = self.phases.get(phase, 0.0) + max(0.0, seconds)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.charge(name, time.monotonic() - t0)
 
     # -- rows the parent writes for cells no worker finished -------------------
     def fail(self, ref: CellRef, status: str, error: str) -> None:
@@ -218,7 +237,8 @@ class Runner:
         w = Worker(job, self.work_dir / "jobs", f"prepare-{self.model_key(model)}",
                    self.worker_env(self.threads, "prepare"))
         try:
-            w.proc.wait(timeout=self.params["group_timeout_s"])
+            with self.phase("weights and gate references"):
+                w.proc.wait(timeout=self.params["group_timeout_s"])
         except subprocess.TimeoutExpired:
             return f"preparing weights timed out after {self.params['group_timeout_s']:g} s"
         finally:
@@ -253,32 +273,43 @@ class Runner:
                     self._settle(w)     # clean exit (ranks on other hosts need it)
             finally:
                 w.kill()
-            in_flight = self._flight
-            if why == "group_timeout":
-                limit = self.params["group_timeout_s"]
-                for key, ref in list(remaining.items()):
-                    self.fail(ref, "timeout",
-                              f"no result within the group timeout ({limit:g} s)"
-                              if key == in_flight else
-                              f"not run: group timeout ({limit:g} s) reached")
+            if not self.after_stop(w, why, remaining, self._flight, restarts):
                 return
-            if not remaining:
-                return
-            if why == "cell_timeout":  # that cell only; a fresh worker takes the rest
-                self.fail(remaining.pop(in_flight), "timeout",
-                          f"no result within cell_timeout_s ({cell_limit:g} s); the worker was "
-                          "stopped and the group's other cells continued")
-                continue
-            message = f"worker {w.exit_description()}: {w.stderr_tail()}"
-            if in_flight is None or in_flight not in remaining or restarts >= MAX_RESTARTS:
-                for ref in list(remaining.values()):
-                    self.fail(ref, "error", message)
-                return
-            killed = w.proc.returncode == -signal.SIGKILL
-            self.fail(remaining.pop(in_flight), "oom" if killed else "error",
-                      ("worker killed by SIGKILL (likely the kernel's out-of-memory killer); "
-                       if killed else "") + message)
-            restarts += 1
+            restarts += why != "cell_timeout"  # a crash; a timeout costs the cell only
+
+    def after_stop(self, w, why: str, remaining: dict[str, CellRef], in_flight: str | None,
+                   restarts: int) -> bool:
+        """Rows for the cells a stopped worker leaves behind (``why``:
+        group_timeout, cell_timeout, lost or ""); whether a fresh worker should
+        take the ``remaining`` cells (after a crash or a cell's timeout)."""
+        if why == "group_timeout":
+            limit = self.params["group_timeout_s"]
+            for key, ref in list(remaining.items()):
+                self.fail(ref, "timeout",
+                          f"no result within the group timeout ({limit:g} s)"
+                          if key == in_flight else
+                          f"not run: group timeout ({limit:g} s) reached")
+            remaining.clear()
+            return False
+        if not remaining:
+            return False
+        if why == "cell_timeout":  # that cell only; a fresh worker takes the rest
+            cell_limit = self.params.get("cell_timeout_s") or math.inf
+            self.fail(remaining.pop(in_flight), "timeout",
+                      f"no result within cell_timeout_s ({cell_limit:g} s); the worker was "
+                      "stopped and the group's other cells continued")
+            return True
+        message = f"worker {w.exit_description()}: {w.stderr_tail()}"
+        if in_flight is None or in_flight not in remaining or restarts >= MAX_RESTARTS:
+            for ref in list(remaining.values()):
+                self.fail(ref, "error", message)
+            remaining.clear()
+            return False
+        killed = w.proc.returncode == -signal.SIGKILL
+        self.fail(remaining.pop(in_flight), "oom" if killed else "error",
+                  ("worker killed by SIGKILL (likely the kernel's out-of-memory killer); "
+                   if killed else "") + message)
+        return True
 
     def _drive(self, w, remaining: dict[str, CellRef], deadline: float,
                cell_limit: float) -> None:
@@ -288,10 +319,14 @@ class Runner:
             while remaining:
                 self._next_event(w, remaining, deadline, cell_limit, None)
             return
+        with self.phase("process start and imports"):
+            self._next_event(w, remaining, deadline, cell_limit, protocol.READY)
         for key in list(remaining):
             for op, fields, answer in _STEPS:
                 w.send(op, cell=key, **fields)
-                if self._next_event(w, remaining, deadline, cell_limit, answer) == protocol.DONE:
+                with self.phase(_PHASES[op]):
+                    kind = self._next_event(w, remaining, deadline, cell_limit, answer)
+                if kind == protocol.DONE:
                     break
 
     def _next_event(self, w, remaining, deadline, cell_limit, answer: str | None) -> str:
@@ -313,6 +348,8 @@ class Runner:
                 raise _Stop("lost")
             key = f"{ev.get('cell')}-r{ev.get('round')}"
             kind = ev["event"]
+            if kind == answer == protocol.READY:
+                return kind
             if kind == protocol.START:  # the cell's time limit counts from here
                 self._flight, self._started = key, time.monotonic()
                 self.bar.set_postfix_str(ev["label"], refresh=True)
@@ -392,12 +429,19 @@ class Runner:
                         self.bar.set_postfix_str(f"preparing {model}", refresh=True)
                         prepared[model] = self._prepare(
                             model, [c for c in todo if c.spec.model == model])
-                    for group in self._groups(mine, order):
-                        if prepared[model]:
-                            for c in group:
-                                self.fail(c, "error", prepared[model])
-                        else:
+                    groups = list(self._groups(mine, order))
+                    if prepared[model]:
+                        for c in (c for group in groups for c in group):
+                            self.fail(c, "error", prepared[model])
+                    elif self.params.get("schedule") == "interleaved":
+                        from .interleave import run_interleaved
+
+                        run_interleaved(self, model, groups, rnd)
+                    else:
+                        for group in groups:
                             self.study.run_group(self, model, group)
         finally:
             self.bar.close()
+            self.charge("total", time.monotonic() - self.t_start)
+            write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
         self.store.consolidate()

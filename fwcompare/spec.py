@@ -21,6 +21,9 @@ TRAIN_MODES = {
     "jax": ("jit",),
 }
 DEVICES = ("cpu", "gpu")
+# How a run's cells are timed (fwcompare.runner): interleaved (the variants of one
+# model and shape sampled in turns) or sequential (one cell after another).
+SCHEDULES = ("interleaved", "sequential")
 # Precisions: float32 (TF32 off on GPUs), tf32 (float32 with TF32 tensor-core
 # matmuls: NVIDIA GPUs only), and bfloat16 / float16 as each framework's idiomatic
 # mixed precision (fp32 weights, reduced-precision compute).

@@ -6,11 +6,18 @@ minimum that ``transformers.benchmark`` reported, it describes a typical call.
 Its confidence interval needs no distributional assumption: the number of
 samples below the true median is Binomial(n, 1/2), so a pair of order statistics
 brackets it with a known probability.
+
+Intervals of medians from several rounds and of every ratio come from a
+two-level bootstrap (rounds, then blocks within a round: :func:`two_level_medians`),
+written here with numpy because ``scipy.stats.bootstrap`` resamples one level
+only: a one-level interval covers the noise of one sampling window and misses
+a machine whose speed drifts between processes.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import warnings
+from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import stats as _st
@@ -50,13 +57,6 @@ def iqr(samples: Sequence[float]) -> float:
     return float(q3 - q1)
 
 
-def _geomean_of_median_ratios(*arrays, axis=-1):
-    """Statistic for bootstrap: arrays are (a_1, b_1, a_2, b_2, ...)."""
-    logs = [np.log(np.median(a, axis=axis)) - np.log(np.median(b, axis=axis))
-            for a, b in zip(arrays[0::2], arrays[1::2])]
-    return np.exp(np.mean(logs, axis=0))
-
-
 def geomean(values: Sequence[float]) -> float:
     v = np.asarray(values, dtype=float)
     if v.size == 0 or np.any(~(v > 0)):
@@ -64,53 +64,152 @@ def geomean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(v))))
 
 
-def geomean_ratio_ci(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
-                     confidence: float = 0.95, n_resamples: int = 2000,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """Geometric mean over cells of median(a)/median(b), with a bootstrap CI.
+class CellSamples:
+    """One cell's raw seconds per call, kept per round (a round: one fresh
+    worker process), and whether they were taken interleaved (sample i of
+    every cell of an interleaved set was timed in the same turn, so two such
+    cells pair block by block). ``np.asarray`` gives every round pooled."""
 
-    ``pairs`` holds, per cell, the raw samples of A and of B. Each sample set is
-    resampled independently (scipy.stats.bootstrap, percentile method), so the
-    interval carries the timing noise of every cell. With one pair this is the
-    CI of a single ratio of medians.
+    def __init__(self, rounds: Mapping[int, Sequence[float]], interleaved: bool = False):
+        self.rounds = {int(r): np.asarray(x, dtype=float) for r, x in sorted(rounds.items())
+                       if len(x)}
+        self.interleaved = bool(interleaved)
+
+    @classmethod
+    def of(cls, x) -> "CellSamples":
+        """``x`` itself, or a plain sequence of samples as one round."""
+        return x if isinstance(x, CellSamples) else cls({0: x})
+
+    @property
+    def pooled(self) -> np.ndarray:
+        return (np.concatenate(list(self.rounds.values())) if self.rounds
+                else np.empty(0))
+
+    def __array__(self, dtype=None, copy=None):
+        return self.pooled if dtype is None else self.pooled.astype(dtype)
+
+    def __len__(self) -> int:
+        return int(sum(x.size for x in self.rounds.values()))
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"r{r}: {x.size}" for r, x in self.rounds.items())
+        return f"CellSamples({sizes}{', interleaved' if self.interleaved else ''})"
+
+
+def _paired(a: CellSamples, b: CellSamples, r: int) -> bool:
+    return (a.interleaved and b.interleaved and r in a.rounds and r in b.rounds
+            and a.rounds[r].size == b.rounds[r].size)
+
+
+def two_level_medians(pairs: Sequence[tuple], n_resamples: int = 2000,
+                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap replicates of the pooled median of each side of each pair,
+    resampled at two levels (Kalibera and Jones, "Rigorous Benchmarking in
+    Reasonable Time", ISMM 2013): first the rounds (fresh processes; drawn
+    once per replicate for every pair, since a round's processes ran all of
+    its cells), then the blocks within each drawn round. Blocks of two cells
+    timed interleaved in the same round are drawn together (paired), so a
+    slow minute that hit both stays in both. Returns two arrays of shape
+    (n_resamples, len(pairs)): the medians of the a and b sides."""
+    pairs = [(CellSamples.of(a), CellSamples.of(b)) for a, b in pairs]
+    rng = np.random.default_rng(seed)
+    ids = sorted({r for a, b in pairs for r in (*a.rounds, *b.rounds)})
+    top = rng.integers(len(ids), size=(n_resamples, len(ids)))  # rounds drawn per replicate
+    med_a = np.empty((n_resamples, len(pairs)))
+    med_b = np.empty_like(med_a)
+    for p, (a, b) in enumerate(pairs):
+        width = max(x.size for x in (*a.rounds.values(), *b.rounds.values()))
+        cols_a, cols_b = [], []
+        for j in range(len(ids)):  # each drawn position: its round's blocks, resampled
+            va = np.full((n_resamples, width), np.nan)
+            vb = np.full_like(va, np.nan)
+            for k, r in enumerate(ids):
+                rows = top[:, j] == k
+                if not rows.any():
+                    continue
+                xa, xb = a.rounds.get(r), b.rounds.get(r)
+                ia = rng.integers(xa.size, size=(rows.sum(), xa.size)) if xa is not None else None
+                ib = (ia if _paired(a, b, r) else
+                      rng.integers(xb.size, size=(rows.sum(), xb.size)) if xb is not None else None)
+                if xa is not None:
+                    va[rows, :xa.size] = xa[ia]
+                if xb is not None:
+                    vb[rows, :xb.size] = xb[ib]
+            cols_a.append(va)
+            cols_b.append(vb)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a replicate with no round of a side
+            med_a[:, p] = np.nanmedian(np.concatenate(cols_a, axis=1), axis=1)
+            med_b[:, p] = np.nanmedian(np.concatenate(cols_b, axis=1), axis=1)
+    return med_a, med_b
+
+
+def _interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
+    x = replicates[np.isfinite(replicates)]
+    if x.size < 0.9 * replicates.size:  # too many replicates without a figure
+        return math.nan, math.nan
+    lo, hi = np.percentile(x, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return float(lo), float(hi)
+
+
+def _enough(pairs) -> bool:
+    """Every side has at least 2 samples (a bootstrap needs something to draw)."""
+    return all(len(x) >= 2 for pair in pairs for x in pair)
+
+
+def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
+                     n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Geometric mean over cells of median(a)/median(b), with a two-level
+    bootstrap CI (:func:`two_level_medians`, percentile method).
+
+    ``pairs`` holds, per cell, the samples of A and of B: :class:`CellSamples`
+    (rounds kept apart) or plain sequences (one round). With several rounds
+    the interval carries the between-process variance; with one round, only
+    the noise within its sampling window. With one pair this is the CI of a
+    single ratio of medians.
     """
-    pairs = [(np.asarray(a, float), np.asarray(b, float)) for a, b in pairs]
-    pairs = [(a, b) for a, b in pairs if a.size and b.size]
+    pairs = [(CellSamples.of(a), CellSamples.of(b)) for a, b in pairs]
+    pairs = [(a, b) for a, b in pairs if len(a) and len(b)]
     if not pairs:
         return math.nan, math.nan, math.nan
-    flat = [arr for pair in pairs for arr in pair]
-    point = float(_geomean_of_median_ratios(*flat))
-    if any(arr.size < 2 for arr in flat):
+    point = float(np.exp(np.mean([np.log(np.median(a.pooled)) - np.log(np.median(b.pooled))
+                                  for a, b in pairs])))
+    if not _enough(pairs):
         return point, math.nan, math.nan
-    res = _st.bootstrap(flat, _geomean_of_median_ratios, vectorized=True,
-                        paired=False, confidence_level=confidence,
-                        n_resamples=n_resamples, method="percentile",
-                        rng=np.random.default_rng(seed))
-    ci = res.confidence_interval
-    return point, float(ci.low), float(ci.high)
+    med_a, med_b = two_level_medians(pairs, n_resamples, seed)
+    with np.errstate(all="ignore"):
+        reps = np.exp(np.mean(np.log(med_a) - np.log(med_b), axis=1))
+    return (point, *_interval(reps, confidence))
 
 
-def ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+def ratio_ci(a, b, confidence: float = 0.95,
              n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """median(a)/median(b) with a bootstrap CI (see geomean_ratio_ci)."""
+    """median(a)/median(b) with a two-level bootstrap CI (see geomean_ratio_ci)."""
     return geomean_ratio_ci([(a, b)], confidence, n_resamples, seed)
 
 
-def _median_difference(a, b, axis=-1):
-    return np.median(a, axis=axis) - np.median(b, axis=axis)
-
-
-def median_diff_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
-                   n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """median(a) - median(b) with a bootstrap CI (each sample set resampled
-    independently, percentile method); NaN bounds with fewer than 2 samples."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if not (a.size and b.size):
+def median_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """median(a) - median(b) with a two-level bootstrap CI (percentile
+    method); NaN bounds with fewer than 2 samples on a side."""
+    a, b = CellSamples.of(a), CellSamples.of(b)
+    if not (len(a) and len(b)):
         return math.nan, math.nan, math.nan
-    point = float(_median_difference(a, b))
-    if a.size < 2 or b.size < 2:
+    point = float(np.median(a.pooled) - np.median(b.pooled))
+    if not _enough([(a, b)]):
         return point, math.nan, math.nan
-    res = _st.bootstrap((a, b), _median_difference, vectorized=True, paired=False,
-                        confidence_level=confidence, n_resamples=n_resamples,
-                        method="percentile", rng=np.random.default_rng(seed))
-    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    med_a, med_b = two_level_medians([(a, b)], n_resamples, seed)
+    return (point, *_interval(med_a[:, 0] - med_b[:, 0], confidence))
+
+
+def rounds_median_ci(x, confidence: float = 0.95, n_resamples: int = 2000,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """A cell's median with its CI: from one round, the distribution-free
+    interval of :func:`median_ci`; from several, the two-level bootstrap
+    (rounds, then blocks), so a shift between processes widens it."""
+    x = CellSamples.of(x)
+    if len(x.rounds) < 2:
+        return median_ci(x.pooled, confidence)
+    med, _, _ = median_ci(x.pooled, confidence)
+    reps, _ = two_level_medians([(x, x)], n_resamples, seed)
+    return (med, *_interval(reps[:, 0], confidence))

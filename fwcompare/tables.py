@@ -11,7 +11,7 @@ import pandas as pd
 
 from .cell import derived_figures
 from .results import FAILED_STATUSES, MEASURED
-from .stats import geomean_ratio_ci
+from .stats import CellSamples, geomean_ratio_ci
 
 CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
 BASELINE = ("torch", "eager")
@@ -21,16 +21,25 @@ def variant(framework: str, mode: str) -> str:
     return f"{framework}/{mode}"
 
 
-def samples_by_cell(samples: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Raw seconds per call of each cell, all rounds pooled."""
-    return {cid: g["seconds"].to_numpy() for cid, g in samples.groupby("cell_id")}
+def samples_by_cell(samples: pd.DataFrame) -> dict[str, CellSamples]:
+    """Raw seconds per call of each cell, per round (``np.asarray``: pooled),
+    and whether they were timed interleaved (stores from before the column:
+    sequential)."""
+    out = {}
+    for cid, g in samples.groupby("cell_id"):
+        g = g.sort_values(["round", "sample"])
+        inter = "schedule" in g and bool((g["schedule"] == "interleaved").all())
+        out[cid] = CellSamples({r: x["seconds"].to_numpy() for r, x in g.groupby("round")},
+                               inter)
+    return out
 
 
 _POOLED = ("n_samples", "median_s", "ci_low_s", "ci_high_s", "mean_s", "tokens_per_s")
 
 
 def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell (rounds pooled), with median and CI from the raw samples."""
+    """One row per cell (rounds pooled), with median and CI from the raw samples
+    (two-level when the cell ran in several rounds)."""
     rows = []
     by_cell = samples_by_cell(samples)
     for cid, g in results.groupby("cell_id", sort=False):

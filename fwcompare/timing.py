@@ -7,7 +7,8 @@
 3. Each sample times a block of calls with ``perf_counter_ns`` and ends with the
    framework's sync (CUDA synchronize, block_until_ready, fetching a TF
    result), so asynchronous dispatch cannot make a call look free. The block
-   grows until the timer's own overhead is under 0.1% of a sample.
+   grows until the timer's own overhead is under 0.1% of a sample (and, in an
+   interleaved schedule, until it lasts ``min_block_s``: one block is one turn).
 4. Sampling stops once ``min_iters`` samples and ``min_time_s`` have passed and
    the 95% CI of the median is within ``target_rel_ci`` of it, or at
    ``max_time_s``; then ``converged`` is False, and that is recorded. It never
@@ -44,6 +45,7 @@ class TimingConfig:
     max_time_s: float = 8.0
     target_rel_ci: float = 0.02
     confidence: float = 0.95
+    min_block_s: float = 0.0  # a block lasts at least this long (interleaved schedule)
 
 
 @dataclass
@@ -148,7 +150,7 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
         done += 1
 
     # Block size: grow until the timer is a negligible share of a sample.
-    min_block_ns = timer_overhead_ns() / MAX_TIMER_SHARE
+    min_block_ns = max(timer_overhead_ns() / MAX_TIMER_SHARE, config.min_block_s * 1e9)
     calls = 1
     while True:
         elapsed = _time_block(fn, sync, calls)

@@ -68,3 +68,79 @@ def test_ratio_ci_covers_true_ratio_and_is_ordered():
 def test_ratio_ci_one_sample_has_no_interval():
     r, lo, hi = stats.ratio_ci([3.0], [1.5])
     assert r == pytest.approx(2.0) and math.isnan(lo) and math.isnan(hi)
+
+
+# -- two-level intervals (rounds, then blocks) ------------------------------------------
+def _noisy(rng, centre, n=40, sd=0.01):
+    return centre * (1 + sd * rng.standard_normal(n))
+
+
+def test_between_round_shift_widens_the_median_interval():
+    """Two rounds whose medians differ by 8%: the one-window interval of the
+    pooled samples misses round 2's median, the two-level one covers both."""
+    rng = np.random.default_rng(3)
+    r0, r1 = _noisy(rng, 1.00), _noisy(rng, 1.08)
+    cs = stats.CellSamples({0: r0, 1: r1})
+    assert len(cs) == 80 and np.asarray(cs).shape == (80,)
+    _, lo1, hi1 = stats.median_ci(np.asarray(cs))  # one level: pooled blocks
+    med, lo, hi = stats.rounds_median_ci(cs)
+    assert med == pytest.approx(np.median(np.asarray(cs)))
+    assert not (lo1 <= np.median(r1) <= hi1)  # the old interval misses round 2
+    assert lo <= np.median(r0) and np.median(r1) <= hi  # the new one covers both rounds
+    # one round: the distribution-free interval, unchanged
+    assert stats.rounds_median_ci(stats.CellSamples({0: r0})) == stats.median_ci(r0)
+
+
+def test_ratio_interval_carries_a_process_effect():
+    """A's process was 6% slower in round 0 only: the ratio differs between
+    rounds (2.12 vs 2.00). The one-level interval of round 0 alone misses round
+    1's ratio; the two-level interval over both rounds covers each round's."""
+    rng = np.random.default_rng(4)
+    a = stats.CellSamples({0: _noisy(rng, 2.12), 1: _noisy(rng, 2.00)})
+    b = stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.0)})
+    per_round = [stats.ratio_ci(a.rounds[r], b.rounds[r])[0] for r in (0, 1)]
+    _, lo0, hi0 = stats.ratio_ci(a.rounds[0], b.rounds[0])
+    assert not (lo0 <= per_round[1] <= hi0)
+    # the old arithmetic on pooled samples: one level, misses round 0's ratio
+    _, lo1, hi1 = stats.ratio_ci(np.asarray(a), np.asarray(b))
+    assert not (lo1 <= per_round[0] <= hi1 and lo1 <= per_round[1] <= hi1)
+    r, lo, hi = stats.ratio_ci(a, b)
+    assert lo <= min(per_round) and max(per_round) <= hi
+    assert lo < r < hi
+
+
+def test_pairing_removes_drift_common_to_both_sides():
+    """Interleaved blocks: a slow stretch (+30%) hits A and B in the same
+    turns. Paired resampling keeps them together, so the ratio's interval is
+    narrower than when the same samples are treated as unpaired, and it covers
+    the true ratio 1.5."""
+    rng = np.random.default_rng(5)
+    drift = np.where(np.arange(60) % 20 < 9, 1.3, 1.0)
+    a = 1.5 * drift * (1 + 0.005 * rng.standard_normal(60))
+    b = 1.0 * drift * (1 + 0.005 * rng.standard_normal(60))
+    paired = stats.ratio_ci(stats.CellSamples({0: a}, True), stats.CellSamples({0: b}, True))
+    unpaired = stats.ratio_ci(stats.CellSamples({0: a}), stats.CellSamples({0: b}))
+    assert paired[1] <= 1.5 <= paired[2]
+    assert paired[2] - paired[1] < 0.5 * (unpaired[2] - unpaired[1])
+
+
+def test_rounds_are_drawn_jointly_for_every_pair():
+    """Two cells whose ratios move together between rounds: resampling rounds
+    once per replicate for both keeps the geometric mean's interval as wide as
+    one cell's, not narrowed by averaging independent draws."""
+    rng = np.random.default_rng(6)
+    one = (stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.2)}),
+           stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.0)}))
+    two = (stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.2)}),
+           stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.0)}))
+    _, lo1, hi1 = stats.geomean_ratio_ci([one])
+    _, lo2, hi2 = stats.geomean_ratio_ci([one, two])
+    assert (hi2 - lo2) > 0.8 * (hi1 - lo1)
+
+
+def test_median_diff_two_level():
+    rng = np.random.default_rng(7)
+    a = stats.CellSamples({0: _noisy(rng, 3.0), 1: _noisy(rng, 3.3)})
+    b = stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.0)})
+    d, lo, hi = stats.median_diff_ci(a, b)
+    assert lo <= 2.0 and 2.3 <= hi and lo < d < hi

@@ -71,6 +71,12 @@ def _dist_modes(v):
     return _dist_frameworks(list(v)) or modes_in(DIST_MODES)(v)
 
 
+def _one_launch_at_a_time(v):
+    return None if v == "sequential" else (
+        f"unknown value {v!r}; allowed: sequential (a launch's ranks use every core: two "
+        "launches cannot share the machine, so they are never interleaved)")
+
+
 class Distributed(Study):
     name = "distributed"
     title = "Distributed data-parallel: DDP against tf.distribute, 1 to N workers"
@@ -102,6 +108,11 @@ class Distributed(Study):
         s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
                           "tensorflow graph (MultiWorkerMirroredStrategy)", check=_dist_modes)
         s = replace_param(s, "threads", help="intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)")
+        for key in ("settle_s", "block_s"):  # interleaving keys
+            del s[key]
+        s = replace_param(s, "schedule", default="sequential", check=_one_launch_at_a_time,
+                          help="sequential: one launch after another (a launch times its "
+                               "steps across its ranks; launches are never interleaved)")
         return replace_param(s, "group_timeout_s", help="seconds one launch (a framework at one worker count) may run before every rank is stopped")
 
     def check(self, full):

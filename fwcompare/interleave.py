@@ -1,0 +1,249 @@
+"""The interleaved schedule: the variants of one model and shape, each in a
+worker process of its own, sampled one block each in turn.
+
+The machine's speed drifts by 10-25% over minutes; two variants timed minutes
+apart in different processes carry that drift into their ratio, and an
+interval from one sampling window does not cover a rerun. Interleaving puts a
+slow minute on every variant alike (Google Benchmark's random interleaving,
+asv's interleaved processes). For one model in one round:
+
+1. a lane (a worker process) per variant: framework, mode and precision.
+   All lanes start at once; nothing is timed until every one has said
+   ``ready`` (its imports done).
+2. Per shape (ascending batch x sequence), each lane's cell is prepared:
+   model and gate (its first cell), first call, warm-up, block size (a block
+   lasts at least ``block_s``); one lane at a time, the others idle.
+3. Turns: every prepared cell takes one block, in an order drawn at random
+   per turn, after ``settle_s`` of idle time (an idle PyTorch worker's OpenMP
+   threads spin for about 2 ms after its block; see README). Turns go on until
+   every cell's stopping rule holds, or the set has spent its members'
+   ``max_time_s`` together. Sample i of every cell of a set is turn i: the
+   tables pair them (``stats.two_level_medians``).
+4. Memory passes and rows, one lane at a time.
+
+A lane whose worker dies or passes a limit is handled as the sequential
+schedule handles its worker (``Runner.after_stop``): the cell in flight gets
+its row, a fresh worker takes the lane's remaining cells, the set goes on
+without it.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import protocol
+from .job import CELLS, CellRef
+from .timing import StoppingRule
+
+
+def variant_key(ref: CellRef) -> tuple:
+    """What a lane holds: everything of a cell but its shape."""
+    s = ref.spec
+    return (s.framework, s.mode, s.dtype, s.task, s.workers, s.scaling)
+
+
+class Lane:
+    """One variant's worker process and the cells it has left."""
+
+    def __init__(self, runner, model: str, cells: list[CellRef]):
+        from .runner import _Stop
+
+        self._Stop = _Stop
+        self.runner, self.model = runner, model
+        self.remaining = {c.key: c for c in cells}
+        s = cells[0].spec
+        self.framework = s.framework
+        kinds = [s.mode] + ([s.dtype] if s.dtype != "float32" else [])
+        self.name = f"{s.framework}-{'-'.join(kinds)}-{runner.model_key(model)}"
+        self.worker = None
+        self.busy = 0.0  # seconds this lane's requests took (its group_timeout_s budget)
+        self.restarts = 0
+        self.flight: str | None = None
+
+    # -- the process ---------------------------------------------------------------
+    def start(self) -> None:
+        r = self.runner
+        self.worker = r.study.spawn(r, r.job(CELLS, self.model, self.framework,
+                                            list(self.remaining.values())), self.name)
+        self.flight = None
+
+    def wait_ready(self) -> None:
+        with self.runner.phase("process start and imports"):
+            self._wait(None, protocol.READY, time.monotonic())
+
+    def close(self) -> None:
+        if self.worker is not None:
+            if not self.remaining:
+                self.runner._settle(self.worker)
+            self.worker.kill()
+            self.worker = None
+
+    def stopped(self, why: str) -> None:
+        """The worker stopped answering: rows for what it leaves, a fresh
+        worker for the rest (Runner.after_stop decides)."""
+        while True:
+            self.worker.kill()
+            again = self.runner.after_stop(self.worker, why, self.remaining, self.flight,
+                                           self.restarts)
+            if not again:
+                self.worker = None
+                return
+            self.restarts += why != "cell_timeout"
+            self.start()
+            try:
+                self.wait_ready()
+                return
+            except self._Stop as stop:
+                why = str(stop)
+
+    # -- requests --------------------------------------------------------------------
+    def cell(self, shape: tuple[int, int]) -> CellRef | None:
+        if self.worker is None:
+            return None
+        for ref in self.remaining.values():
+            if (ref.spec.batch_size, ref.spec.seq_len) == shape:
+                return ref
+        return None
+
+    def ask(self, op: str, ref: CellRef, answer: str, **fields) -> dict | None:
+        """Send ``op`` for ``ref`` and wait for ``answer``; None when the cell
+        ended instead (its row is written) or the worker stopped."""
+        self.worker.send(op, cell=ref.key, **fields)
+        try:
+            return self._wait(ref, answer, time.monotonic())
+        except self._Stop as stop:
+            self.stopped(str(stop))
+            return None
+
+    def _wait(self, ref: CellRef | None, answer: str, t0: float) -> dict | None:
+        r = self.runner
+        group_limit = r.params["group_timeout_s"]
+        cell_limit = r.params.get("cell_timeout_s") or math.inf
+        started = t0
+        try:
+            while True:
+                try:
+                    ev = self.worker.events.get(timeout=0.5)
+                except queue.Empty:
+                    now = time.monotonic()
+                    if self.busy + now - t0 > group_limit:
+                        raise self._Stop("group_timeout")
+                    if self.flight is not None and now - started > cell_limit:
+                        raise self._Stop("cell_timeout")
+                    continue
+                if ev is None:
+                    raise self._Stop("lost")
+                kind = ev["event"]
+                if kind == answer == protocol.READY:
+                    return ev
+                key = f"{ev.get('cell')}-r{ev.get('round')}"
+                if kind == protocol.START:  # the variant is built: the cell's own time starts
+                    r.charge("model build and gate", time.monotonic() - started)
+                    self.flight, started = key, time.monotonic()
+                    r.bar.set_postfix_str(ev["label"], refresh=True)
+                elif kind == protocol.DONE and key in self.remaining:
+                    done = self.remaining.pop(key)
+                    if self.flight == key:
+                        self.flight = None
+                    r._cell_done(done.spec, ev["status"], ev.get("median_s"), ev.get("ci"),
+                                 ev.get("error", ""))
+                    if ref is not None and key == ref.key:
+                        return ev if answer == protocol.DONE else None
+                elif kind == answer and ref is not None and key == ref.key:
+                    if kind == protocol.PREPARED:
+                        first = ev.get("first_call_s") or 0.0
+                        r.charge("first calls and compiles", first)
+                        r.charge("warm-up and block size",
+                                 time.monotonic() - started - first)
+                    return ev
+        finally:
+            self.busy += time.monotonic() - t0
+
+
+@dataclass
+class _Member:
+    """A prepared cell of a set: its lane and what its stopping rule has seen."""
+
+    lane: Lane
+    ref: CellRef
+    calls: int
+    rule: StoppingRule
+    samples: list[float] = field(default_factory=list)
+    own_s: float = 0.0  # seconds of its own blocks
+    done: bool = False
+    lost: bool = False
+
+
+def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -> None:
+    """Every cell of ``groups`` (one model, one round) under the interleaved schedule."""
+    by_variant: dict[tuple, list[CellRef]] = {}
+    for group in groups:
+        for ref in group:
+            by_variant.setdefault(variant_key(ref), []).append(ref)
+    lanes = [Lane(runner, model, cells) for cells in by_variant.values()]
+    rng = np.random.default_rng([runner.params["seed"], rnd, zlib.crc32(model.encode())])
+    shapes = sorted({(c.spec.batch_size * c.spec.seq_len, c.spec.batch_size, c.spec.seq_len)
+                     for cells in by_variant.values() for c in cells})
+    try:
+        runner.bar.set_postfix_str(f"starting {len(lanes)} workers for {model}", refresh=True)
+        for lane in lanes:  # at once: imports in parallel, nothing is timed yet
+            lane.start()
+        for lane in lanes:
+            try:
+                lane.wait_ready()
+            except lane._Stop as stop:
+                lane.stopped(str(stop))
+        for _, batch, seq in shapes:
+            _run_set(runner, lanes, (batch, seq), rng)
+    finally:
+        for lane in lanes:
+            lane.close()
+
+
+def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
+    """One shape: prepare each lane's cell, sample them in turns, then memory and rows."""
+    config = runner.timing
+    members: list[_Member] = []
+    for lane in lanes:  # one at a time: a first call is timed with the others idle
+        ref = lane.cell(shape)
+        if ref is None:
+            continue
+        ev = lane.ask(protocol.PREPARE, ref, protocol.PREPARED)
+        if ev is not None:
+            members.append(_Member(lane, ref, int(ev.get("calls_per_sample") or 1),
+                                   StoppingRule(config)))
+    if len(members) > 1:
+        runner.bar.set_postfix_str(f"{members[0].ref.spec.model} {shape[0]}x{shape[1]}: "
+                                   f"{len(members)} variants interleaved", refresh=True)
+    budget = config.max_time_s * len(members)  # what sequential timing may spend at most
+    settle = runner.params.get("settle_s", 0.0)
+    spent = 0.0
+    while any(not m.done for m in members) and spent < budget:
+        for i in rng.permutation(len(members)):
+            m = members[i]
+            if m.lost:
+                continue
+            t0 = time.monotonic()
+            time.sleep(settle)
+            runner.charge("settle between blocks", time.monotonic() - t0)
+            with runner.phase("timing samples"):
+                ev = m.lane.ask(protocol.SAMPLE, m.ref, protocol.SAMPLED, blocks=1)
+            spent += time.monotonic() - t0
+            if ev is None:
+                m.lost = m.done = True
+                continue
+            m.samples += ev["seconds"]
+            m.own_s += sum(ev["seconds"]) * m.calls
+            m.done = m.done or m.rule.done(m.samples, m.own_s)
+        members = [m for m in members if not m.lost]
+    for m in members:  # memory passes one process at a time, then the rows
+        with runner.phase("memory passes"):
+            ok = m.lane.ask(protocol.MEMORY, m.ref, protocol.MEASURED)
+        if ok is not None:
+            with runner.phase("figures after timing"):
+                m.lane.ask(protocol.FINISH, m.ref, protocol.DONE)
