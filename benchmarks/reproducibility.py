@@ -1,0 +1,205 @@
+"""Do the scorecard's CPU verdicts survive a rerun? (a benchmark, not a test)
+
+Runs the studies behind the scorecard's CPU-judged claims N times (fresh
+worker processes every run), under the sequential schedule (one cell after
+another, one round: how fwcompare measured before interleaving) and the
+interleaved one (``--rounds`` rounds, two-level intervals), then prints, per
+schedule:
+
+- per claim and run: the value, its interval and the verdict;
+- how many claims changed verdict between runs, and how many run pairs
+  flipped between supported and contradicted;
+- the share of (claim, ordered run pair)s where one run's interval covers the
+  other run's value;
+- each claim's between-run spread (coefficient of variation of its value)
+  beside its mean interval half-width;
+- per cell, the median time under each schedule (median over runs): does
+  interleaving measure the same thing as a cell timed alone?
+
+Each study runs its quick params restricted to the frameworks the claims
+compare (the claims' own models where they name some). Results stay under
+``--out`` (a rerun resumes; ``--analyse`` only prints).
+
+Usage: .venv/bin/python benchmarks/reproducibility.py [--runs 3]
+       [--schedules sequential,interleaved] [--rounds 2] [--out outputs/reproducibility]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import fwcompare
+from fwcompare import claims as claims_mod
+from fwcompare.env import hardware_line, manifest
+from fwcompare.params import read_yaml, validate
+from fwcompare.paths import OUTPUTS, PARAMS
+from fwcompare.tables import summarize
+
+JUDGED = ("supported", "contradicted", "inconclusive")
+
+
+def cpu_claims() -> list[claims_mod.Claim]:
+    """Claims judged on a CPU run whose figure has an interval (timings)."""
+    return [c for c in claims_mod.load_claims() if c.hardware in ("cpu", "any")
+            and not claims_mod.metrics()[c.metric].count and c.metric != "memory_ratio"
+            and c.metric in ("time_ratio", "speedup_trend")]
+
+
+def study_params(study: str, chosen: list[claims_mod.Claim], schedule: str, rounds: int) -> dict:
+    """The study's quick params, restricted to the frameworks its claims compare."""
+    p = read_yaml(PARAMS / study / "quick.yaml", "params")
+    fws = {str(c.cells[k]).partition("/")[0] for c in chosen for k in ("a", "b")}
+    p["frameworks"] = [fw for fw in p["frameworks"] if fw in fws]
+    p["modes"] = {fw: m for fw, m in p["modes"].items() if fw in fws}
+    named = [m for c in chosen for m in c.models]
+    if named and all(c.models for c in chosen):
+        p["models"] = [m for m in p["models"] if m in named] or p["models"]
+    p.update(schedule=schedule, rounds=rounds if schedule == "interleaved" else 1)
+    return validate(study, p, source=f"{study} (reproducibility)")
+
+
+def run_once(out: Path, chosen, schedule: str, rounds: int) -> pd.DataFrame:
+    studies = sorted({c.study for c in chosen})
+    for study in studies:
+        t0 = time.monotonic()
+        params = study_params(study, [c for c in chosen if c.study == study], schedule, rounds)
+        fwcompare.run_study(study, params, profile="reproducibility", output_dir=out / study,
+                            progress=False)
+        print(f"  {study}: {time.monotonic() - t0:.0f} s", flush=True)
+    return scorecard_rows(out, chosen)
+
+
+def scorecard_rows(out: Path, chosen) -> pd.DataFrame:
+    card = claims_mod.scorecard(results_dir=out)
+    ids = [c.id for c in chosen]
+    return card.table[card.table["id"].isin(ids)][
+        ["id", "value", "ci_low", "ci_high", "verdict", "note"]].reset_index(drop=True)
+
+
+def analyse(runs: list[pd.DataFrame]) -> dict:
+    """Verdict changes, flips, coverage and spread over runs of one schedule."""
+    by_id = pd.concat([r.assign(run=i) for i, r in enumerate(runs)]).groupby("id", sort=False)
+    changed, flips, covered, checks, spread = 0, 0, 0, 0, []
+    for cid, g in by_id:
+        g = g.sort_values("run")
+        verdicts = list(g["verdict"])
+        changed += len(set(verdicts)) > 1
+        flips += sum({a, b} == {"supported", "contradicted"}
+                     for a, b in itertools.combinations(verdicts, 2))
+        rows = g.to_dict("records")
+        for a, b in itertools.permutations(rows, 2):
+            if all(math.isfinite(x) for x in (a["ci_low"], a["ci_high"], b["value"])):
+                checks += 1
+                covered += a["ci_low"] <= b["value"] <= a["ci_high"]
+        v = g["value"].to_numpy(float)
+        half = ((g["ci_high"] - g["ci_low"]) / 2 / g["value"]).to_numpy(float)
+        spread.append({"id": cid, "values": ", ".join(f"{x:.3f}" for x in v),
+                       "between-run CV": float(np.std(v, ddof=1) / np.mean(v)) if len(v) > 1 else math.nan,
+                       "mean half-width": float(np.nanmean(half))})
+    return {"claims": len(by_id), "changed": changed, "flips": flips, "covered": covered,
+            "checks": checks, "spread": pd.DataFrame(spread)}
+
+
+def cell_medians(out: Path) -> pd.DataFrame:
+    """Median time of every cell of one run (rounds pooled)."""
+    rows = []
+    for d in sorted(p for p in out.iterdir() if (p / "results").is_dir()):
+        res = fwcompare.load_results(d)
+        s = summarize(res.results, res.samples)
+        s = s[s["status"].isin(["ok", "not_equivalent"])]
+        rows += [{"study": d.name, "cell": f"{r['model']} {r['variant']} {r['batch_size']}x{r['seq_len']}",
+                  "median_s": r["median_s"]} for _, r in s.iterrows()]
+    return pd.DataFrame(rows)
+
+
+def md(df: pd.DataFrame, index: bool = True) -> str:
+    """A frame as a Markdown table (floats to 3 significant digits)."""
+    df = df.reset_index() if index else df
+    cells = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+             for row in df.itertuples(index=False)]
+    head = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells])
+
+
+def fmt(r) -> str:
+    if not math.isfinite(r["value"]):
+        return f"- {r['verdict']}"
+    ci = (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+          if math.isfinite(r["ci_low"]) and math.isfinite(r["ci_high"]) else "")
+    return f"{r['verdict']} {r['value']:.3f}{ci}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--schedules", default="sequential,interleaved")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the interleaved runs")
+    ap.add_argument("--out", type=Path, default=OUTPUTS / "reproducibility")
+    ap.add_argument("--analyse", action="store_true", help="only print what --out holds")
+    args = ap.parse_args()
+    chosen = cpu_claims()
+    schedules = args.schedules.split(",")
+    print(f"# Reproducibility of {len(chosen)} CPU claims: {', '.join(c.id for c in chosen)}")
+    print(f"{hardware_line(manifest({}))}; {time.strftime('%Y-%m-%d')}\n", flush=True)
+    results, medians = {}, {}
+    for schedule in schedules:
+        runs = []
+        for i in range(args.runs):
+            out = args.out / schedule / f"run-{i + 1}"
+            t0 = time.monotonic()
+            if args.analyse:
+                runs.append(scorecard_rows(out, chosen))
+            else:
+                print(f"{schedule} run {i + 1}/{args.runs} -> {out}", flush=True)
+                runs.append(run_once(out, chosen, schedule, args.rounds))
+                print(f"  run took {time.monotonic() - t0:.0f} s", flush=True)
+            medians[(schedule, i)] = cell_medians(out).assign(schedule=schedule, run=i + 1)
+        results[schedule] = runs
+
+    summary = []
+    for schedule, runs in results.items():
+        a = analyse(runs)
+        rounds = args.rounds if schedule == "interleaved" else 1
+        print(f"\n## {schedule} schedule ({rounds} round(s) per run), {len(runs)} runs\n")
+        table = pd.DataFrame({f"run {i + 1}": [fmt(r) for r in run.to_dict("records")]
+                              for i, run in enumerate(runs)}, index=runs[0]["id"])
+        print(md(table))
+        share = a["covered"] / a["checks"] if a["checks"] else math.nan
+        print(f"\nclaims whose verdict changed between runs: {a['changed']} of {a['claims']}; "
+              f"run pairs flipping supported <-> contradicted: {a['flips']}; "
+              f"a run's interval covers another run's value: {a['covered']} of {a['checks']} "
+              f"({share:.0%})\n")
+        print(md(a["spread"], index=False))
+        summary.append({"schedule": schedule, "rounds": rounds, "runs": len(runs),
+                        "verdict changes": a["changed"], "flips": a["flips"],
+                        "coverage": f"{a['covered']}/{a['checks']} ({share:.0%})",
+                        "median between-run CV": float(a["spread"]["between-run CV"].median()),
+                        "median half-width": float(a["spread"]["mean half-width"].median())})
+    print("\n## Schedules side by side\n")
+    print(md(pd.DataFrame(summary), index=False))
+    if len(results) > 1:
+        m = pd.concat(medians.values())
+        wide = m.groupby(["study", "cell", "schedule"])["median_s"].median().unstack("schedule")
+        if {"sequential", "interleaved"} <= set(wide):
+            wide["interleaved / sequential"] = wide["interleaved"] / wide["sequential"]
+            print("\n## Same cell, both schedules (median over runs of each run's median, s)\n")
+            print(md(wide))
+            r = wide["interleaved / sequential"]
+            print(f"\ninterleaved / sequential: median {r.median():.3f}, "
+                  f"range {r.min():.3f} to {r.max():.3f} over {len(r)} cells")
+    args.out.mkdir(parents=True, exist_ok=True)
+    pd.concat([r.assign(schedule=s, run=i + 1) for s, runs in results.items()
+               for i, r in enumerate(runs)]).to_csv(args.out / "verdicts.csv", index=False)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
