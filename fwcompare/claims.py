@@ -37,6 +37,10 @@ HARDWARE = ("cpu", "gpu", "any")
 DIRECTIONS = ("about", "above", "below")
 
 
+SINGLE_PROCESS = ("judged from a single process per variant (rounds: 1): the interval "
+                  "covers one sampling window, not the spread between reruns")
+
+
 class ClaimsError(ParamsError):
     """A claims file that cannot be judged; the message names the claim and key."""
 
@@ -86,6 +90,7 @@ class Measurement:
     devices: set = field(default_factory=set)
     note: str = ""
     forced: str = ""
+    rounds: int = 0  # fewest rounds (fresh processes) behind any cell used; 0: not a timing
 
 
 def judge(value: float, low: float, high: float, band: tuple[float, float]) -> str:
@@ -239,6 +244,19 @@ def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
     return [pairs[r["cell_id"]] for r in rows]
 
 
+def fewest_rounds(pairs) -> int:
+    """The fewest rounds (fresh worker processes) behind any row of the pairs."""
+    return int(min(r.get("rounds", 0) for pair in pairs for r in pair))
+
+
+def rounds_of(data: "StudyData", cell_ids) -> int:
+    """The fewest rounds behind any of these cells (0: none of them is known)."""
+    if "rounds" not in data.summary:
+        return 0
+    rounds = data.summary.set_index("cell_id")["rounds"].reindex(list(cell_ids)).dropna()
+    return int(rounds.min()) if len(rounds) else 0
+
+
 def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
     s = data.summary
     on = s[s["device"].isin(devices)]
@@ -282,6 +300,7 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
         if best is None or est[0] < best[1][0]:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
+    m.rounds = fewest_rounds(used)
     m.cells = [cell_label(ra) for ra, _ in used]
     m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
     m.devices = {ra["device"] for ra, _ in used}
@@ -312,6 +331,7 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
     # The geometric mean over 2 log-ratios per model, squared, is the product of
     # the two per model (averaged over models): a monotone map, so the CI maps too.
     m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
+    m.rounds = fewest_rounds([pair for both_sizes in both for pair in both_sizes])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):
         m.points.append((cell_label(ra), ra["median_s"] / rb["median_s"]))
@@ -468,10 +488,12 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
     if verdict == "not measured here" and not m.note:
         m.note = "no figure could be computed"
+    if m.rounds == 1 and verdict in ("supported", "contradicted", "inconclusive"):
+        m.note = "; ".join(n for n in (m.note, SINGLE_PROCESS) if n)
     hw = hardware_line(data.manifest) if data.manifest else ""
     row.update(verdict=verdict, value=m.value, ci_low=m.low, ci_high=m.high, unit=m.unit,
                has_ci=bool(math.isfinite(m.low) and math.isfinite(m.high)),
-               n_cells=len(m.cells), cells="; ".join(m.cells),
+               n_cells=len(m.cells), cells="; ".join(m.cells), rounds=m.rounds,
                measured_on=("/".join(sorted(m.devices)) + (f": {hw}" if hw else ""))
                if m.devices else (hw or "no run"),
                note=m.note)

@@ -77,11 +77,13 @@ class Lane:
             self._wait(None, protocol.READY, time.monotonic())
 
     def close(self) -> None:
-        if self.worker is not None:
-            if not self.remaining:
-                self.runner._settle(self.worker)
-            self.worker.kill()
-            self.worker = None
+        """Wait a little for a worker told to exit (``exit`` sent), then make sure it is gone."""
+        if self.worker is None:
+            return
+        if not self.remaining:
+            self.runner._settle(self.worker, tell=False)
+        self.worker.kill()
+        self.worker = None
 
     def stopped(self, why: str) -> None:
         """The worker stopped answering: rows for what it leaves, a fresh
@@ -201,8 +203,12 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
         for _, batch, seq in shapes:
             _run_set(runner, lanes, (batch, seq), rng)
     finally:
-        for lane in lanes:
-            lane.close()
+        with runner.phase("process exits"):
+            for lane in lanes:  # every finished worker told at once, then each waited for
+                if lane.worker is not None and not lane.remaining:
+                    lane.worker.send(protocol.EXIT)
+            for lane in lanes:
+                lane.close()
 
 
 def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:

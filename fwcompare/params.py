@@ -201,6 +201,11 @@ def _shared_problems(full: dict) -> list[str]:
                 problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
     if "min_time_s" in full and full["min_time_s"] > full["max_time_s"]:
         problems.append("key 'max_time_s': must be >= min_time_s")
+    if (full.get("schedule") == "interleaved" and full.get("device") == "gpu"
+            and "jax" in full.get("frameworks", ())):
+        problems.append("key 'schedule': interleaved on a GPU keeps every variant's process "
+                        "on the device at once, and JAX takes 75% of the GPU's memory for its "
+                        "process (XLA_PYTHON_CLIENT_PREALLOCATE): use schedule: sequential")
     return problems
 
 

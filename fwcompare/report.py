@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from . import claims, env, load_results
@@ -133,11 +134,53 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     if times:
         print("times: " + ", ".join(f"{k} {_mmss(v)}" for k, v in times.items())
               + f"; report {_mmss(time.perf_counter() - t_all)}", file=sys.stderr)
+        breakdown = time_breakdown(out_root, times, time.perf_counter() - t_all)
+        breakdown.to_csv(out_root / "time_breakdown.csv", index=False)
+        print(format_breakdown(breakdown), file=sys.stderr)
     print(f"report: {index}", file=sys.stderr)
     if failures:
         raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
             f"{k}: {v}" for k, v in failures.items()))
     return index
+
+
+# Phases that produce figures (the rest is overhead: process starts, model builds...).
+FIGURE_PHASES = ("timing samples", "first calls and compiles", "memory passes")
+
+
+def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.DataFrame:
+    """Where a report's time went: the runners' phases of every study that
+    ran (results/time_breakdown_<task>.json), the rest of each study's time
+    (notebook execution: tables, figures, rendering) and the scorecard."""
+    phases: dict[str, float] = {}
+
+    def add(name: str, seconds: float) -> None:
+        phases[name] = phases.get(name, 0.0) + seconds
+    for study, seconds in times.items():
+        runner_total = 0.0
+        for f in sorted((out_root / study / "results").glob("time_breakdown_*.json")):
+            run = json.loads(f.read_text())
+            total_of_run = run.pop("total", 0.0)
+            runner_total += total_of_run
+            for name, sec in run.items():
+                add(name, sec)
+            add("runner, other (process exits, scheduling)", total_of_run - sum(run.values()))
+        add("notebooks (kernel, tables, figures, HTML)", max(0.0, seconds - runner_total))
+    add("report, other (params checks, index)", max(0.0, total - sum(times.values())))
+    df = pd.DataFrame({"phase": list(phases), "seconds": list(phases.values())})
+    df["share"] = df["seconds"] / total
+    df["figures"] = df["phase"].isin(FIGURE_PHASES)
+    return df.sort_values("seconds", ascending=False, ignore_index=True)
+
+
+def format_breakdown(df: pd.DataFrame) -> str:
+    total = df["seconds"].sum()
+    lines = [f"where the time went ({_mmss(total)} in all):"]
+    lines += [f"  {r.phase:<45} {_mmss(r.seconds):>8} {r.share:6.1%}{'  *' if r.figures else ''}"
+              for r in df.itertuples()]
+    fig = df[df["figures"]]["seconds"].sum()
+    lines.append(f"  * producing figures: {_mmss(fig)}, {fig / total:.0%} of the report")
+    return "\n".join(lines)
 
 
 def _mmss(seconds: float) -> str:

@@ -270,7 +270,8 @@ class Runner:
                 except _Stop as stop:
                     why = str(stop)
                 if not remaining:  # every row is written: a short wait for a
-                    self._settle(w)     # clean exit (ranks on other hosts need it)
+                    with self.phase("process exits"):  # clean exit (ranks on other
+                        self._settle(w)                 # hosts need it)
             finally:
                 w.kill()
             if not self.after_stop(w, why, remaining, self._flight, restarts):
@@ -364,10 +365,12 @@ class Runner:
                 return kind
 
     @staticmethod
-    def _settle(w, grace_s: float = 15.0) -> None:
-        """Wait up to ``grace_s`` for a worker or launch to end on its own; a
-        rank or worker stuck on its way out is then killed by the caller."""
-        if not w.autonomous:
+    def _settle(w, grace_s: float = 15.0, tell: bool = True) -> None:
+        """Wait up to ``grace_s`` for a worker or launch to end on its own (a
+        served worker is told to exit first, unless ``tell`` is False: it was
+        told already); a rank or worker stuck on its way out is then killed by
+        the caller."""
+        if tell and not w.autonomous:
             w.send(protocol.EXIT)
         end = time.monotonic() + grace_s
         while time.monotonic() < end:

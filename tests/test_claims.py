@@ -139,6 +139,17 @@ def test_time_ratio_from_raw_samples(ratio, expected, verdict):
     assert row["value"] == pytest.approx(np.sqrt(medians[0] * medians[1]), rel=1e-12)
 
 
+def test_a_verdict_from_one_process_per_variant_says_so():
+    data = two_framework_study(1.2)
+    data.summary["rounds"] = 1
+    row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
+    assert row["rounds"] == 1 and "single process" in row["note"]
+    data.summary.loc[data.summary["variant"] == "torch/eager", "rounds"] = 2
+    data.summary.loc[data.summary["variant"] == "tensorflow/graph", "rounds"] = 3
+    row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
+    assert row["rounds"] == 2 and "single process" not in row["note"]
+
+
 def test_gpu_claim_on_a_cpu_run_is_not_judged_but_shows_the_cpu_figure():
     row, _ = claims.evaluate(claim(hardware="gpu"), two_framework_study(1.2))
     assert row["verdict"] == "not measured here"

@@ -32,6 +32,12 @@ def test_params_name_every_problem():
     assert "several hosts need a fixed port" in msg
     with pytest.raises(ParamsError, match="unknown mode 'xla' for tensorflow"):
         validate("distributed", {"modes": {"torch": ["eager"], "tensorflow": ["xla"]}})
+    # A launch's ranks use every core: launches are timed one after another.
+    assert validate("distributed", {})["schedule"] == "sequential"
+    with pytest.raises(ParamsError, match="never interleaved"):
+        validate("distributed", {"schedule": "interleaved"})
+    with pytest.raises(ParamsError, match="unknown key 'settle_s'"):
+        validate("distributed", {"settle_s": 0.01})
 
 
 def test_cells_weak_and_strong():

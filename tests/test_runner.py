@@ -22,9 +22,10 @@ def no_orphans():
     assert not children_alive()
 
 
-def test_crash_in_one_cell_keeps_the_others(tmp_path, monkeypatch):
+@pytest.mark.parametrize("schedule", ["interleaved", "sequential"])
+def test_crash_in_one_cell_keeps_the_others(tmp_path, monkeypatch, schedule):
     monkeypatch.setenv("FWCOMPARE_FAULT", "crash:b=1 s=8")
-    res = run_study("inference_sweep", {**BASE, "seq_lens": [8, 300]},
+    res = run_study("inference_sweep", {**BASE, "seq_lens": [8, 300], "schedule": schedule},
                     output_dir=tmp_path, progress=False)
     st, df = statuses(res)
     assert st[(1, 8)] == "error"
@@ -34,7 +35,7 @@ def test_crash_in_one_cell_keeps_the_others(tmp_path, monkeypatch):
     assert "exit code 3" in err
     assert "256 positions" in df[df["seq_len"] == 300]["error"].iloc[0]
     ok = df[df["status"] == "ok"].iloc[0]
-    assert ok["median_s"] > 0 and ok["n_samples"] >= 5
+    assert ok["median_s"] > 0 and ok["n_samples"] >= 5 and ok["schedule"] == schedule
     no_orphans()
 
 
@@ -58,9 +59,11 @@ def test_hung_group_times_out_in_bounded_time(tmp_path, monkeypatch):
     no_orphans()
 
 
-def test_hung_cell_times_out_and_the_group_goes_on(tmp_path, monkeypatch):
+@pytest.mark.parametrize("schedule", ["interleaved", "sequential"])
+def test_hung_cell_times_out_and_the_group_goes_on(tmp_path, monkeypatch, schedule):
     monkeypatch.setenv("FWCOMPARE_FAULT", "hang:b=1 s=8")
-    st, df = statuses(run_study("inference_sweep", {**BASE, "cell_timeout_s": 8.0},
+    st, df = statuses(run_study("inference_sweep", {**BASE, "cell_timeout_s": 8.0,
+                                                    "schedule": schedule},
                                 output_dir=tmp_path, progress=False))
     assert st == {(1, 8): "timeout", (2, 8): "ok"}  # a fresh worker ran the next cell
     assert "cell_timeout_s" in df[df["status"] == "timeout"]["error"].iloc[0]

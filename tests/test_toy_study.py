@@ -168,3 +168,39 @@ def test_a_served_worker_takes_sample_blocks_of_two_prepared_cells_in_turn(
     assert (rows["ci_low_s"] <= rows["median_s"]).all() and rows["rel_ci"].notna().all()
     samples = ResultStore(tmp_path / "results").load_samples()
     assert samples.groupby("cell_id").size().to_dict() == {c: 7 for c in rows["cell_id"]}
+
+
+def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_path,
+                                                                       smoke_timing, no_orphans):
+    """Under the interleaved schedule the two variants of each shape take the
+    same number of blocks in each round (turn i of one is turn i of the
+    other), every block lasts at least block_s, and the tables pair them and
+    carry both rounds in their intervals."""
+    from fwcompare import stats
+
+    p = {**smoke_timing, "rounds": 2, "block_s": 0.01, "settle_s": 0.001}
+    res = run_study(toy.name, p, output_dir=tmp_path, progress=False)
+    df, s = res.results, res.samples
+    assert len(df) == 8 and set(df["status"]) == {"ok"}, df[["mode", "error"]]
+    assert set(df["schedule"]) == {"interleaved"} and set(s["schedule"]) == {"interleaved"}
+    counts = s.groupby(["cell_id", "round"]).size().rename("n").reset_index().merge(
+        df[["cell_id", "round", "mode", "seq_len"]], on=["cell_id", "round"])
+    per_set = counts.groupby(["round", "seq_len"])["n"].agg(["min", "max", "size"])
+    assert (per_set["min"] == per_set["max"]).all() and (per_set["size"] == 2).all(), per_set
+    assert (per_set["min"] >= p["min_iters"]).all()
+    assert (s["seconds"] * s["calls_per_sample"] >= 0.01 * 0.999).all()  # blocks of >= block_s
+    by_cell = tables.samples_by_cell(s)
+    assert all(c.interleaved and sorted(c.rounds) == [0, 1] for c in by_cell.values())
+    summary = tables.summarize(df, s)
+    for _, r in summary.iterrows():  # two rounds: the two-level interval of the median
+        med, lo, hi = stats.rounds_median_ci(by_cell[r["cell_id"]])
+        assert (r["median_s"], r["ci_low_s"], r["ci_high_s"]) == (med, lo, hi)
+    ratios = tables.ratio_table(summary, s, baseline=("numpy", "matmul"))
+    assert len(ratios) == 2 and (ratios["ci_low"] <= ratios["time_ratio"]).all()
+    assert (ratios["time_ratio"] <= ratios["ci_high"]).all()
+    # Where the time went, by phase, kept with the results.
+    import json
+
+    phases = json.loads((tmp_path / "results" / "time_breakdown_inference.json").read_text())
+    assert phases["timing samples"] > 0 and phases["settle between blocks"] > 0
+    assert sum(v for k, v in phases.items() if k != "total") <= phases["total"] * 1.01
