@@ -17,7 +17,7 @@ asv's interleaved processes). For one model in one round:
    per turn, after ``settle_s`` of idle time (an idle PyTorch worker's OpenMP
    threads spin for about 2 ms after its block; see README). Turns go on until
    every cell's stopping rule holds, or the set has spent its members'
-   ``max_time_s`` together. Sample i of every cell of a set is turn i: the
+   ``max_time_s`` together (never before ``min_iters`` turns). Sample i of every cell of a set is turn i: the
    tables pair them (``stats.two_level_medians``).
 4. Memory passes and rows, one lane at a time.
 
@@ -229,7 +229,10 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
     budget = config.max_time_s * len(members)  # what sequential timing may spend at most
     settle = runner.params.get("settle_s", 0.0)
     spent = 0.0
-    while any(not m.done for m in members) and spent < budget:
+    # Never fewer than min_iters turns (6 samples are the fewest with a 95% CI of the
+    # median), as the sequential rule never stops before min_iters samples.
+    while any(not m.done for m in members) and (
+            spent < budget or any(len(m.samples) < config.min_iters for m in members)):
         for i in rng.permutation(len(members)):
             m = members[i]
             if m.lost:
