@@ -20,8 +20,14 @@ Each study runs its quick params restricted to the frameworks the claims
 compare (the claims' own models where they name some). Results stay under
 ``--out`` (a rerun resumes; ``--analyse`` only prints).
 
+``--fidelity K`` instead runs K back-to-back pairs (interleaved, then sequential,
+one round each) of the inference sweep's quick cells and compares each cell's
+median under the two schedules within each pair, minutes apart: does a cell timed
+in turns with the others measure what it measures alone?
+
 Usage: .venv/bin/python benchmarks/reproducibility.py [--runs 3]
        [--schedules sequential,interleaved] [--rounds 2] [--out outputs/reproducibility]
+       .venv/bin/python benchmarks/reproducibility.py --fidelity 3
 """
 from __future__ import annotations
 
@@ -107,16 +113,45 @@ def analyse(runs: list[pd.DataFrame]) -> dict:
             "checks": checks, "spread": pd.DataFrame(spread)}
 
 
+def study_medians(d: Path) -> list[dict]:
+    """Median time of every measured cell of one study's results (rounds pooled)."""
+    res = fwcompare.load_results(d)
+    s = summarize(res.results, res.samples)
+    s = s[s["status"].isin(["ok", "not_equivalent"])]
+    return [{"study": d.name, "cell": f"{r['model']} {r['variant']} {r['batch_size']}x{r['seq_len']}",
+             "median_s": r["median_s"]} for _, r in s.iterrows()]
+
+
 def cell_medians(out: Path) -> pd.DataFrame:
-    """Median time of every cell of one run (rounds pooled)."""
+    """Median time of every cell of one run."""
+    return pd.DataFrame([row for d in sorted(out.iterdir()) if (d / "results").is_dir()
+                         for row in study_medians(d)])
+
+
+def fidelity(out: Path, pairs: int) -> None:
+    """Interleaved against sequential, pair by pair, on the inference sweep's quick cells."""
+    chosen = [c for c in cpu_claims() if c.study == "inference_sweep"]
     rows = []
-    for d in sorted(p for p in out.iterdir() if (p / "results").is_dir()):
-        res = fwcompare.load_results(d)
-        s = summarize(res.results, res.samples)
-        s = s[s["status"].isin(["ok", "not_equivalent"])]
-        rows += [{"study": d.name, "cell": f"{r['model']} {r['variant']} {r['batch_size']}x{r['seq_len']}",
-                  "median_s": r["median_s"]} for _, r in s.iterrows()]
-    return pd.DataFrame(rows)
+    for i in range(pairs):
+        for schedule in ("interleaved", "sequential"):
+            d = out / "fidelity" / f"pair-{i + 1}" / schedule
+            t0 = time.monotonic()
+            params = study_params("inference_sweep", chosen, schedule, 1)
+            fwcompare.run_study("inference_sweep", params, profile="reproducibility",
+                                output_dir=d, progress=False)
+            print(f"pair {i + 1} {schedule}: {time.monotonic() - t0:.0f} s", flush=True)
+            rows += [dict(r, schedule=schedule, pair=i + 1) for r in study_medians(d)]
+    df = pd.DataFrame(rows)
+    wide = df.pivot_table(index=["cell", "pair"], columns="schedule", values="median_s")
+    wide["interleaved / sequential"] = wide["interleaved"] / wide["sequential"]
+    print("\n## Same cell, interleaved then sequential, minutes apart (median s)\n")
+    print(md(wide))
+    per_cell = wide.groupby("cell")["interleaved / sequential"].median()
+    print("\nper cell, median over pairs: " + "; ".join(
+        f"{c} {v:.3f}" for c, v in per_cell.items()))
+    r = wide["interleaved / sequential"]
+    print(f"all pairs: median {r.median():.3f}, range {r.min():.3f} to {r.max():.3f} "
+          f"({len(r)} cell pairs)")
 
 
 def md(df: pd.DataFrame, index: bool = True) -> str:
@@ -144,7 +179,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the interleaved runs")
     ap.add_argument("--out", type=Path, default=OUTPUTS / "reproducibility")
     ap.add_argument("--analyse", action="store_true", help="only print what --out holds")
+    ap.add_argument("--fidelity", type=int, default=0, metavar="K",
+                    help="only compare the schedules on the same cells, K back-to-back pairs")
     args = ap.parse_args()
+    if args.fidelity:
+        print(f"{hardware_line(manifest({}))}; {time.strftime('%Y-%m-%d')}", flush=True)
+        fidelity(args.out, args.fidelity)
+        return
     chosen = cpu_claims()
     schedules = args.schedules.split(",")
     print(f"# Reproducibility of {len(chosen)} CPU claims: {', '.join(c.id for c in chosen)}")

@@ -317,8 +317,9 @@ class Runner:
         """The sequential schedule: each cell's steps, one cell after another
         (a worker that runs its cells on its own is only listened to)."""
         if w.autonomous:
-            while remaining:
-                self._next_event(w, remaining, deadline, cell_limit, None)
+            with self.phase("data-parallel launches (ranks' start, timing, memory)"):
+                while remaining:
+                    self._next_event(w, remaining, deadline, cell_limit, None)
             return
         with self.phase("process start and imports"):
             self._next_event(w, remaining, deadline, cell_limit, protocol.READY)

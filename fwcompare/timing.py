@@ -154,8 +154,10 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
     calls = 1
     while True:
         elapsed = _time_block(fn, sync, calls)
-        if elapsed >= min_block_ns:
-            break
+        if elapsed >= min_block_ns:  # confirmed by a second block: one interrupted
+            elapsed = _time_block(fn, sync, calls)  # block must not set the size
+            if elapsed >= min_block_ns / 2:
+                break
         calls = max(calls * 2, int(calls * min_block_ns / max(elapsed, 1)) + 1)
     timing.calls_per_sample = calls
     return Sampler(fn, sync, config, timing)

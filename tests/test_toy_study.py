@@ -178,7 +178,9 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     carry both rounds in their intervals."""
     from fwcompare import stats
 
-    p = {**smoke_timing, "rounds": 2, "block_s": 0.01, "settle_s": 0.001}
+    # One thread: numpy's OpenBLAS threads spin for up to ~0.1 s after a product, far
+    # past settle_s (the three frameworks' pools stop within 2 ms: README).
+    p = {**smoke_timing, "rounds": 2, "block_s": 0.01, "settle_s": 0.001, "threads": 1}
     res = run_study(toy.name, p, output_dir=tmp_path, progress=False)
     df, s = res.results, res.samples
     assert len(df) == 8 and set(df["status"]) == {"ok"}, df[["mode", "error"]]
@@ -188,7 +190,9 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     per_set = counts.groupby(["round", "seq_len"])["n"].agg(["min", "max", "size"])
     assert (per_set["min"] == per_set["max"]).all() and (per_set["size"] == 2).all(), per_set
     assert (per_set["min"] >= p["min_iters"]).all()
-    assert (s["seconds"] * s["calls_per_sample"] >= 0.01 * 0.999).all()  # blocks of >= block_s
+    # Blocks sized to last block_s at prepare (the timer's rule alone would give ~50 us).
+    block = (s["seconds"] * s["calls_per_sample"]).groupby(s["cell_id"]).median()
+    assert (block >= 0.5 * 0.01).all(), block
     by_cell = tables.samples_by_cell(s)
     assert all(c.interleaved and sorted(c.rounds) == [0, 1] for c in by_cell.values())
     summary = tables.summarize(df, s)
