@@ -3,9 +3,12 @@
 Isolation: every group runs in a fresh process (or one launch of ranks), so
 one framework's allocator, thread pools or a crash never touch another's. The
 parent hands each worker a typed job (:class:`fwcompare.job.Job`), asks it for
-each cell's steps (:mod:`fwcompare.protocol`: prepare, sample, memory, finish;
-one cell after another), enforces the timeouts, and writes rows for cells a
-worker could not:
+each cell's steps (:mod:`fwcompare.protocol`: prepare, sample, memory, finish),
+enforces the timeouts, and writes rows for cells a worker could not. The
+``schedule`` param picks the order of the steps: ``sequential`` (here: one
+cell after another, a process per group) or ``interleaved``
+(:mod:`fwcompare.interleave`: a process per variant, the variants of one shape
+sampled in turns). Either way:
 
 - a worker that dies mid-cell: that cell becomes ``error`` (``oom`` if the
   kernel killed it), and a new worker picks up the group's remaining cells;
