@@ -244,13 +244,9 @@ def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
     return [pairs[r["cell_id"]] for r in rows]
 
 
-def fewest_rounds(pairs) -> int:
-    """The fewest rounds (fresh worker processes) behind any row of the pairs."""
-    return int(min(r.get("rounds", 0) for pair in pairs for r in pair))
-
-
 def rounds_of(data: "StudyData", cell_ids) -> int:
-    """The fewest rounds behind any of these cells (0: none of them is known)."""
+    """The fewest rounds (fresh worker processes) behind any of these cells
+    (0: none of them is known)."""
     if "rounds" not in data.summary:
         return 0
     rounds = data.summary.set_index("cell_id")["rounds"].reindex(list(cell_ids)).dropna()
@@ -300,7 +296,7 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
         if best is None or est[0] < best[1][0]:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
-    m.rounds = fewest_rounds(used)
+    m.rounds = rounds_of(data, [r["cell_id"] for pair in used for r in pair])
     m.cells = [cell_label(ra) for ra, _ in used]
     m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
     m.devices = {ra["device"] for ra, _ in used}
@@ -331,7 +327,7 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
     # The geometric mean over 2 log-ratios per model, squared, is the product of
     # the two per model (averaged over models): a monotone map, so the CI maps too.
     m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
-    m.rounds = fewest_rounds([pair for both_sizes in both for pair in both_sizes])
+    m.rounds = rounds_of(data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):
         m.points.append((cell_label(ra), ra["median_s"] / rb["median_s"]))

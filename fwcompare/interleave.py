@@ -38,6 +38,7 @@ import numpy as np
 
 from . import protocol
 from .job import CELLS, CellRef
+from .runner import _Stop  # the runner imports this module only when it runs it
 from .timing import StoppingRule
 
 
@@ -51,9 +52,6 @@ class Lane:
     """One variant's worker process and the cells it has left."""
 
     def __init__(self, runner, model: str, cells: list[CellRef]):
-        from .runner import _Stop
-
-        self._Stop = _Stop
         self.runner, self.model = runner, model
         self.remaining = {c.key: c for c in cells}
         s = cells[0].spec
@@ -100,7 +98,7 @@ class Lane:
             try:
                 self.wait_ready()
                 return
-            except self._Stop as stop:
+            except _Stop as stop:
                 why = str(stop)
 
     # -- requests --------------------------------------------------------------------
@@ -118,7 +116,7 @@ class Lane:
         self.worker.send(op, cell=ref.key, **fields)
         try:
             return self._wait(ref, answer, time.monotonic())
-        except self._Stop as stop:
+        except _Stop as stop:
             self.stopped(str(stop))
             return None
 
@@ -134,12 +132,12 @@ class Lane:
                 except queue.Empty:
                     now = time.monotonic()
                     if self.busy + now - t0 > group_limit:
-                        raise self._Stop("group_timeout")
+                        raise _Stop("group_timeout")
                     if self.flight is not None and now - started > cell_limit:
-                        raise self._Stop("cell_timeout")
+                        raise _Stop("cell_timeout")
                     continue
                 if ev is None:
-                    raise self._Stop("lost")
+                    raise _Stop("lost")
                 kind = ev["event"]
                 if kind == answer == protocol.READY:
                     return ev
@@ -198,7 +196,7 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
         for lane in lanes:
             try:
                 lane.wait_ready()
-            except lane._Stop as stop:
+            except _Stop as stop:
                 lane.stopped(str(stop))
         for _, batch, seq in shapes:
             _run_set(runner, lanes, (batch, seq), rng)
