@@ -26,7 +26,7 @@ median under the two schedules within each pair, minutes apart: does a cell time
 in turns with the others measure what it measures alone?
 
 Usage: .venv/bin/python benchmarks/reproducibility.py [--runs 3]
-       [--schedules sequential,interleaved] [--rounds 2] [--out outputs/reproducibility]
+       [--schedules sequential,interleaved] [--rounds 3] [--out outputs/reproducibility]
        .venv/bin/python benchmarks/reproducibility.py --fidelity 3
 """
 from __future__ import annotations
@@ -176,7 +176,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--schedules", default="sequential,interleaved")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of the interleaved runs")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the interleaved runs")
     ap.add_argument("--out", type=Path, default=OUTPUTS / "reproducibility")
     ap.add_argument("--analyse", action="store_true", help="only print what --out holds")
     ap.add_argument("--fidelity", type=int, default=0, metavar="K",

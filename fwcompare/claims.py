@@ -2,8 +2,9 @@
 the stored results of one profile.
 
 Each claim names a study and a metric. The metric computes one figure from
-that study's raw samples (a geometric mean of median ratios with a bootstrap
-CI, a peak-memory ratio, a count), the cells it used and the hardware they ran
+that study's raw samples (a geometric mean of median ratios with its CI:
+Student's t over rounds, or the blocks' bootstrap from one round; a
+peak-memory ratio, a count), the cells it used and the hardware they ran
 on. The verdict compares the figure's CI with the claim's band (see the head
 of claims.yaml): ``supported`` when the whole CI lies in the band,
 ``contradicted`` when it lies wholly outside, ``inconclusive`` when it reaches
@@ -276,7 +277,7 @@ def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
 # -- metrics ------------------------------------------------------------------------
 def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     """Geometric mean over the cells both ran of median time(a) / median time(b),
-    with a bootstrap CI from every cell's raw samples. aggregate ``min``: the
+    with its CI from every cell's raw samples (stats.geomean_ratio_ci). aggregate ``min``: the
     model with the lowest ratio (each model's cells pooled), with its CI."""
     a, b = claim.cells["a"], claim.cells["b"]
     pairs = _pairs(data, claim, devices, a, b, claim.shapes)
@@ -308,7 +309,7 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
 def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
     """How much more b speeds up over a at each model's smallest batch x
     sequence than at its largest: (a/b at smallest) / (a/b at largest),
-    geometric mean over models, bootstrap CI from the four cells' samples."""
+    geometric mean over models, CI from the four cells' samples."""
     a, b = claim.cells["a"], claim.cells["b"]
     small = _pairs(data, claim, devices, a, b, "smallest")
     large = {ra["model"]: (ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, "largest")}

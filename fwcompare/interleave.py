@@ -17,8 +17,10 @@ asv's interleaved processes). For one model in one round:
    per turn, after ``settle_s`` of idle time (an idle PyTorch worker's OpenMP
    threads spin for about 2 ms after its block; see README). Turns go on until
    every cell's stopping rule holds, or the set has spent its members'
-   ``max_time_s`` together (never before ``min_iters`` turns). Sample i of every cell of a set is turn i: the
-   tables pair them (``stats.two_level_medians``).
+   ``max_time_s`` together (never before ``min_iters`` turns). A slow
+   minute hits every variant of the set alike, so each round's ratio of
+   medians is paired in time; the rounds' spread makes the interval
+   (``stats.geomean_ratio_ci``).
 4. Memory passes and rows, one lane at a time.
 
 A lane whose worker dies or passes a limit is handled as the sequential
@@ -75,13 +77,12 @@ class Lane:
             self._wait(None, protocol.READY, time.monotonic())
 
     def close(self) -> None:
-        """Wait a little for a worker told to exit (``exit`` sent), then make sure it is gone."""
-        if self.worker is None:
-            return
-        if not self.remaining:
-            self.runner._settle(self.worker, tell=False)
-        self.worker.kill()
-        self.worker = None
+        """Stop the worker. Its rows are written before it says ``done``, so a
+        finished worker is killed without waiting for its exit (a TensorFlow
+        process took seconds to tear down: 11-17 s of a study's run)."""
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
 
     def stopped(self, why: str) -> None:
         """The worker stopped answering: rows for what it leaves, a fresh
@@ -202,9 +203,6 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
             _run_set(runner, lanes, (batch, seq), rng)
     finally:
         with runner.phase("process exits"):
-            for lane in lanes:  # every finished worker told at once, then each waited for
-                if lane.worker is not None and not lane.remaining:
-                    lane.worker.send(protocol.EXIT)
             for lane in lanes:
                 lane.close()
 

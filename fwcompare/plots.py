@@ -125,10 +125,10 @@ def peak_memory(summary, manifest):
 
 def ratio_heatmaps(ratios: pd.DataFrame, manifest: dict):
     """Per model and variant: time / baseline time over batch x sequence,
-    each cell with its 95% bootstrap CI; failed cells grey with their status."""
+    each cell with its 95% CI; failed cells grey with their status."""
     return ratio_grid(ratios, manifest, "time_ratio", "ci_low", "ci_high",
                       "time ratio (< 1: faster)",
-                      "Time ratio against the baseline, per cell (95% bootstrap CI)",
+                      "Time ratio against the baseline, per cell (95% CI)",
                       lower_is_better=True)
 
 

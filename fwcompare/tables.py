@@ -104,7 +104,7 @@ def both_measured(r, b, by_cell: dict) -> bool:
 
 def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
                 baseline: tuple[str, str] = BASELINE) -> pd.DataFrame:
-    """Per cell and variant: time / baseline time (median ratio) with a bootstrap CI.
+    """Per cell and variant: time / baseline time (median ratio) with its CI (stats.geomean_ratio_ci: t over rounds, or the blocks' bootstrap from one round).
 
     Column ``time_ratio`` reads "this variant's time / baseline time": below 1
     the variant is faster. A failed cell on either side has NaN and a status.
@@ -132,7 +132,7 @@ def summary_table(summary: pd.DataFrame, samples: pd.DataFrame,
                   baseline: tuple[str, str] = BASELINE) -> pd.DataFrame:
     """Per device and variant, over the cells every variant ran: the arithmetic
     mean latency (the 2019 study's summary, labelled as such) beside the
-    geometric mean of time ratios against the baseline, with a bootstrap CI."""
+    geometric mean of time ratios against the baseline, with its CI."""
     by_cell = samples_by_cell(samples)
     rows = []
     for device, dev in summary.groupby("device"):

@@ -136,7 +136,7 @@ def acceleration_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
     """Per compiled-mode cell, against the same framework's eager cell of the
     same size:
 
-    - ``speedup``: eager time / this mode's time (above 1: faster), bootstrap CI;
+    - ``speedup``: eager time / this mode's time (above 1: faster), with its CI;
     - ``first_call_s``: time to first result at this shape (trace or compile
       plus the call); ``cold`` marks the sweep's first shape, the mode's first
       call in a fresh process; later shapes show what a new shape costs;
@@ -193,7 +193,7 @@ def acceleration_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
 
 def acceleration_summary(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """Per model and compiled mode, over the cells both it and eager ran:
-    geometric-mean speed-up over eager with a bootstrap CI, the arithmetic
+    geometric-mean speed-up over eager with its CI (stats.geomean_ratio_ci), the arithmetic
     mean of latencies' ratio (the 2019 study's kind of average, labelled as
     such), where it helps most and least, the cold time to first result and
     its breakeven, recompilations over the rest of the sweep and their cost,
@@ -231,14 +231,14 @@ def acceleration_summary(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
 def speedup_heatmaps(table: pd.DataFrame, manifest: dict):
     """Per model and compiled mode: speed-up over the same framework's eager
-    mode across batch x sequence, with its 95% bootstrap CI; where a mode
+    mode across batch x sequence, with its 95% CI (stats.geomean_ratio_ci); where a mode
     helps (blue) and where it hurts (red)."""
     from ..plots import ratio_grid
 
     return ratio_grid(table, manifest, "speedup", "speedup_low", "speedup_high",
                       "speed-up over eager (> 1: faster)",
                       "Speed-up over the same framework's eager mode, per cell "
-                      "(95% bootstrap CI; compile time not included)",
+                      "(95% CI; compile time not included)",
                       lower_is_better=False)
 
 

@@ -620,7 +620,7 @@ def _bars_by_workers(table: pd.DataFrame, ylabel: str):
 
 def scaling_efficiency(table: pd.DataFrame, manifest: dict):
     """Scaling efficiency (speed-up over the baseline / worker ratio) per
-    worker count and framework, with its bootstrap 95% CI; 1 is linear."""
+    worker count and framework, with its 95% CI; 1 is linear."""
     from ..plots import STATUS_MARK, legend_right, no_data
 
     rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
@@ -642,7 +642,7 @@ def scaling_efficiency(table: pd.DataFrame, manifest: dict):
         ax.set_ylim(0, max(1.15, float(np.nanmax(g["efficiency_high"].to_numpy(float),
                                                   initial=0)) * 1.1))
     return legend_right(fig, axes, "Scaling efficiency against the fewest workers (1 = linear)",
-                        manifest, "error bars: bootstrap 95% CI from the raw step times of "
+                        manifest, "error bars: 95% CI from the raw step times of "
                         "both cells", 0.82)
 
 

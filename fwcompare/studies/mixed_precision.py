@@ -290,7 +290,7 @@ PRECISION_MARKER = {"float32": "o", "tf32": "D", "bfloat16": "s", "float16": "^"
 
 def speed_vs_error(table: pd.DataFrame, manifest: dict):
     """Per model: each inference cell as a point, x its speed-up over float32
-    of the same framework (95% bootstrap CI as a horizontal bar), y its
+    of the same framework (95% CI as a horizontal bar), y its
     relative L2 error against float64 (log). Colour: framework/mode; marker:
     precision. Cells that did not run are listed under the panels."""
     import matplotlib.pyplot as plt
