@@ -17,10 +17,11 @@ Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
 variance is, and put that level into the interval). A bootstrap over so few
 rounds is too narrow: drawing 2 or 3 rounds with replacement sees a fraction
 (R - 1) / R of their variance and ignores that it is estimated from R values
-(constructed runs of 3 rounds with a 5% process effect, in tests/test_stats.py:
-the bootstrap covered the true ratio in 152 of 200, t in 191). With one round there is no
-between-process level to see: the interval is the blocks' (bootstrap or order
-statistics), and the scorecard says the verdict came from a single process.
+(constructed runs of 3 rounds with a 5% process effect, tests/test_stats.py:
+the bootstrap covered the true ratio in 152 of 200, t in 191). With one
+round there is no between-process level to see: the interval is the blocks'
+(bootstrap or order statistics), and the scorecard says the verdict came
+from a single process.
 """
 from __future__ import annotations
 

@@ -411,7 +411,7 @@ def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     count of the same framework and scaling (the baseline, usually 1):
 
     - ``speedup`` = throughput / baseline throughput (global samples per
-      second), with a bootstrap CI from both cells' raw step times;
+      second), with a CI (stats.geomean_ratio_ci) from both cells' raw step times;
     - ``ideal_speedup`` = workers / baseline workers;
     - ``efficiency`` = speedup / ideal_speedup (1 is linear scaling). Weak
       scaling (per-worker batch fixed): baseline step time / step time. Strong
@@ -491,7 +491,7 @@ def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
 def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     """Scaling efficiency (speed-up over the fewest workers / ideal speed-up)
     at the most workers each framework ran; the claim needs every framework
-    named, so the figure is the lowest of them, with its bootstrap CI."""
+    named, so the figure is the lowest of them, with its CI."""
     fws, scaling = claim.cells["frameworks"], claim.cells["scaling"]
     m = Measurement(unit=f"{scaling}-scaling efficiency at the most workers")
     s = data.summary[data.summary["device"].isin(devices)]

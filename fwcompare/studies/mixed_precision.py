@@ -123,7 +123,7 @@ ERROR_COLUMNS = list(FP64_COLUMNS)
 def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """Per cell: median time with its CI, ``speedup`` = float32 time / this
     precision's time of the same framework, mode and size (above 1: faster)
-    with a bootstrap CI, and the output's errors against float64. A cell whose
+    with its CI (stats.geomean_ratio_ci), and the output's errors against float64. A cell whose
     float32 twin failed has NaN speed-up and says so in ``status``."""
     by_cell = samples_by_cell(samples)
     if summary.empty:
@@ -152,7 +152,7 @@ def precision_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
 def precision_summary(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """Per task, framework/mode and precision, over the cells both it and float32
     ran (the pairs ``precision_table`` made): geometric-mean speed-up with a
-    bootstrap CI, and the worst output error against float64 (largest relative
+    CI, and the worst output error against float64 (largest relative
     L2 error, lowest argmax agreement)."""
     by_cell = samples_by_cell(samples)
     rows = []
@@ -215,7 +215,7 @@ def stability_table(losses: pd.DataFrame) -> pd.DataFrame:
 # -- claim metrics (params/claims.yaml names them) ------------------------------------
 def precision_speedup(data: StudyData, claim: Claim, devices) -> Measurement:
     """Geometric mean of float32 time / ``dtype`` time over every framework's
-    cells of ``task``, bootstrap CI."""
+    cells of ``task``, with its CI."""
     dtype, task = claim.cells["dtype"], claim.cells["task"]
     m = Measurement(unit=f"float32 time / {dtype} time ({task})")
     s = data.summary[data.summary["device"].isin(devices)]
@@ -335,7 +335,7 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     fig.legend(handles=handles, loc="center right", fontsize=8)
     fig.suptitle("Speed against error: what each precision buys and costs (inference)",
                  x=0.02, ha="left")
-    note = "bars: 95% bootstrap CI of the speed-up"
+    note = "bars: 95% CI of the speed-up"
     if failed:
         counts = pd.Series(failed).value_counts()
         note += "; cells not drawn: " + ", ".join(f"{n} {k}" for k, n in counts.items())
