@@ -167,15 +167,42 @@ def _enough(pairs) -> bool:
     return all(len(x) >= 2 for pair in pairs for x in pair)
 
 
-def rounds_t_interval(values, confidence: float = 0.95) -> tuple[float, float, float]:
+def rounds_t_interval(values, confidence: float = 0.95,
+                      floor_var: float = 0.0) -> tuple[float, float, float]:
     """(mean, low, high) of per-round values (logs of a median or a ratio):
-    Student's t with R - 1 degrees of freedom. NaN bounds with fewer than 2."""
+    Student's t with R - 1 degrees of freedom, on the rounds' variance or
+    ``floor_var`` if that is larger. The floor is the variance one round's
+    value has from its blocks alone (:func:`_block_var`): the rounds cannot
+    truly vary less than that, and from 2 or 3 values their variance is itself
+    so uncertain (chi-square with 1 or 2 degrees of freedom) that it comes out
+    near zero now and then. NaN bounds with fewer than 2 values."""
     v = np.asarray(values, dtype=float)
     mean = float(np.mean(v)) if v.size else math.nan
     if v.size < 2:
         return mean, math.nan, math.nan
-    h = float(_st.t.ppf((1 + confidence) / 2, v.size - 1) * np.std(v, ddof=1) / math.sqrt(v.size))
+    var = max(float(np.var(v, ddof=1)), floor_var)
+    h = float(_st.t.ppf((1 + confidence) / 2, v.size - 1) * math.sqrt(var / v.size))
     return mean, mean - h, mean + h
+
+
+def _block_var(pairs, rounds, stat, n_resamples: int, seed: int) -> float:
+    """The variance one round's figure has from its blocks alone: per round, a
+    bootstrap of its blocks (paired when interleaved) gives replicates of
+    ``stat(medians a, medians b)``; their variance, averaged over the rounds."""
+    out = []
+    for r in rounds:
+        one = [(CellSamples({r: a.rounds[r]}, a.interleaved),
+                CellSamples({r: b.rounds[r]}, b.interleaved)) for a, b in pairs]
+        if not _enough(one):
+            continue
+        med_a, med_b = two_level_medians(one, n_resamples, seed + r)
+        with np.errstate(all="ignore"):
+            out.append(float(np.nanvar(stat(med_a, med_b), ddof=1)))
+    return float(np.mean(out)) if out else 0.0
+
+
+def _log_ratio(med_a: np.ndarray, med_b: np.ndarray) -> np.ndarray:
+    return np.mean(np.log(med_a) - np.log(med_b), axis=-1)
 
 
 def common_rounds(pairs) -> list[int]:
@@ -192,8 +219,9 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     (rounds kept apart) or plain sequences (one round). With 2 or more rounds
     common to every side, the value is the mean over rounds of each round's
     log geometric mean ratio (each round's medians, paired by round) and the
-    interval is Student's t over those rounds (:func:`rounds_t_interval`): it
-    carries the between-process variance. Otherwise the interval is a
+    interval is Student's t over those rounds (:func:`rounds_t_interval`,
+    never narrower than the blocks' own noise allows): it carries the
+    between-process variance. Otherwise the interval is a
     bootstrap of the blocks (:func:`two_level_medians`, percentile method),
     paired block by block when both sides were sampled interleaved: only the
     noise within one sampling window. With one pair this is the CI of a
@@ -207,7 +235,8 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     if len(rounds) >= 2:
         per_round = [np.mean([np.log(np.median(a.rounds[r])) - np.log(np.median(b.rounds[r]))
                               for a, b in pairs]) for r in rounds]
-        return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence))
+        floor = _block_var(pairs, rounds, _log_ratio, n_resamples, seed)
+        return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor))
     point = float(np.exp(np.mean([np.log(np.median(a.pooled)) - np.log(np.median(b.pooled))
                                   for a, b in pairs])))
     if not _enough(pairs):
@@ -235,8 +264,10 @@ def median_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000,
         return math.nan, math.nan, math.nan
     rounds = common_rounds([(a, b)])
     if len(rounds) >= 2:
+        floor = _block_var([(a, b)], rounds, lambda ma, mb: ma[:, 0] - mb[:, 0],
+                           n_resamples, seed)
         return rounds_t_interval([np.median(a.rounds[r]) - np.median(b.rounds[r])
-                                  for r in rounds], confidence)
+                                  for r in rounds], confidence, floor)
     point = float(np.median(a.pooled) - np.median(b.pooled))
     if not _enough([(a, b)]):
         return point, math.nan, math.nan
@@ -244,7 +275,8 @@ def median_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000,
     return (point, *_interval(med_a[:, 0] - med_b[:, 0], confidence))
 
 
-def rounds_median_ci(x, confidence: float = 0.95) -> tuple[float, float, float]:
+def rounds_median_ci(x, confidence: float = 0.95, n_resamples: int = 2000,
+                     seed: int = 0) -> tuple[float, float, float]:
     """A cell's median (every round's samples pooled) with its CI: from one
     round, the distribution-free interval of :func:`median_ci`; from several,
     Student's t over the rounds' log medians (:func:`rounds_t_interval`), so
@@ -253,6 +285,8 @@ def rounds_median_ci(x, confidence: float = 0.95) -> tuple[float, float, float]:
     if len(x.rounds) < 2:
         return median_ci(x.pooled, confidence)
     med, _, _ = median_ci(x.pooled, confidence)
+    floor = _block_var([(x, x)], list(x.rounds), lambda ma, mb: np.log(ma[:, 0]),
+                       n_resamples, seed)
     _, lo, hi = rounds_t_interval([np.log(np.median(v)) for v in x.rounds.values()],
-                                  confidence)
+                                  confidence, floor)
     return med, float(np.exp(lo)), float(np.exp(hi))

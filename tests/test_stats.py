@@ -178,3 +178,17 @@ def test_median_diff_over_rounds():
     b = stats.CellSamples({0: _noisy(rng, 1.0), 1: _noisy(rng, 1.0)})
     d, lo, hi = stats.median_diff_ci(a, b)
     assert lo <= 2.0 and 2.3 <= hi and lo < d < hi
+
+
+def test_rounds_that_agree_by_chance_keep_the_blocks_noise():
+    """Three rounds with the very same noisy blocks (5%): their medians agree
+    exactly, so the rounds' variance is 0 and t on it alone would give a
+    zero-width interval. The interval keeps the noise one round's median has
+    from its blocks: at least as wide as t(0.975, 2) x that SE / sqrt(3)."""
+    rng = np.random.default_rng(9)
+    x = _noisy(rng, 1.0, n=12, sd=0.05)
+    cs = stats.CellSamples({r: x for r in range(3)})
+    med, lo, hi = stats.rounds_median_ci(cs)
+    assert np.log(hi / lo) / 2 > 0.5 * 4.30 * 0.05 * 1.25 / math.sqrt(12) / math.sqrt(3)
+    r, rlo, rhi = stats.ratio_ci(cs, stats.CellSamples({r: 2 * x for r in range(3)}))
+    assert r == pytest.approx(0.5) and rlo < 0.5 < rhi
