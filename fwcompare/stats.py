@@ -11,7 +11,8 @@ Intervals of medians and ratios from several rounds (a round: fresh worker
 processes) are two-level: each round's median (or ratio of medians) carries
 the noise of its blocks, and the spread of those per-round figures carries the
 between-process variance on top. The interval is Student's t on the per-round
-logs with R - 1 degrees of freedom (:func:`rounds_t_interval`), the standard
+logs with R - 1 degrees of freedom (:func:`rounds_t_interval`; never on less
+variance than one round's figure has from its blocks alone), the standard
 interval of a balanced nested design (Kalibera and Jones, "Rigorous
 Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
 variance is, and put that level into the interval). A bootstrap over so few
@@ -249,7 +250,7 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
 
 def ratio_ci(a, b, confidence: float = 0.95,
              n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """median(a)/median(b) with a two-level bootstrap CI (see geomean_ratio_ci)."""
+    """median(a)/median(b) with its CI (see geomean_ratio_ci)."""
     return geomean_ratio_ci([(a, b)], confidence, n_resamples, seed)
 
 
