@@ -369,12 +369,11 @@ class Runner:
                 return kind
 
     @staticmethod
-    def _settle(w, grace_s: float = 15.0, tell: bool = True) -> None:
+    def _settle(w, grace_s: float = 15.0) -> None:
         """Wait up to ``grace_s`` for a worker or launch to end on its own (a
-        served worker is told to exit first, unless ``tell`` is False: it was
-        told already); a rank or worker stuck on its way out is then killed by
-        the caller."""
-        if tell and not w.autonomous:
+        served worker is told to exit first); a rank or worker stuck on its way
+        out is then killed by the caller."""
+        if not w.autonomous:
             w.send(protocol.EXIT)
         end = time.monotonic() + grace_s
         while time.monotonic() < end:

@@ -104,7 +104,8 @@ def both_measured(r, b, by_cell: dict) -> bool:
 
 def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
                 baseline: tuple[str, str] = BASELINE) -> pd.DataFrame:
-    """Per cell and variant: time / baseline time (median ratio) with its CI (stats.geomean_ratio_ci: t over rounds, or the blocks' bootstrap from one round).
+    """Per cell and variant: time / baseline time (median ratio) with its CI
+    (stats.geomean_ratio_ci: t over rounds, or the blocks' bootstrap from one round).
 
     Column ``time_ratio`` reads "this variant's time / baseline time": below 1
     the variant is faster. A failed cell on either side has NaN and a status.
