@@ -13,7 +13,7 @@ def write_atomic(path: Path | str, write: Callable[[Path], Any]) -> Path:
     renamed into place (an atomic replace on one filesystem)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers at once each have one
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -264,14 +264,15 @@ def serve(study, job: Job) -> None:
     ctx = WorkerContext(job, backend)
     refs = {c.key: c for c in job.cells}
     runs: dict[str, CellRun] = {}
+    plans: dict[str, CellPlan] = {}  # built, not yet prepared
     emit(protocol.READY)
     for req in protocol.requests():
         ref = refs[req["cell"]]
         spec, op = ref.spec, req["op"]
         ids = dict(cell=spec.cell_id, round=ref.round)
-        plan = None
+        plan = plans.pop(ref.key, None) if op == protocol.PREPARE else None
         try:
-            if op == protocol.PREPARE:
+            if op in (protocol.BUILD, protocol.PREPARE) and plan is None:
                 try:
                     plan = study.plan(ctx, spec)  # builds its variant (model, gate) once
                 finally:  # the cell starts once its variant is ready (or failed)
@@ -280,6 +281,11 @@ def serve(study, job: Job) -> None:
                     ctx.finish(ref, CellResult("unsupported", plan.skip, dict(plan.known), None,
                                                plan.provenance))
                     continue
+                if op == protocol.BUILD:
+                    plans[ref.key] = plan
+                    emit(protocol.BUILT, **ids)
+                    continue
+            if op == protocol.PREPARE:
                 inject_fault(spec.label)
                 runs[ref.key] = CellRun(backend, job.framework, job.device, spec, plan,
                                         ctx.config, ctx.baseline_rss)

@@ -215,6 +215,13 @@ def _devices(hardware: str) -> tuple[str, ...]:
     return {"cpu": ("cpu",), "gpu": ("gpu",), "any": ("cpu", "gpu")}[hardware]
 
 
+def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE) -> set[str]:
+    """The framework/mode variants ("torch/eager") that a claim of ``path``
+    compares in ``study`` on ``device``: what ``rounds_for: claims`` repeats."""
+    return {v for c in load_claims(path) if c.study == study and device in _devices(c.hardware)
+            for k, v in c.cells.items() if k in ("a", "b") and "/" in str(v)}
+
+
 def cell_label(r) -> str:
     return f"{r['model']} {r['batch_size']}x{r['seq_len']}"
 

@@ -10,10 +10,13 @@ asv's interleaved processes). For one model in one round:
 1. a lane (a worker process) per variant: framework, mode and precision.
    All lanes start at once; nothing is timed until every one has said
    ``ready`` (its imports done).
-2. Per shape (ascending batch x sequence), each lane's cell is prepared:
-   model and gate (its first cell), first call, warm-up, block size (a block
-   lasts at least ``block_s``); one lane at a time, the others idle.
-3. Turns: every prepared cell takes one block, in an order drawn at random
+2. Every lane builds its variant (model and gate) at once: nothing is timed
+   yet, and on 2 cores two builds take little more than one (``load_s`` is
+   then a figure measured beside other builds).
+3. Per shape (ascending batch x sequence), each lane's cell is prepared:
+   first call, warm-up, block size (a block lasts at least ``block_s``); one
+   lane at a time, the others idle.
+4. Turns: every prepared cell takes one block, in an order drawn at random
    per turn, after ``settle_s`` of idle time (an idle PyTorch worker's OpenMP
    threads spin for about 2 ms after its block; see README). Turns go on until
    every cell's stopping rule holds, or the set has spent its members'
@@ -21,7 +24,7 @@ asv's interleaved processes). For one model in one round:
    minute hits every variant of the set alike, so each round's ratio of
    medians is paired in time; the rounds' spread makes the interval
    (``stats.geomean_ratio_ci``).
-4. Memory passes and rows, one lane at a time.
+5. Memory passes and rows, one lane at a time.
 
 A lane whose worker dies or passes a limit is handled as the sequential
 schedule handles its worker (``Runner.after_stop``): the cell in flight gets
@@ -199,12 +202,29 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
                 lane.wait_ready()
             except _Stop as stop:
                 lane.stopped(str(stop))
+        _build(lanes, [(batch, seq) for _, batch, seq in shapes])
         for _, batch, seq in shapes:
             _run_set(runner, lanes, (batch, seq), rng)
     finally:
         with runner.phase("process exits"):
             for lane in lanes:
                 lane.close()
+
+
+def _build(lanes: list[Lane], shapes: list[tuple[int, int]]) -> None:
+    """Every lane's variant built at once, for the first cell it will prepare."""
+    asked = []
+    for lane in lanes:
+        ref = next((r for r in map(lane.cell, shapes) if r is not None), None)
+        if ref is not None:
+            lane.worker.send(protocol.BUILD, cell=ref.key)
+            asked.append((lane, ref))
+    for lane, ref in asked:  # in turn: each wait charges the build time not yet charged
+        if lane.worker is not None:
+            try:
+                lane._wait(ref, protocol.BUILT, time.monotonic())
+            except _Stop as stop:
+                lane.stopped(str(stop))
 
 
 def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:

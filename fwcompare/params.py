@@ -143,6 +143,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "dtype": Param("str", "float32", "compute dtype (other precisions: a study with a 'precisions' key)", float32_only),
         "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", non_negative),
         "rounds": Param("int", 1, "measure every cell this many times, each round in fresh worker processes (intervals then carry the spread between processes)", positive),
+        "rounds_for": Param("str", "all", "which variants take the rounds after the first: all, or claims (only the framework/mode variants that a claim of params/claims.yaml compares in this study on this device; the others are measured in the first round only)", one_of(["all", "claims"])),
         "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device)", one_of(SCHEDULES)),
         "settle_s": Param("float", 0.005, "interleaved: idle seconds before each block, so the previous worker's spinning threads (PyTorch's OpenMP) have stopped", non_negative),
         "block_s": Param("float", 0.02, "interleaved: each sample block lasts at least this long (one block per variant per turn)", non_negative),

@@ -11,8 +11,10 @@ on the worker's stdin with an ``op`` key. A served worker answers:
 ========  ===========================================  ======================
 request   what the worker does                         its answer (event)
 ========  ===========================================  ======================
-prepare   the cell's model, gate, first call, warm-up   ``prepared``, or ``done``
-          and block size (``start`` is sent first)      when the cell cannot run
+build     the cell's variant: model and gate, nothing   ``built``, or ``done``
+          timed (``start`` is sent once it is built)    when the cell cannot run
+prepare   the cell's model and gate (unless built),     ``prepared``, or ``done``
+          first call, warm-up and block size            when the cell cannot run
 sample    ``blocks`` sample blocks, or with             ``sampled`` (the new
           ``until_stop`` until the stopping rule stops  samples, converged)
 memory    the memory pass                              ``measured``
@@ -22,7 +24,8 @@ exit      leaves                                       (end of output)
 
 A served worker says ``ready`` once its imports are done, before any request.
 So a schedule is the parent's choice: one cell after another (sequential), or
-several prepared workers asked for one block each in turn (interleaved).
+several prepared workers asked for one block each in turn (interleaved; their
+variants are built at once, since nothing is timed while they build).
 A ``gate`` event reports the equivalence gate's errors, for the progress log.
 """
 from __future__ import annotations
@@ -34,10 +37,11 @@ from typing import IO
 EVENT_PREFIX = "@@fwcompare "
 
 # Requests.
-PREPARE, SAMPLE, MEMORY, FINISH, EXIT = "prepare", "sample", "memory", "finish", "exit"
+BUILD, PREPARE, SAMPLE, MEMORY, FINISH, EXIT = (
+    "build", "prepare", "sample", "memory", "finish", "exit")
 # Events.
-READY, START, PREPARED, SAMPLED, MEASURED, DONE, GATE = (
-    "ready", "start", "prepared", "sampled", "measured", "done", "gate")
+READY, START, BUILT, PREPARED, SAMPLED, MEASURED, DONE, GATE = (
+    "ready", "start", "built", "prepared", "sampled", "measured", "done", "gate")
 
 
 def emit(event: str, **fields) -> None:

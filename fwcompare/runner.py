@@ -401,15 +401,26 @@ class Runner:
             mine = [c for c in mine if c.spec.dtype not in unsupported]
             yield from self.study.groups(self.task, mine)
 
+    def repeated(self, specs: list[RunSpec]) -> list[RunSpec]:
+        """The cells that take the rounds after the first (``rounds_for``):
+        all, or those of the variants a claim compares in this study."""
+        if self.params.get("rounds_for", "all") == "all":
+            return specs
+        from .claims import claimed_variants
+
+        keep = claimed_variants(self.study.name, self.params["device"])
+        return [s for s in specs if f"{s.framework}/{s.mode}" in keep]
+
     def run(self, specs: list[RunSpec]) -> None:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
         write_json(self.store.dir / "env.json", self.manifest)
         write_json(self.store.dir / "params.json", self.params)
         done = self.store.finished()
-        todo = [CellRef(s, r) for r in range(rounds) for s in specs
-                if (s.cell_id, r) not in done]
-        total = len(specs) * rounds
+        again = self.repeated(specs)
+        planned = [CellRef(s, r) for r in range(rounds) for s in (specs if r == 0 else again)]
+        todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
+        total = len(planned)
         self.total, self.done = total, total - len(todo)
         self.done_before, self.t_start = self.done, time.monotonic()
         # The bar only on a terminal; in a notebook or log, the per-cell lines carry

@@ -80,3 +80,32 @@ def test_every_backend_fulfils_the_contract(framework):
     backend = get_backend(framework)
     assert contract_gaps(backend) == []
     assert isinstance(backend.PEAK_RESETTABLE, bool)
+
+
+def test_jax_reads_its_flax_copy_of_the_weights_after_the_first_load(tmp_path, monkeypatch):
+    from fwcompare import paths
+    from fwcompare.frameworks import jax as backend
+
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
+    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    backend.configure(2, "cpu")
+    copy = backend.flax_copy(wdir)
+    assert copy.parent == tmp_path / "cache" / "flax" and not copy.exists()
+    ids = token_ids(0, 2, 16, models.config_for("tiny-bert").vocab_size)
+
+    def forward():
+        model = backend.load(wdir, "cpu")
+        return backend.to_numpy(backend.make_forward(model, "jit", "cpu")(
+            backend.make_inputs(ids, "cpu")))
+    converted = forward()  # from_pt, then the copy is written
+    assert copy.is_file()
+    import transformers
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted again instead of reading the copy")
+    monkeypatch.setattr(transformers.FlaxAutoModel, "from_pretrained", no_conversion)
+    assert error_metrics(forward(), converted)["max_abs_err"] == 0.0  # read from the copy
+    assert error_metrics(converted, torch_reference(wdir, ids))["max_abs_err"] < TOL
+    # A new weights file (e.g. another seed written in its place) gets a copy of its own.
+    (wdir / "model.safetensors").touch()
+    assert backend.flax_copy(wdir) != copy

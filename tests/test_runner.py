@@ -99,3 +99,20 @@ def test_rounds_run_again_in_fresh_processes_and_pool(tmp_path):
     s = tables.summarize(df, res.samples)
     assert len(s) == 1 and s.iloc[0]["rounds"] == 2
     assert s.iloc[0]["n_samples"] == df["n_samples"].sum()  # samples of both rounds pooled
+
+
+def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
+    from fwcompare.claims import claimed_variants
+
+    # cpu-inference-pytorch-faster compares torch/eager; no inference claim names torchscript.
+    assert "torch/eager" in claimed_variants("inference_sweep", "cpu")
+    assert "torch/torchscript" not in claimed_variants("inference_sweep", "cpu")
+    res = run_study("inference_sweep", {**BASE, "batch_sizes": [1], "rounds": 2,
+                                        "rounds_for": "claims",
+                                        "modes": {"torch": ["eager", "torchscript"]}},
+                    output_dir=tmp_path, progress=False)
+    df = res.results
+    rounds = df.groupby("mode")["round"].apply(sorted).to_dict()
+    assert rounds == {"eager": [0, 1], "torchscript": [0]}
+    assert set(df["status"]) == {"ok"}
+    no_orphans()
