@@ -91,9 +91,10 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
 
         config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
         model = auto.from_config(config, dtype=compute, _do_init=False)
-        model._is_initialized = True  # transformers sets params only on an initialised
-        params = serialization.msgpack_restore(copy.read_bytes())  # model; its setter
-        model.params = params                            # checks none is missing
+        # transformers sets params only on an initialised model; its setter then
+        # checks that no parameter of the architecture is missing.
+        model._is_initialized = True
+        model.params = serialization.msgpack_restore(copy.read_bytes())
     else:
         model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True,
                                      dtype=compute)
