@@ -115,9 +115,13 @@ class Lane:
         return None
 
     def ask(self, op: str, ref: CellRef, answer: str, **fields) -> dict | None:
-        """Send ``op`` for ``ref`` and wait for ``answer``; None when the cell
-        ended instead (its row is written) or the worker stopped."""
+        """Send ``op`` for ``ref`` and wait for ``answer`` (see :meth:`answer`)."""
         self.worker.send(op, cell=ref.key, **fields)
+        return self.answer(ref, answer)
+
+    def answer(self, ref: CellRef, answer: str) -> dict | None:
+        """Wait for ``answer`` to a request sent for ``ref``; None when the
+        cell ended instead (its row is written) or the worker stopped."""
         try:
             return self._wait(ref, answer, time.monotonic())
         except _Stop as stop:
@@ -220,11 +224,7 @@ def _build(lanes: list[Lane], shapes: list[tuple[int, int]]) -> None:
             lane.worker.send(protocol.BUILD, cell=ref.key)
             asked.append((lane, ref))
     for lane, ref in asked:  # in turn: each wait charges the build time not yet charged
-        if lane.worker is not None:
-            try:
-                lane._wait(ref, protocol.BUILT, time.monotonic())
-            except _Stop as stop:
-                lane.stopped(str(stop))
+        lane.answer(ref, protocol.BUILT)
 
 
 def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
