@@ -2,10 +2,14 @@
 framework passes before it is timed.
 
 A prepare job (one process per model and task, PyTorch only) makes the shared
-weights and writes the gate file: fixed token ids of an odd shape that no grid
-uses (so the gate's trace or compile never pre-pays a cell's first call), and
-PyTorch eager float32's answer on them: the output (inference) or the losses
-of the first training steps on that batch (training). With ``fp64_shapes`` it
+weights and writes the gate file: fixed token ids of the study's gate shape
+and PyTorch eager float32's answer on them: the output (inference) or the
+losses of the first training steps on that batch (training). Inference gates
+on an odd shape that no grid uses, so the gate's trace or compile never
+pre-pays a cell's first call. Training gates on its smallest cell's batch
+instead: there the agreement steps are that cell's first calls (the first
+one timed as its first call), so a compiled step is compiled once, not at
+the gate's shape and again at the cell's. With ``fp64_shapes`` it
 also writes float64 outputs, for studies that measure precision errors. Workers then check each forward or training step against it.
 """
 from __future__ import annotations
@@ -167,16 +171,19 @@ def check_forwards(backend, model, modes, device: str, head: str, dtype: str, ga
     return forwards, known, problems
 
 
-def agreement_steps(backend, step, gate: Gate, device: str, n: int):
+def agreement_steps(backend, step, gate: Gate, device: str, n: int, first=None):
     """``n`` training steps on the gate batch: losses, the loss scale after each
-    step, and which steps dynamic loss scaling skipped (the scale went down)."""
+    step, and which steps dynamic loss scaling skipped (the scale went down).
+    ``first``: (loss, loss scale before it) of the first step, already taken
+    on the gate batch (a cell's timed first call); then ``n - 1`` follow."""
     import numpy as np
 
     batch = backend.make_batch(gate.ids, gate.labels, device)
     losses, scales, skipped = [], [], []
-    before = step.loss_scale()
-    for _ in range(n):
-        losses.append(float(backend.to_numpy(step(batch))))
+    before = step.loss_scale() if first is None else first[1]
+    for i in range(n):
+        out = first[0] if i == 0 and first is not None else step(batch)
+        losses.append(float(backend.to_numpy(out)))
         scales.append(step.loss_scale())
         skipped.append(bool(scales[-1] < before))
         before = scales[-1]

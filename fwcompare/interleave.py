@@ -165,9 +165,11 @@ class Lane:
                 elif kind == answer and ref is not None and key == ref.key:
                     if kind == protocol.PREPARED:
                         first = ev.get("first_call_s") or 0.0
+                        checked = ev.get("checked_s") or 0.0  # e.g. training's agreement
                         r.charge("first calls and compiles", first)
+                        r.charge("model build and gate", checked)
                         r.charge("warm-up and block size",
-                                 time.monotonic() - started - first)
+                                 time.monotonic() - started - first - checked)
                     return ev
         finally:
             self.busy += time.monotonic() - t0

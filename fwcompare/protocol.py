@@ -27,6 +27,11 @@ So a schedule is the parent's choice: one cell after another (sequential), or
 several prepared workers asked for one block each in turn (interleaved; their
 variants are built at once, since nothing is timed while they build).
 A ``gate`` event reports the equivalence gate's errors, for the progress log.
+``prepared`` carries ``first_call_s`` and ``checked_s`` (the untimed checks of
+the first call's output, e.g. training's agreement steps), so the parent can
+say where a prepare's time went. A worker that runs its cells on its own (a
+data-parallel launch's rank 0) sends ``spent`` events instead: ``phase`` (a
+name of the run's time breakdown) and ``seconds``.
 """
 from __future__ import annotations
 
@@ -40,8 +45,8 @@ EVENT_PREFIX = "@@fwcompare "
 BUILD, PREPARE, SAMPLE, MEMORY, FINISH, EXIT = (
     "build", "prepare", "sample", "memory", "finish", "exit")
 # Events.
-READY, START, BUILT, PREPARED, SAMPLED, MEASURED, DONE, GATE = (
-    "ready", "start", "built", "prepared", "sampled", "measured", "done", "gate")
+READY, START, BUILT, PREPARED, SAMPLED, MEASURED, DONE, GATE, SPENT = (
+    "ready", "start", "built", "prepared", "sampled", "measured", "done", "gate", "spent")
 
 
 def emit(event: str, **fields) -> None:

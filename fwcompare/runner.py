@@ -148,6 +148,11 @@ _PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
            protocol.FINISH: "figures after timing"}
 
 
+# A launch's time its ranks did not account for (``spent`` events): the
+# launcher's and ranks' start before they could say, rendezvous, exits.
+LAUNCH_REST = "data-parallel launches (launcher start, rendezvous, exits)"
+
+
 class Runner:
     def __init__(self, study: Study, params: dict, store_dir: Path, profile: str = "adhoc",
                  progress: bool = True, task: str = "inference"):
@@ -167,6 +172,7 @@ class Runner:
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
         self.phases: dict[str, float] = {}  # where the run's time went (seconds)
+        self._reported = 0.0  # of a launch's time, what its ranks said (``spent``)
 
     # -- where the time goes ----------------------------------------------------------
     def charge(self, phase: str, seconds: float) -> None:
@@ -319,10 +325,13 @@ class Runner:
                cell_limit: float) -> None:
         """The sequential schedule: each cell's steps, one cell after another
         (a worker that runs its cells on its own is only listened to)."""
-        if w.autonomous:
-            with self.phase("data-parallel launches (ranks' start, timing, memory)"):
+        if w.autonomous:  # its ranks say where their time went (``spent`` events)
+            t0, self._reported = time.monotonic(), 0.0
+            try:
                 while remaining:
                     self._next_event(w, remaining, deadline, cell_limit, None)
+            finally:
+                self.charge(LAUNCH_REST, time.monotonic() - t0 - self._reported)
             return
         with self.phase("process start and imports"):
             self._next_event(w, remaining, deadline, cell_limit, protocol.READY)
@@ -355,7 +364,10 @@ class Runner:
             kind = ev["event"]
             if kind == answer == protocol.READY:
                 return kind
-            if kind == protocol.START:  # the cell's time limit counts from here
+            if kind == protocol.SPENT:
+                self.charge(ev["phase"], ev["seconds"])
+                self._reported += ev["seconds"]
+            elif kind == protocol.START:  # the cell's time limit counts from here
                 self._flight, self._started = key, time.monotonic()
                 self.bar.set_postfix_str(ev["label"], refresh=True)
             elif kind == protocol.DONE and key in remaining:

@@ -51,6 +51,7 @@ class TimingConfig:
 @dataclass
 class Timing:
     first_call_s: float
+    checked_s: float = 0.0  # seconds ``on_first`` took (untimed checks after the first call)
     samples_s: list[float] = field(default_factory=list)  # seconds per call
     calls_per_sample: int = 1
     converged: bool = False
@@ -140,7 +141,9 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
     first_ns = time.perf_counter_ns() - t0
     timing = Timing(first_call_s=first_ns / 1e9)
     if on_first is not None:
+        t0 = time.perf_counter()
         on_first(out)
+        timing.checked_s = time.perf_counter() - t0
     del out
 
     warm_start = time.perf_counter()

@@ -1,4 +1,5 @@
 """The equivalence gate: identical weights give the same function in every framework."""
+import numpy as np
 import pytest
 
 from fwcompare import models
@@ -109,3 +110,39 @@ def test_jax_reads_its_flax_copy_of_the_weights_after_the_first_load(tmp_path, m
     # A new weights file (e.g. another seed written in its place) gets a copy of its own.
     (wdir / "model.safetensors").touch()
     assert backend.flax_copy(wdir) != copy
+
+
+@pytest.mark.slow
+def test_training_gates_on_its_smallest_cell_and_compiles_each_shape_once(tmp_path,
+                                                                          monkeypatch):
+    """The agreement steps run on the smallest cell's batch and are its first
+    calls: JAX compiles the training step once per cell shape (the worker's
+    compile log), not also at an odd gate shape; every cell carries the
+    agreement's figures, and the first cell's first call is the first step."""
+    from conftest import SMOKE_TIMING
+
+    from fwcompare import run_study
+    from fwcompare.gate import Gate
+
+    monkeypatch.setenv("JAX_LOG_COMPILES", "1")
+    params = {"models": ["tiny-bert"], "frameworks": ["torch", "jax"],
+              "modes": {"torch": ["eager"], "jax": ["jit"]}, "batch_sizes": [2],
+              "seq_lens": [16, 8], "agreement_steps": 3, "group_timeout_s": 300.0,
+              **SMOKE_TIMING}
+    res = run_study("training", params, output_dir=tmp_path, progress=False)
+    df, losses = res.results, res.losses
+    assert (df["status"] == "ok").all(), df[["framework", "error"]]
+    work = tmp_path / "results" / "work"
+    (gate_file,) = (work / "gate").glob("*.npz")
+    assert Gate(gate_file).ids.shape == (2, 8)  # the smallest cell's batch
+    (log,) = [p for p in (work / "jobs").glob("jax-*.log")]
+    compiles = [line for line in log.read_text().splitlines()
+                if "Compiling train" in line or "Compiling jit(train)" in line]
+    assert len(compiles) == 2, compiles  # 2 x 8 and 2 x 16, nothing else
+    for fw, g in df.groupby("framework"):
+        steps = losses[losses["framework"] == fw].sort_values("step")
+        assert len(steps) == 3
+        assert np.allclose(g["loss_step0"], steps["loss"].iloc[0])  # both cells carry it
+        assert g["equiv_max_abs_err"].notna().all()
+    first = df[(df["framework"] == "jax") & (df["seq_len"] == 8)].iloc[0]
+    assert first["first_call_s"] > 10 * first["median_s"]  # the compile is in it

@@ -175,9 +175,12 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
                                                   (params, opt_state))
         return new_params, new_opt, scale, total
     compiled = jax.jit(train, donate_argnums=(0, 1))
-    state = {"params": model.params, "opt": tx.init(model.params),
-             "scale": (jmp.DynamicLossScale(jnp.asarray(INITIAL_LOSS_SCALE, jnp.float32))
-                       if scaled else jmp.NoOpLossScale())}
+    # Committed to the device like every later step's outputs: an uncommitted
+    # leaf (optax's step count) made the second call compile the step again.
+    state = jax.device_put({"params": model.params, "opt": tx.init(model.params),
+                            "scale": (jmp.DynamicLossScale(
+                                jnp.asarray(INITIAL_LOSS_SCALE, jnp.float32))
+                                if scaled else jmp.NoOpLossScale())}, _device(device))
 
     def step(batch):
         state["params"], state["opt"], state["scale"], loss = compiled(

@@ -41,7 +41,7 @@ from ..gate import GATE_SHAPE, TrainSettings
 from ..job import CELLS, CellRef, Job
 from ..params import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
                       one_of, positive, replace_param)
-from ..protocol import GATE, START, emit
+from ..protocol import GATE, SPENT, START, emit
 from ..results import MEASURED
 from ..spec import RunSpec
 from ..stats import ratio_ci
@@ -300,6 +300,7 @@ class Rank:
         dp.step(batch)
         dp.allreduce_sum(0.0)
         first = time.perf_counter() - t0
+        self.spent("first calls and compiles", first)
         start, n = time.perf_counter(), 0
         while True:  # warm-up
             dp.step(batch)
@@ -307,6 +308,7 @@ class Rank:
             done = n >= cfg.warmup_iters and time.perf_counter() - start >= cfg.warmup_s
             if dp.allreduce_sum(1.0 if self.rank0 and done else 0.0) > 0:
                 break
+        self.spent("warm-up and block size", time.perf_counter() - start)
         rule = StoppingRule(cfg)
         samples = []
         start = prev = time.perf_counter()
@@ -320,7 +322,13 @@ class Rank:
             prev = now
             if self.rank0:
                 stop = rule.done(samples, now - start)
+        self.spent("timing samples", time.perf_counter() - start)
         return first, samples, rule
+
+    def spent(self, phase: str, seconds: float) -> None:
+        """Tell the parent where rank 0's time went (its time breakdown)."""
+        if self.rank0:
+            emit(SPENT, phase=phase, seconds=seconds)
 
     def cell(self, ref: CellRef, known: dict, problems: str) -> None:
         from ..gate import token_ids, train_labels
@@ -340,7 +348,9 @@ class Rank:
         ids = token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
         batch = self.data(ids, train_labels(self.job.seed, ids, self.job.head))
         first, samples, rule = self.time_steps(batch)
+        t0 = time.perf_counter()
         comm = dp.allreduce_grads_s(p["allreduce_repeats"])
+        self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
         spread = dp.max_weight_diff()
         if not self.rank0:
             return
@@ -368,22 +378,30 @@ class Rank:
 
 def run_rank(job: Job, settings: TrainSettings):
     """One rank's whole launch; returns the engine (kept alive until the exit)."""
+    import psutil
+
     from ..frameworks import get_backend
     from ..gate import Gate
 
+    # When this process started: its start and imports count from there.
+    born = time.perf_counter() - (time.time() - psutil.Process().create_time())
     backend = get_backend(job.framework)
     backend.configure(job.threads, job.device)
+    imports_s = time.perf_counter() - born
     t0 = time.perf_counter()
     dp = backend.DataParallel(Gate(job.gate_path).info["weights_dir"], job.device, job.head,
                               settings.optimizer, job.cells[0].spec.mode,
-                              job.params["group_timeout_s"])
+                              job.params["group_timeout_s"])  # the model and the process group
     load_s = time.perf_counter() - t0
     release_freed_heap()
     try:
         rank = Rank(job, dp, load_s)
         if rank.rank0:
             rank.provenance.update(backend.runtime_info(job.device))
+        rank.spent("process start and imports", imports_s)
+        t0 = time.perf_counter()
         known, problems = rank.agreement()
+        rank.spent("model build and gate", load_s + time.perf_counter() - t0)
         for ref in job.cells:
             rank.cell(ref, known, problems)
         dp.allreduce_sum(0.0)  # nobody leaves while another rank still needs it

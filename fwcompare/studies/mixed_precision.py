@@ -5,7 +5,8 @@ idiomatically does mixed precision (PyTorch autocast + GradScaler, Keras
 mixed policies + LossScaleOptimizer, Flax compute dtypes + jmp loss scaling).
 Inference cells compare their output with a float64 PyTorch reference for the
 same weights and token ids; training cells first run ``stability_steps`` from
-identical weights on one batch (the loss curves compared), then are timed.
+identical weights on their own batch (the loss curves compared; the first step
+is the cell's timed first call), then are timed.
 """
 from __future__ import annotations
 
@@ -98,6 +99,11 @@ class MixedPrecision(Study):
         if task == "inference" and models.config_for(model).model_type in models.DECODERS:
             return "causal_lm"  # logits: argmax agreement is next-token agreement
         return super().head(task, model)
+
+    def gate_shape(self, params, task):
+        if task == "train":  # the stability steps are the training cell's first calls
+            return (params["train_batch_size"], params["train_seq_len"])
+        return super().gate_shape(params, task)
 
     def fp64_shapes(self, task, cells):
         return sorted({(s.batch_size, s.seq_len) for s in cells}) if task == "inference" else []

@@ -4,16 +4,21 @@
 Each mode trains its own model in a process of its own (its memory is not
 inflated by another mode's leftovers). Before timing, every framework runs
 ``agreement_steps`` steps on the gate batch from the shared weights; its
-losses must follow PyTorch's (``loss_tol``, ``loss_curve_rtol``).
+losses must follow PyTorch's (``loss_tol``, ``loss_curve_rtol``). The gate
+batch is the smallest cell's, so the first agreement step is that cell's
+timed first call (``plan_training``).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ..gate import GATE_SHAPE, TrainSettings
+from ..gate import TrainSettings
 from ..params import TIMING, Param, grid_params, non_negative, positive
 from ..protocol import GATE, emit
 from ..spec import TRAIN_MODES, RunSpec
@@ -35,21 +40,33 @@ AGREEMENT = {
 }
 
 
+def smallest_shape(batch_sizes, seq_lens) -> tuple[int, int]:
+    """The first cell a training variant runs (ascending batch x sequence, as
+    ``base.by_size``): the gate batch of training, so that the agreement steps
+    are that cell's first calls and its step is compiled once."""
+    return min(((b, s) for b in batch_sizes for s in seq_lens), key=lambda t: (t[0] * t[1], t[0]))
+
+
 def train_settings(params, agreement_steps: int | None = None) -> TrainSettings:
     return TrainSettings(optimizer={k: params[k] for k in OPTIMIZER},
                          accumulation_steps=params.get("accumulation_steps", 1),
                          agreement_steps=agreement_steps or params["agreement_steps"])
 
 
-def trained_variant(ctx: WorkerContext, mode: str, dtype: str, settings: TrainSettings,
-                    mp_loss_rtol: float | None = None):
-    """One (mode, precision): the model, its training step, and the losses of
-    the agreement steps against PyTorch's (stored; the gate event sent).
-    Returns (step, figures known before timing, not-equivalent reason)."""
-    from ..gate import agreement_steps, loss_problems
-    from ..results import losses_frame
+@dataclass
+class TrainVariant:
+    """One (mode, precision) in a worker: its training step (built, not yet
+    called), the figures known from the build, and its agreement once run
+    (``agreed``: (figures, not-equivalent reason), or the exception it raised)."""
 
-    ref = ctx.gate.reference
+    step: Callable
+    known: dict
+    agreed: tuple[dict, str] | Exception | None = None
+
+
+def trained_variant(ctx: WorkerContext, mode: str, dtype: str,
+                    settings: TrainSettings) -> TrainVariant:
+    """The model loaded for ``dtype`` and its training step; nothing called yet."""
     n = ctx.info["n_params"]
     breakdown = {"param_bytes": 4.0 * n, "grad_bytes": 4.0 * n,
                  "optimizer_state_bytes": 8.0 * n}  # fp32; AdamW keeps m and v
@@ -57,10 +74,28 @@ def trained_variant(ctx: WorkerContext, mode: str, dtype: str, settings: TrainSe
         model, load_s = ctx.load(dtype)
         step = ctx.backend.make_train_step(model, mode, ctx.device, settings.optimizer,
                                            ctx.head, settings.accumulation_steps, dtype)
-        losses, scales, skipped = agreement_steps(ctx.backend, step, ctx.gate, ctx.device,
-                                                  len(ref))
     except Exception as exc:
         raise CellFailure(failure_status(ctx.backend, exc), describe(exc), breakdown) from exc
+    return TrainVariant(step, dict(breakdown, load_s=load_s))
+
+
+def agreement(ctx: WorkerContext, v: TrainVariant, mode: str, dtype: str,
+              mp_loss_rtol: float | None = None, first=None) -> tuple[dict, str]:
+    """The agreement steps on the gate batch against PyTorch's losses (stored;
+    the gate event sent): their figures and the not-equivalent reason ("" if
+    none). ``first``: (loss, loss scale before it) of a first step already
+    taken on the gate batch (a cell whose batch is the gate's: its first call)."""
+    from ..gate import agreement_steps, loss_problems
+    from ..results import losses_frame
+
+    ref = ctx.gate.reference
+    try:
+        losses, scales, skipped = agreement_steps(ctx.backend, v.step, ctx.gate, ctx.device,
+                                                  len(ref), first)
+    except Exception as exc:
+        v.agreed = CellFailure(failure_status(ctx.backend, exc),
+                               f"agreement steps failed: {describe(exc)}", v.known)
+        raise v.agreed from exc
     job = ctx.job
     ctx.store.append_losses(
         losses_frame(job.model, ctx.framework, mode, losses, ref, dtype=dtype,
@@ -68,33 +103,53 @@ def trained_variant(ctx: WorkerContext, mode: str, dtype: str, settings: TrainSe
         f"{job.model_key}-{ctx.framework}-{mode}-{dtype}")
     step0 = abs(losses[0] - ref[0])
     emit(GATE, dtype=dtype, errors={mode: step0})
-    known = dict(breakdown, load_s=load_s, loss_step0=float(losses[0]),
-                 loss_final=float(losses[-1]), equiv_max_abs_err=float(step0),
-                 equiv_rel_err=float(np.max(np.abs(losses - ref) / np.abs(ref))),
-                 skipped_steps=float(skipped.sum()),
-                 nonfinite_losses=float((~np.isfinite(losses)).sum()),
-                 final_loss_scale=float(scales[-1]))
+    figures = dict(loss_step0=float(losses[0]), loss_final=float(losses[-1]),
+                   equiv_max_abs_err=float(step0),
+                   equiv_rel_err=float(np.max(np.abs(losses - ref) / np.abs(ref))),
+                   skipped_steps=float(skipped.sum()),
+                   nonfinite_losses=float((~np.isfinite(losses)).sum()),
+                   final_loss_scale=float(scales[-1]))
     p = ctx.params
-    problems = "; ".join(loss_problems(dtype, losses, ref, p["loss_tol"], p["loss_curve_rtol"],
-                                       mp_loss_rtol))
-    return step, known, problems
+    v.agreed = figures, "; ".join(loss_problems(dtype, losses, ref, p["loss_tol"],
+                                                p["loss_curve_rtol"], mp_loss_rtol))
+    return v.agreed
 
 
 def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
                   mp_loss_rtol: float | None = None) -> CellPlan:
-    """One training-step cell: its (mode, precision) variant, this batch."""
+    """One training-step cell: its (mode, precision) variant, this batch.
+
+    The agreement steps run once per variant, on the gate batch. The gate
+    batch is the smallest cell's (``Study.gate_shape``), so for that cell they
+    are its first calls: its timed first call (trace and compile included) is
+    the first agreement step, the others follow it untimed, and the step is
+    compiled once. A variant whose first cell here is another (a resumed run)
+    runs them on the gate batch before that cell's first call."""
     from ..gate import token_ids, train_labels
 
-    step, known, problems = ctx.variant(
-        ("train", spec.mode, spec.dtype),
-        lambda: trained_variant(ctx, spec.mode, spec.dtype, settings, mp_loss_rtol))
+    v = ctx.variant(("train", spec.mode, spec.dtype),
+                    lambda: trained_variant(ctx, spec.mode, spec.dtype, settings))
     ids = token_ids(ctx.job.seed, spec.batch_size, spec.seq_len, ctx.info["vocab_size"])
     labels = train_labels(ctx.job.seed, ids, ctx.head)
+    gate_batch = (np.array_equal(ids, ctx.gate.ids)
+                  and np.array_equal(labels, ctx.gate.labels))
+    if isinstance(v.agreed, Exception):
+        raise v.agreed
+    if v.agreed is None and not gate_batch:
+        agreement(ctx, v, spec.mode, spec.dtype, mp_loss_rtol)
+    first = None
+    if v.agreed is None:  # this cell's first call is the first agreement step
+        before = v.step.loss_scale()
+
+        def first(out):
+            return agreement(ctx, v, spec.mode, spec.dtype, mp_loss_rtol, (out, before))
+    figures, problem = v.agreed or ({}, "")
 
     def call():
         b = ctx.backend.make_batch(ids, labels, ctx.device)
-        return lambda: step(b)
-    return CellPlan(call, known=known, problem=problems, skip=ctx.skip_reason(spec),
+        return lambda: v.step(b)
+    return CellPlan(call, known=dict(v.known, **figures), problem=problem, first=first,
+                    skip=ctx.skip_reason(spec),
                     flops=3 * models.forward_flops(ctx.info, spec.batch_size, spec.seq_len))
 
 
@@ -118,7 +173,7 @@ class Training(Study):
                  f"{', '.join(map(str, uneven))}"] if uneven else [])
 
     def gate_shape(self, params, task):
-        return (GATE_SHAPE[0] * params["accumulation_steps"], GATE_SHAPE[1])
+        return smallest_shape(params["batch_sizes"], params["seq_lens"])
 
     def groups(self, task, cells):
         return per_mode(cells)
