@@ -43,6 +43,7 @@ def load_results(output_dir: str | Path) -> StudyResults:
 def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
               output_dir: str | Path | None = None, progress: bool = True) -> StudyResults:
     """Validate params, run (or resume) every cell of ``study``, return its results."""
+    from .forkserver import ForkServers
     from .params import study_named, validate
     from .runner import Runner
 
@@ -50,9 +51,10 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
     out = study_dir(study, profile, output_dir)
     st = study_named(study)
     cells = st.cells(params)
-    for task in st.tasks:
-        if progress and len(st.tasks) > 1:
-            print(f"{study}: {task} cells", flush=True)
-        Runner(st, params, out / "results", profile=profile, progress=progress,
-               task=task).run([c for c in cells if c.task == task])
+    with ForkServers(out / "results" / "work" / "jobs") as servers:  # shared by the tasks
+        for task in st.tasks:
+            if progress and len(st.tasks) > 1:
+                print(f"{study}: {task} cells", flush=True)
+            Runner(st, params, out / "results", profile=profile, progress=progress,
+                   task=task, servers=servers).run([c for c in cells if c.task == task])
     return load_results(out)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -64,6 +65,7 @@ def inject_fault(label: str) -> None:
     if kind == "crash":
         os._exit(3)
     if kind == "hang":
+        print(f"fwcompare: injected hang in {label}", file=sys.stderr, flush=True)
         time.sleep(1e6)
     if kind == "oom":
         raise MemoryError("injected out-of-memory (FWCOMPARE_FAULT)")

@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from . import env, protocol
 from .atomic import write_json
+from .forkserver import ForkServerError, ForkServers
 from .frameworks import Unsupported, check_precision
 from .job import CELLS, PREPARE, CellRef, Job
 from .launch import describe_exit, fresh_compile_cache, log_tail
@@ -82,16 +83,24 @@ class Worker:
 
     autonomous = False  # it waits for requests (a launch of ranks runs on its own)
 
-    def __init__(self, job: Job, job_dir: Path, name: str, env: dict):
+    def __init__(self, job: Job, job_dir: Path, name: str, env: dict, server=None):
         path = job.write(job_dir / f"{name}.json")
         self.log_path = job_dir / f"{name}.log"
         self._log = open(self.log_path, "a")
         env = dict(env)
         self.cache_dir = fresh_compile_cache(env)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fwcompare.worker", str(path)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
-            start_new_session=True, cwd=ROOT)
+        self.proc = None
+        if server is not None:  # forked from its framework's pre-imported server
+            try:
+                self.proc = server.spawn(path, env, self._log)
+            except ForkServerError as exc:
+                self._log.write(f"fwcompare: fork server failed ({exc}); a fresh process\n")
+                self._log.flush()
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "fwcompare.worker", str(path)], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+                start_new_session=True, cwd=ROOT)
         self.events: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -155,8 +164,10 @@ LAUNCH_REST = "data-parallel launches (launcher start, rendezvous, exits)"
 
 class Runner:
     def __init__(self, study: Study, params: dict, store_dir: Path, profile: str = "adhoc",
-                 progress: bool = True, task: str = "inference"):
+                 progress: bool = True, task: str = "inference",
+                 servers: ForkServers | None = None):
         self.study, self.params, self.task = study, params, task
+        self.servers, self._own_servers = servers, servers is None
         self.store = ResultStore(store_dir)
         self.profile = profile
         self.progress = progress
@@ -236,15 +247,35 @@ class Runner:
         return worker_env(threads, self.params["device"], framework)
 
     def spawn_worker(self, job: Job, name: str) -> Worker:
-        return Worker(job, self.work_dir / "jobs", name,
-                      self.worker_env(self.threads, job.framework))
+        return self._worker(job, name, job.framework)
+
+    def _worker(self, job: Job, name: str, kind: str) -> Worker:
+        """A served worker, forked from its environment's fork server when
+        there is one (waiting for the server's imports counts as this one's)."""
+        env = self.worker_env(self.threads, kind)
+        with self.phase("process start and imports"):
+            server = self.servers.server_for(env, self.params["group_timeout_s"]) \
+                if self.servers is not None else None
+            return Worker(job, self.work_dir / "jobs", name, env, server)
+
+    def start_servers(self, models: list[str]) -> None:
+        """Fork servers for this run's workers (every framework, and the prepare
+        job), importing while the weights are prepared. Not for a study whose
+        workers are launches of ranks (``Study.forked_workers``), nor with
+        FWCOMPARE_FORKSERVER=0 (every worker a fresh interpreter)."""
+        if not self.study.forked_workers or os.environ.get("FWCOMPARE_FORKSERVER") == "0":
+            return
+        if self.servers is None:
+            self.servers = ForkServers(self.work_dir / "jobs")
+        for kind in [*self.params["frameworks"], "prepare"]:  # prepare: torch's, usually
+            self.servers.start(self.worker_env(self.threads, kind), self.threads, kind,
+                               self.study.name, module_file(self.study), models)
 
     def _prepare(self, model: str, cells: list[CellRef]) -> str | None:
         """Weights and the gate's reference(s); returns an error message or None."""
         job = self.job(PREPARE, model,
                        fp64_shapes=self.study.fp64_shapes(self.task, [c.spec for c in cells]))
-        w = Worker(job, self.work_dir / "jobs", f"prepare-{self.model_key(model)}",
-                   self.worker_env(self.threads, "prepare"))
+        w = self._worker(job, f"prepare-{self.model_key(model)}", "prepare")
         try:
             with self.phase("weights and gate references"):
                 w.proc.wait(timeout=self.params["group_timeout_s"])
@@ -445,6 +476,8 @@ class Runner:
         if len(todo) < total:
             self.say(f"resuming: {total - len(todo)} of {total} cells already done")
         try:
+            if todo:
+                self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
             prepared: dict[str, str | None] = {}
             frameworks = list(self.params["frameworks"])
             for rnd in range(rounds):
@@ -470,6 +503,9 @@ class Runner:
                         for group in groups:
                             self.study.run_group(self, model, group)
         finally:
+            if self._own_servers and self.servers is not None:
+                self.servers.close()
+                self.servers = None
             self.bar.close()
             self.charge("total", time.monotonic() - self.t_start)
             write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)

@@ -31,6 +31,9 @@ def pin_threads(threads: int) -> None:
 
 def main(argv: list[str]) -> int:
     pin_threads(json.loads(Path(argv[0]).read_text())["threads"])
+    # Which process ran the job (forked from a fork server or not), for its log.
+    print(f"fwcompare worker: pid {os.getpid()}, parent {os.getppid()}", file=sys.stderr,
+          flush=True)
     from . import studies
     from .job import PREPARE, Job
 

@@ -80,6 +80,9 @@ class Study:
     tasks: tuple[str, ...] = ("inference",)
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
+    # Whether its served workers are forked from pre-imported fork servers
+    # (fwcompare.forkserver); a study whose workers are launches of ranks says no.
+    forked_workers: bool = True
 
     @property
     def notebook(self) -> str:

@@ -81,6 +81,7 @@ class Distributed(Study):
     name = "distributed"
     title = "Distributed data-parallel: DDP against tf.distribute, 1 to N workers"
     tasks = ("train",)
+    forked_workers = False  # its workers are launches of ranks (torchrun, TF_CONFIG)
 
     # -- params ---------------------------------------------------------------------
     def schema(self):
