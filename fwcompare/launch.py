@@ -110,6 +110,13 @@ def fresh_compile_cache(env: dict) -> str:
     return cache_dir
 
 
+def use_compile_cache(env: dict, cache_dir: Path) -> None:
+    """Set ``env`` to use the torch.compile cache ``cache_dir`` (kept by the
+    caller, see ``Runner.compile_cache``)."""
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir))
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+
 def log_tail(path: Path, chars: int = 1500) -> str:
     """The last non-blank lines of a worker's log."""
     lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]

@@ -2,8 +2,9 @@
 
 A zoo name maps to a transformers config (no hub access). The PyTorch model is
 initialised once from a fixed seed and saved as safetensors in a cache keyed by
-the config and seed; TensorFlow and Flax load that file with ``from_pt=True``,
-so every framework computes the same function. A model given as a local
+the config and seed; TensorFlow and Flax load that file with ``from_pt=True``
+(once: then a native copy, ``frameworks.native_copy``), so every framework
+computes the same function. A model given as a local
 directory (``model: /path/to/checkpoint``) is loaded from there, offline,
 safetensors only, never with remote code.
 """

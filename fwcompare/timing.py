@@ -147,23 +147,30 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
     del out
 
     warm_start = time.perf_counter()
-    done = 0
-    while done < config.warmup_iters or time.perf_counter() - warm_start < config.warmup_s:
-        sync(fn())
-        done += 1
+    warm_ns: list[int] = []  # each warm-up call, as a block of one call
+    while len(warm_ns) < config.warmup_iters or time.perf_counter() - warm_start < config.warmup_s:
+        warm_ns.append(_time_block(fn, sync, 1))
 
     # Block size: grow until the timer is a negligible share of a sample.
     min_block_ns = max(timer_overhead_ns() / MAX_TIMER_SHARE, config.min_block_s * 1e9)
-    calls = 1
-    while True:
-        elapsed = _time_block(fn, sync, calls)
-        if elapsed >= min_block_ns:  # confirmed by a second block: one interrupted
-            elapsed = _time_block(fn, sync, calls)  # block must not set the size
-            if elapsed >= min_block_ns / 2:
-                break
-        calls = max(calls * 2, int(calls * min_block_ns / max(elapsed, 1)) + 1)
-    timing.calls_per_sample = calls
+    timing.calls_per_sample = _block_size(fn, sync, min_block_ns, warm_ns[-2:])
     return Sampler(fn, sync, config, timing)
+
+
+def _block_size(fn, sync, min_block_ns: float, warm_ns: list[int]) -> int:
+    """Calls per block: doubled until a block lasts ``min_block_ns``, confirmed
+    by a second block (one interrupted block must not set the size). The last
+    warm-up calls count as blocks of one call: a call that long already (a
+    training step, a large cell) costs no extra calls here."""
+    calls, seen = 1, list(warm_ns)
+    while True:
+        elapsed = seen.pop(0) if seen else _time_block(fn, sync, calls)
+        if elapsed >= min_block_ns:
+            elapsed = seen.pop(0) if seen else _time_block(fn, sync, calls)
+            if elapsed >= min_block_ns / 2:
+                return calls
+        seen = []  # a longer block from here on: the warm-up calls say no more
+        calls = max(calls * 2, int(calls * min_block_ns / max(elapsed, 1)) + 1)
 
 
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,

@@ -1,6 +1,7 @@
 """Acceleration: the library parts, on real numbers (the study itself runs in
 test_smoke_report)."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -194,3 +195,24 @@ def test_a_failing_compiled_cell_keeps_the_others(tmp_path, monkeypatch, smoke_t
     jobs = tmp_path / "results" / "work" / "jobs"
     assert sorted(p.name.split("-")[1] for p in jobs.glob("torch-*.json")) == [
         "eager", "torchscript"]
+
+
+@pytest.mark.slow
+def test_later_rounds_reuse_round_zeros_compile_cache(tmp_path, smoke_timing, no_orphans):
+    # Round 0 compiles cold; round 1's fresh process finds round 0's
+    # torch.compile cache (a hit: its first call is a fraction of the cold
+    # one), and the reported first call is round 0's.
+    res = run_study("acceleration", {
+        "models": ["tiny-bert"], "frameworks": ["torch"],
+        "modes": {"torch": ["eager", "compile"]}, "batch_sizes": [1], "seq_lens": [8],
+        "rounds": 2, **smoke_timing}, output_dir=tmp_path, progress=False)
+    df = res.results
+    first = df[df["mode"] == "compile"].set_index("round")["first_call_s"]
+    assert (df["status"] == "ok").all() and sorted(first.index) == [0, 1]
+    assert first[1] < 0.6 * first[0], first.to_dict()
+    logs = (tmp_path / "results" / "work" / "jobs").glob("torch-compile-*.log")
+    pids = set(re.findall(r"fwcompare worker: pid (\d+)", "".join(p.read_text() for p in logs)))
+    assert len(pids) == 2  # two processes, not one
+    summary = tables.summarize(df, res.samples)
+    assert summary.loc[summary["mode"] == "compile", "first_call_s"].item() == first[0]
+    assert not (tmp_path / "results" / "work" / "compile").exists()  # removed after the run

@@ -67,3 +67,22 @@ def test_max_time_never_cuts_below_min_iters():
                        max_time_s=0.01, target_rel_ci=1e-9)
     t = measure(lambda: busy(0.01), config=cfg)
     assert len(t.samples_s) == 6 and t.converged is False
+
+
+def test_long_calls_set_the_block_size_from_the_warm_up():
+    # Calls longer than a block: the last two warm-up calls are its evidence,
+    # so preparing costs the first call and the warm-up, no extra calls.
+    from fwcompare.timing import prepare
+
+    calls = []
+
+    def fn():
+        busy(0.03)
+        calls.append(1)
+    cfg = TimingConfig(warmup_iters=2, warmup_s=0.0, min_block_s=0.02)
+    sampler = prepare(fn, config=cfg)
+    assert sampler.timing.calls_per_sample == 1 and len(calls) == 1 + 2
+    # Short calls still get blocks that last min_block_s, as before.
+    short = prepare(lambda: busy(0.002), config=cfg)
+    assert short.timing.calls_per_sample >= 10
+    assert np.median(short.take(3)) < 0.004  # per call

@@ -1,14 +1,14 @@
 """JAX backend (transformers' Flax classes)."""
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
 from ..atomic import write_atomic
-from . import Unsupported, auto_class, check_precision, forward_fn, looks_like_oom, tf32_note
+from . import (Unsupported, auto_class, check_precision, forward_fn, looks_like_oom,
+               native_copy, tf32_note)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 # Initial dynamic loss scale for float16 training: jmp's documented default
@@ -57,17 +57,9 @@ def precision_setup(dtype: str, device: str) -> str:
 
 
 def flax_copy(weights_dir) -> Path | None:
-    """Where the Flax-native copy of ``weights_dir``'s safetensors is kept
-    (named by the source file's path, size and mtime), or None without one."""
-    from ..models import WEIGHTS_FILE
-    from ..paths import CACHE
-
-    src = Path(weights_dir) / WEIGHTS_FILE
-    if not src.is_file():
-        return None
-    st = src.stat()
-    key = hashlib.sha1(f"{src.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-    return CACHE / "flax" / f"{key[:16]}.msgpack"
+    """Where the Flax-native copy of ``weights_dir``'s safetensors is kept, or
+    None without one (``native_copy``)."""
+    return native_copy(weights_dir, "flax", ".msgpack")
 
 
 def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):

@@ -4,7 +4,9 @@ with compile cost counted.
 The runner gives each mode a process of its own, so a compiled mode's first
 call is its cold time to first result: nothing in the process has traced or
 compiled it before (the gate batch runs through eager only, in every mode's
-process alike). Eager is gated against PyTorch's reference as in every study;
+process alike). That is round 0's: the later rounds' processes reuse round 0's
+torch.compile cache (``Runner.compile_cache``), so only round 0's first calls
+are reported. Eager is gated against PyTorch's reference as in every study;
 a compiled mode is checked at every cell against this framework's eager output
 on the same input (max abs error within ``accel_tol``), right after its first
 call and before its steady state is timed. Cells run in ascending size, one
