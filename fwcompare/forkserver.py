@@ -53,6 +53,16 @@ def env_key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in PER_WORKER_ENV))
 
 
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group that ``pid`` leads (a worker and whatever it
+    started); one already gone is no error."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class ForkServerError(RuntimeError):
     """The server could not start or fork (the caller starts a plain process)."""
 
@@ -89,10 +99,7 @@ class Forked:
     def _orphaned(self) -> None:
         """The server died first: nobody will report this exit; a worker
         still running is killed (no process outlives the run)."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.pid)
         self._exited(-signal.SIGKILL)
 
 
@@ -209,10 +216,7 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             pass
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
             self.proc.wait()
         self._sock.close()
         self._log.close()
@@ -379,10 +383,7 @@ def serve(sock: socket.socket) -> None:
         return
     finally:
         for pid in children:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(pid)
 
 
 def main(argv: list[str]) -> int:

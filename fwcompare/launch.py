@@ -20,7 +20,6 @@ run in sessions of their own), so no rank outlives its cell and its ports.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import signal
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import psutil
 
+from .forkserver import kill_group
 from .paths import ROOT
 from .protocol import parse_event
 
@@ -213,10 +213,7 @@ class Launch:
         victims = [d for p in self.procs for d in descendants(p.pid)]
         for p in self.procs:
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_group(p.pid)
         for d in victims:
             try:
                 d.kill()

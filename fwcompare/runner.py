@@ -1,7 +1,9 @@
 """Runs a study's cells: worker processes per group, the study deciding the groups.
 
 Isolation: every group runs in a fresh process (or one launch of ranks), so
-one framework's allocator, thread pools or a crash never touch another's. The
+one framework's allocator, thread pools or a crash never touch another's; a
+worker is forked from its framework's pre-imported server
+(:mod:`fwcompare.forkserver`), which has run nothing, where there is one. The
 parent hands each worker a typed job (:class:`fwcompare.job.Job`), asks it for
 each cell's steps (:mod:`fwcompare.protocol`: prepare, sample, memory, finish),
 enforces the timeouts, and writes rows for cells a worker could not. The
@@ -41,7 +43,7 @@ from tqdm import tqdm
 
 from . import env, protocol
 from .atomic import write_json
-from .forkserver import ForkServerError, ForkServers
+from .forkserver import ForkServerError, ForkServers, kill_group
 from .frameworks import Unsupported, check_precision
 from .job import CELLS, PREPARE, CellRef, Job
 from .launch import describe_exit, fresh_compile_cache, log_tail, use_compile_cache
@@ -128,10 +130,7 @@ class Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
         self.proc.wait()
         try:
             self.proc.stdin.close()  # stdout stays with its reader thread (it sees the end)

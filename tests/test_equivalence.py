@@ -83,65 +83,44 @@ def test_every_backend_fulfils_the_contract(framework):
     assert isinstance(backend.PEAK_RESETTABLE, bool)
 
 
-def test_jax_reads_its_flax_copy_of_the_weights_after_the_first_load(tmp_path, monkeypatch):
+@pytest.mark.parametrize("framework, mode, kind", [("jax", "jit", "flax"),
+                                                   ("tensorflow", "graph", "tf")])
+def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
+        tmp_path, monkeypatch, framework, mode, kind):
     from fwcompare import paths
-    from fwcompare.frameworks import jax as backend
 
+    backend = get_backend(framework)
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
     wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
     backend.configure(2, "cpu")
-    copy = backend.flax_copy(wdir)
-    assert copy.parent == tmp_path / "cache" / "flax" and not copy.exists()
+    copy_of = backend.flax_copy if framework == "jax" else backend.tf_copy
+    copy = copy_of(wdir)
+    assert copy.parent == tmp_path / "cache" / kind and not copy.exists()
     ids = token_ids(0, 2, 16, models.config_for("tiny-bert").vocab_size)
 
     def forward():
         model = backend.load(wdir, "cpu")
-        return backend.to_numpy(backend.make_forward(model, "jit", "cpu")(
+        return backend.to_numpy(backend.make_forward(model, mode, "cpu")(
             backend.make_inputs(ids, "cpu")))
     converted = forward()  # from_pt, then the copy is written
-    assert copy.is_file()
-    import transformers
-
-    def no_conversion(*args, **kwargs):
-        raise AssertionError("converted again instead of reading the copy")
-    monkeypatch.setattr(transformers.FlaxAutoModel, "from_pretrained", no_conversion)
-    assert error_metrics(forward(), converted)["max_abs_err"] == 0.0  # read from the copy
-    assert error_metrics(converted, torch_reference(wdir, ids))["max_abs_err"] < TOL
-    # A new weights file (e.g. another seed written in its place) gets a copy of its own.
-    (wdir / "model.safetensors").touch()
-    assert backend.flax_copy(wdir) != copy
-
-
-def test_tensorflow_reads_its_native_copy_of_the_weights_after_the_first_load(tmp_path,
-                                                                             monkeypatch):
-    from fwcompare import paths
-    from fwcompare.frameworks import get_backend
-
-    backend = get_backend("tensorflow")
-    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
-    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
-    backend.configure(2, "cpu")
-    copy = backend.tf_copy(wdir)
-    assert copy.parent == tmp_path / "cache" / "tf" and not copy.exists()
-    ids = token_ids(0, 2, 16, models.config_for("tiny-bert").vocab_size)
-
-    def forward():
-        model = backend.load(wdir, "cpu")
-        return backend.to_numpy(backend.make_forward(model, "graph", "cpu")(
-            backend.make_inputs(ids, "cpu")))
-    converted = forward()  # from_pt, then the copy is written
-    assert (copy / "tf_model.h5").is_file()
+    assert copy.is_file() if framework == "jax" else (copy / "tf_model.h5").is_file()
     assert not [p for p in copy.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+    import transformers
     from transformers import modeling_tf_pytorch_utils as pt_utils
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted again instead of reading the copy")
-    for name in ("load_pytorch_checkpoint_in_tf2_model", "load_pytorch_state_dict_in_tf2_model"):
-        monkeypatch.setattr(pt_utils, name, no_conversion)
+    if framework == "jax":
+        monkeypatch.setattr(transformers.FlaxAutoModel, "from_pretrained", no_conversion)
+    else:
+        for name in ("load_pytorch_checkpoint_in_tf2_model",
+                     "load_pytorch_state_dict_in_tf2_model"):
+            monkeypatch.setattr(pt_utils, name, no_conversion)
     assert error_metrics(forward(), converted)["max_abs_err"] == 0.0  # read from the copy
     assert error_metrics(converted, torch_reference(wdir, ids))["max_abs_err"] < TOL
+    # A new weights file (e.g. another seed written in its place) gets a copy of its own.
     (wdir / "model.safetensors").touch()
-    assert backend.tf_copy(wdir) != copy
+    assert copy_of(wdir) != copy
 
 
 @pytest.mark.slow
