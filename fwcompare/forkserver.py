@@ -53,7 +53,6 @@ def env_key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in PER_WORKER_ENV))
 
 
-
 def kill_group(pid: int) -> None:
     """SIGKILL the process group that ``pid`` leads (a worker and whatever it
     started); one already gone is no error."""
@@ -205,12 +204,17 @@ class ForkServer:
             child._exited(code)
         return child
 
-    def close(self) -> None:
-        """End the server; it kills the workers it forked that still run."""
+    def shutdown(self) -> None:
+        """Tell the server to end (it kills the workers it forked that still
+        run, then exits); :meth:`close` waits for it."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def close(self) -> None:
+        """End the server and wait for it."""
+        self.shutdown()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -256,6 +260,8 @@ class ForkServers:
         return None
 
     def close(self) -> None:
+        for server in self._servers.values():  # all told first: they end side by side
+            server.shutdown()
         for server in self._servers.values():
             server.close()
         self._servers.clear()
@@ -394,7 +400,11 @@ def main(argv: list[str]) -> int:
     pin_threads(int(threads))  # before any import, as a worker does (children inherit it)
     _preload(framework, study, study_file, models)
     serve(sock)
-    return 0
+    # Nothing left to do: skip the interpreter's teardown of the imported
+    # frameworks (seconds for TensorFlow), which the runner would wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
