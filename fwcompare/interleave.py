@@ -201,7 +201,7 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
                      for cells in by_variant.values() for c in cells})
     try:
         runner.bar.set_postfix_str(f"starting {len(lanes)} workers for {model}", refresh=True)
-        for lane in lanes:  # at once: imports in parallel, nothing is timed yet
+        for lane in lanes:  # at once (forks, or imports in parallel): nothing is timed yet
             lane.start()
         for lane in lanes:
             try:
