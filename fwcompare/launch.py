@@ -105,14 +105,14 @@ def fresh_compile_cache(env: dict) -> str:
     ``env``: every run pays (and reports) a cold compile, not the previous
     run's. JAX's persistent cache is off unless a directory is set: kept off."""
     cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
-    env.update(TORCHINDUCTOR_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=cache_dir)
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    use_compile_cache(env, cache_dir)
     return cache_dir
 
 
-def use_compile_cache(env: dict, cache_dir: Path) -> None:
-    """Set ``env`` to use the torch.compile cache ``cache_dir`` (kept by the
-    caller, see ``Runner.compile_cache``)."""
+def use_compile_cache(env: dict, cache_dir: Path | str) -> None:
+    """Set ``env`` to use the torch.compile cache ``cache_dir`` (a fresh one,
+    or one kept by the caller: ``Runner.compile_cache``); JAX's persistent
+    cache stays off."""
     env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir))
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
 
