@@ -42,8 +42,11 @@ from pathlib import Path
 from .paths import ROOT
 
 # The environment a worker may set on top of its server's (read at use, not
-# at import): its own compile caches.
-PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# at import): its own compile caches, and a data-parallel rank's place in its
+# launch (torch.distributed's env:// variables, TensorFlow's TF_CONFIG).
+PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "RANK", "LOCAL_RANK",
+                  "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                  "TF_CONFIG")
 _MSG = 65536
 
 
@@ -168,13 +171,15 @@ class ForkServer:
                 return False
         return True
 
-    def spawn(self, job_path: Path, env: dict, log) -> Forked:
+    def spawn(self, job_path: Path, env: dict, log, events: bool = True) -> Forked:
         """Fork a worker for ``job_path`` with ``env`` (equal to the server's
-        but for ``PER_WORKER_ENV``), its stderr to the open file ``log``."""
+        but for ``PER_WORKER_ENV``), its stderr to the open file ``log``; its
+        stdout is a pipe (``Forked.stdout``: its events), or with ``events``
+        false goes to ``log`` too (a rank that sends none)."""
         if env_key(env) != self.key:
             raise ForkServerError("the worker's environment differs from the server's")
         in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
+        out_r, out_w = os.pipe() if events else (None, os.dup(log.fileno()))
         try:
             with self._spawn_lock:
                 request = json.dumps({"job": str(job_path), "env": env,
@@ -190,12 +195,14 @@ class ForkServer:
             raise ForkServerError("fork server did not answer within 60 s") from None
         except BaseException:
             os.close(in_w)
-            os.close(out_r)
+            if out_r is not None:
+                os.close(out_r)
             raise
         finally:
             os.close(in_r)
             os.close(out_w)
-        child = Forked(self, reply["forked"], os.fdopen(in_w, "w"), os.fdopen(out_r, "r"))
+        child = Forked(self, reply["forked"], os.fdopen(in_w, "w"),
+                       None if out_r is None else os.fdopen(out_r, "r"))
         with self._lock:
             code = self._early_exits.pop(child.pid, None)
             if code is None:
@@ -294,7 +301,7 @@ def _preload(framework: str, study: str, study_file: str, models: list[str]) -> 
 
     for model in models:
         try:
-            kind = zoo.config_for(model).model_type.replace("-", "_")
+            kind = zoo.model_type(model).replace("-", "_")
         except Exception:  # a model the study will report on; only a preload here
             continue
         extra += (f"transformers.models.{kind}.modeling_{prefix}{kind}",)

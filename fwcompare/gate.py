@@ -4,13 +4,16 @@ framework passes before it is timed.
 A prepare job (one process per model and task, PyTorch only) makes the shared
 weights and writes the gate file: fixed token ids of the study's gate shape
 and PyTorch eager float32's answer on them: the output (inference) or the
-losses of the first training steps on that batch (training). Inference gates
-on an odd shape that no grid uses, so the gate's trace or compile never
-pre-pays a cell's first call. Training gates on its smallest cell's batch
-instead: there the agreement steps are that cell's first calls (the first
-one timed as its first call), so a compiled step is compiled once, not at
-the gate's shape and again at the cell's. With ``fp64_shapes`` it
-also writes float64 outputs, for studies that measure precision errors. Workers then check each forward or training step against it.
+losses of the first training steps on that batch (training). Workers then
+check each forward or training step against it.
+
+The gate's trace or compile must never pre-pay a cell's first call. The
+inference sweep, mixed precision and training gate on their smallest cell's
+batch: its first call is the gate's call (timed as the first call, checked
+right after it), so a compiled mode traces once, not at the gate's shape and
+again at the cell's. Acceleration gates eager only, on an odd shape that no
+grid uses (``GATE_SHAPE``). With ``fp64_shapes`` the prepare job also writes
+float64 outputs, for studies that measure precision errors.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from .atomic import write_atomic
 from .job import Job
 from .protocol import GATE, emit
 
-# The gate's batch: an odd shape that no sensible grid uses.
+# The gate's batch where it is no cell's (acceleration): an odd shape no sensible grid uses.
 GATE_SHAPE = (3, 17)
 # Precision errors are computed over the first REF_ROWS sequences of a cell's
 # batch (sequences are independent), so float64 references of large decoder
@@ -129,46 +132,54 @@ class Gate:
         return self._npz[key] if key in self._npz else None
 
 
-def check_forwards(backend, model, modes, device: str, head: str, dtype: str, gate: Gate,
-                   equiv_tol: float, mp_equiv_rtol: float | None = None,
-                   mode_options: dict | None = None):
-    """Each mode's forward, checked on the gate batch before any timing:
-    float32 against PyTorch's float32 output (max abs error within
-    ``equiv_tol``); a reduced precision against the float64 reference where the
-    study computed one (relative L2 error within ``mp_equiv_rtol``), which
-    catches wrong weights or a broken cast, not rounding.
-
-    Returns (forwards: mode -> (fn, not-equivalent reason or ""), known:
-    mode -> gate error figures, problems: mode -> (status, message))."""
+def make_forwards(backend, model, modes, device: str, head: str, dtype: str,
+                  mode_options: dict | None = None):
+    """Each mode's forward, built but not called (a compiled mode traces in its
+    first call). Returns (forwards: mode -> fn, problems: mode -> (status,
+    message) for a mode that could not be built)."""
     from .cell import describe, failure_status
-    from .precision import error_metrics
 
-    ref64 = gate.fp64("ref64_gate")
-    forwards, known, problems = {}, {}, {}
+    forwards, problems = {}, {}
     for mode in modes:
         try:
-            fn = backend.make_forward(model, mode, device, head, dtype, mode_options)
-            out = fn(backend.make_inputs(gate.ids, device))
-            backend.sync(out)
-            out = backend.to_numpy(out)
+            forwards[mode] = backend.make_forward(model, mode, device, head, dtype, mode_options)
         except Exception as exc:
             problems[mode] = (failure_status(backend, exc), describe(exc))
-            continue
-        err = error_metrics(out, gate.reference)
-        known[mode] = {"equiv_max_abs_err": err["max_abs_err"],
-                       "equiv_rel_err": err["rel_l2_err"]}
-        if dtype == "float32":
-            bad = (f"max abs error {err['max_abs_err']:.3g} vs reference exceeds "
-                   f"equiv_tol {equiv_tol:g}") if not err["max_abs_err"] <= equiv_tol else ""
-        else:
-            if ref64 is not None:
-                err = error_metrics(out, ref64)
-            bad = (f"{dtype} output's relative L2 error {err['rel_l2_err']:.3g} on the gate "
-                   f"batch exceeds mp_equiv_rtol {mp_equiv_rtol:g}"
-                   ) if not err["rel_l2_err"] <= mp_equiv_rtol else ""
-        forwards[mode] = (fn, bad)
-    emit(GATE, dtype=dtype, errors={m: k["equiv_max_abs_err"] for m, k in known.items()})
-    return forwards, known, problems
+    return forwards, problems
+
+
+def check_output(out, gate: Gate, mode: str, dtype: str, equiv_tol: float,
+                 mp_equiv_rtol: float | None = None) -> tuple[dict, str]:
+    """One mode's output on the gate batch (numpy), checked: float32 against
+    PyTorch's float32 output (max abs error within ``equiv_tol``); a reduced
+    precision against the float64 reference where the study computed one
+    (relative L2 error within ``mp_equiv_rtol``), which catches wrong weights
+    or a broken cast, not rounding. Returns (the gate's error figures, the
+    not-equivalent reason or "")."""
+    from .precision import error_metrics
+
+    err = error_metrics(out, gate.reference)
+    known = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"]}
+    if dtype == "float32":
+        bad = (f"max abs error {err['max_abs_err']:.3g} vs reference exceeds "
+               f"equiv_tol {equiv_tol:g}") if not err["max_abs_err"] <= equiv_tol else ""
+    else:
+        ref64 = gate.fp64("ref64_gate")
+        if ref64 is not None:
+            err = error_metrics(out, ref64)
+        bad = (f"{dtype} output's relative L2 error {err['rel_l2_err']:.3g} on the gate "
+               f"batch exceeds mp_equiv_rtol {mp_equiv_rtol:g}"
+               ) if not err["rel_l2_err"] <= mp_equiv_rtol else ""
+    emit(GATE, dtype=dtype, errors={mode: known["equiv_max_abs_err"]})
+    return known, bad
+
+
+def check_forward(backend, fn, mode: str, device: str, dtype: str, gate: Gate,
+                  equiv_tol: float, mp_equiv_rtol: float | None = None) -> tuple[dict, str]:
+    """``fn`` called on the gate batch and its output checked (:func:`check_output`)."""
+    out = fn(backend.make_inputs(gate.ids, device))
+    backend.sync(out)
+    return check_output(backend.to_numpy(out), gate, mode, dtype, equiv_tol, mp_equiv_rtol)
 
 
 def agreement_steps(backend, step, gate: Gate, device: str, n: int, first=None):

@@ -2,10 +2,14 @@
 
 - PyTorch: ``torchrun`` (``python -m torch.distributed.run``) with a static
   rendezvous at ``MASTER_ADDR:MASTER_PORT``; it starts ``nproc_per_node``
-  ranks on this host and ends them all when one fails.
+  ranks on this host and ends them all when one fails. On one host with a
+  fork server (the runner's), the ranks are forked from it instead, each
+  with the variables torchrun would set (:func:`torch_rank_envs`), and
+  :class:`Launch` ends them all when one fails.
 - TensorFlow: one process per worker with ``TF_CONFIG`` naming the whole
   cluster (every worker's host:port) and this worker's index;
-  ``MultiWorkerMirroredStrategy`` connects them.
+  ``MultiWorkerMirroredStrategy`` connects them. Forked from a fork server
+  where there is one (on one host).
 
 On one host every rank listens on loopback, on ports found free at launch.
 Across hosts (``hosts`` in the params, ``node_rank`` on each), the same study
@@ -34,7 +38,7 @@ from pathlib import Path
 
 import psutil
 
-from .forkserver import kill_group
+from .forkserver import ForkServerError, kill_group
 from .paths import ROOT
 from .protocol import parse_event
 
@@ -76,6 +80,17 @@ def torchrun_command(job_path: Path, workers: int, hosts: list[str], node_rank: 
             "--node_rank", str(node_rank), "--nproc_per_node", str(workers // len(hosts)),
             "--master_addr", hosts[0], "--master_port", str(master_port),
             "--max_restarts", "0", "-m", MODULE, str(job_path)]
+
+
+def torch_rank_envs(workers: int, hosts: list[str], node_rank: int,
+                    master_port: int) -> list[dict]:
+    """What torchrun's static rendezvous gives each rank on this host
+    (``torch.distributed``'s env:// variables), for ranks forked from a fork
+    server instead: rank 0 serves the store at ``MASTER_ADDR:MASTER_PORT``."""
+    k = workers // len(hosts)
+    return [{"RANK": str(node_rank * k + i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(workers),
+             "LOCAL_WORLD_SIZE": str(k), "GROUP_RANK": str(node_rank),
+             "MASTER_ADDR": hosts[0], "MASTER_PORT": str(master_port)} for i in range(k)]
 
 
 def tf_configs(workers: int, hosts: list[str], node_rank: int,
@@ -144,38 +159,76 @@ class Launch:
     autonomous = True
 
     def __init__(self, job, job_dir: Path, name: str, env: dict, *, framework: str,
-                 workers: int, hosts: list[str], node_rank: int = 0, master_port: int = 0):
+                 workers: int, hosts: list[str], node_rank: int = 0, master_port: int = 0,
+                 server=None):
+        """``server``: a fork server of this environment (fwcompare.forkserver):
+        the ranks are forked from it, with the environment torchrun or
+        TF_CONFIG would give them, instead of started as fresh interpreters
+        (their imports took the quick distributed study 41 s)."""
         path = job.write(job_dir / f"{name}.json")
         self.ports = choose_ports(framework, workers, hosts, master_port)
         env = dict(env)
         self.cache_dir = fresh_compile_cache(env)
         self.events: queue.Queue = queue.Queue()
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list = []  # subprocess.Popen or forkserver.Forked
         self.log_paths: list[Path] = []
         self._logs = []
         self.failed: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
         leader = node_rank == 0
+        if server is not None:
+            try:
+                self._start(path, job_dir, name, env, server, leader,
+                            self._commands(path, framework, workers, hosts, node_rank, True))
+            except ForkServerError as exc:  # the server is gone: fresh processes instead
+                for proc in self.procs:
+                    kill_group(proc.pid)
+                for log in self._logs:
+                    log.write(f"fwcompare: fork server failed ({exc}); fresh processes\n")
+                    log.close()
+                self.procs, self.log_paths, self._logs = [], [], []
+                server = None
+        if server is None:
+            self._start(path, job_dir, name, env, None, leader,
+                        self._commands(path, framework, workers, hosts, node_rank, False))
+        if leader:  # rank 0's stdout carries the events
+            self._reader = threading.Thread(target=self._read, args=(self.procs[0],),
+                                            daemon=True)
+            self._reader.start()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _commands(self, path: Path, framework: str, workers: int, hosts: list[str],
+                  node_rank: int, forked: bool) -> list[tuple[list[str] | None, dict]]:
+        """(command, extra environment) of each process on this host: one per
+        rank, or torchrun's one for all of PyTorch's (not forked)."""
+        if framework == "torch" and forked:
+            return [(None, e) for e in torch_rank_envs(workers, hosts, node_rank,
+                                                       self.ports[0])]
         if framework == "torch":
-            commands = [(torchrun_command(path, workers, hosts, node_rank, self.ports[0]), {})]
-        else:
-            commands = [([sys.executable, "-m", MODULE, str(path)],
-                         {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
-                        for i, c in enumerate(tf_configs(workers, hosts, node_rank, self.ports))]
+            return [(torchrun_command(path, workers, hosts, node_rank, self.ports[0]), {})]
+        return [([sys.executable, "-m", MODULE, str(path)],
+                 {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
+                for i, c in enumerate(tf_configs(workers, hosts, node_rank, self.ports))]
+
+    def _start(self, path: Path, job_dir: Path, name: str, env: dict, server, leader: bool,
+               commands: list) -> None:
+        """Each process, its output to a log of its own; on the leading host
+        the first one's stdout is a pipe (rank 0's events). Forked from
+        ``server`` if given."""
         for i, (cmd, extra) in enumerate(commands):
+            events = leader and i == 0
             log_path = job_dir / f"{name}-{i}.log"
             log = open(log_path, "a")
-            events_here = leader and i == 0  # rank 0's stdout carries the events
-            self.procs.append(subprocess.Popen(
-                cmd, stdout=subprocess.PIPE if events_here else log, stderr=log, text=True,
-                env=dict(env, **extra), start_new_session=True, cwd=ROOT))
             self.log_paths.append(log_path)
             self._logs.append(log)
-            if events_here:
-                self._reader = threading.Thread(target=self._read, args=(self.procs[-1],),
-                                                daemon=True)
-                self._reader.start()
-        threading.Thread(target=self._watch, daemon=True).start()
+            if server is not None:
+                proc = server.spawn(path, dict(env, **extra), log, events=events)
+                proc.stdin.close()  # a rank reads no requests
+            else:
+                proc = subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE if events else log, stderr=log,
+                    text=True, env=dict(env, **extra), start_new_session=True, cwd=ROOT)
+            self.procs.append(proc)
 
     def _read(self, proc) -> None:
         for line in proc.stdout:

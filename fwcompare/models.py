@@ -66,9 +66,27 @@ AUTO_CLASS = {"base": "AutoModel", "seq_cls": "AutoModelForSequenceClassificatio
               "causal_lm": "AutoModelForCausalLM"}
 
 
-def train_head(config) -> str:
-    """The training head of an architecture: causal LM for decoders, else classification."""
-    return "causal_lm" if config.model_type in DECODERS else "seq_cls"
+def train_head(model: str) -> str:
+    """The training head of a model: causal LM for decoders, else classification."""
+    return "causal_lm" if model_type(model) in DECODERS else "seq_cls"
+
+
+# The zoo's config classes' ``model_type`` (a test checks them against transformers).
+ZOO_TYPES = {"BertConfig": "bert", "RobertaConfig": "roberta", "DistilBertConfig": "distilbert",
+             "GPT2Config": "gpt2", "XLNetConfig": "xlnet", "XLMConfig": "xlm"}
+
+
+def model_type(model: str) -> str:
+    """A model's architecture (transformers' ``model_type``), read without
+    importing transformers: the runner's process (a notebook's kernel) only
+    names cells and files, and importing transformers there took 7 s of CPU
+    beside the fork servers' own imports."""
+    import json
+
+    check_model(model)
+    if model in ZOO:
+        return ZOO_TYPES[ZOO[model][0]]
+    return json.loads((local_path(model) / "config.json").read_text())["model_type"]
 
 
 def without_dropout(config):
@@ -143,8 +161,10 @@ def head_config(model: str, head: str = "base"):
 
 def model_key(model: str, seed: int, head: str = "base") -> str:
     """Short stable key naming the weights of (model, seed, head)."""
-    if model in ZOO:
-        blob = head_config(model, head).to_json_string(use_diff=False) + f"seed={seed}{head}"
+    if model in ZOO:  # the config's source and the transformers that fills its defaults
+        from importlib.metadata import version
+
+        blob = f"{ZOO[model]!r}transformers={version('transformers')}seed={seed}{head}"
         name = model
     else:
         p = local_path(model)

@@ -59,7 +59,7 @@ MAX_RESTARTS = 3
 # Keep transformers from importing the other frameworks into a worker (it
 # imported TensorFlow into the PyTorch worker: +700 MB of RSS, unrelated work).
 _ONLY = {"torch": {"USE_TF": "0", "USE_FLAX": "0"}, "tensorflow": {"USE_FLAX": "0"},
-         "jax": {"USE_TF": "0"}}
+         "jax": {"USE_TF": "0", "USE_TORCH": "0"}}
 
 
 def worker_env(threads: int, device: str, framework: str) -> dict:
@@ -179,6 +179,9 @@ class Runner:
         self.progress = progress
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self.threads = params["threads"] or env.default_threads()
+        # The thread variables of the workers' environment (a rank's share
+        # where the study says so); a job's own threads are set at configure.
+        self.env_threads = study.worker_threads(params) or self.threads
         self.manifest = env.manifest(params)
         self.provenance = {
             "versions": self.manifest["versions"], "git_commit": self.manifest["git_commit"],
@@ -258,12 +261,17 @@ class Runner:
     def _worker(self, job: Job, name: str, kind: str) -> Worker:
         """A served worker, forked from its environment's fork server when
         there is one (waiting for the server's imports counts as this one's)."""
-        env = self.worker_env(self.threads, kind)
+        env = self.worker_env(self.env_threads, kind)
         with self.phase("process start and imports"):
-            server = self.servers.server_for(env, self.params["group_timeout_s"]) \
-                if self.servers is not None else None
-            return Worker(job, self.work_dir / "jobs", name, env, server,
+            return Worker(job, self.work_dir / "jobs", name, env, self.server_for(env),
                           self.compile_cache(job) if job.cells else None)
+
+    def server_for(self, env: dict):
+        """The run's ready fork server for ``env`` (waiting for its imports),
+        or None (none, or it failed: the caller starts a fresh interpreter)."""
+        if self.servers is None:
+            return None
+        return self.servers.server_for(env, self.params["group_timeout_s"])
 
     def compile_cache(self, job: Job) -> Path:
         """The torch.compile cache of a job's variants. Round 0 starts it empty,
@@ -281,16 +289,17 @@ class Runner:
         return path
 
     def start_servers(self, models: list[str]) -> None:
-        """Fork servers for this run's workers (every framework, and the prepare
-        job), importing while the weights are prepared. Not for a study whose
-        workers are launches of ranks (``Study.forked_workers``), nor with
-        FWCOMPARE_FORKSERVER=0 (every worker a fresh interpreter)."""
-        if not self.study.forked_workers or os.environ.get("FWCOMPARE_FORKSERVER") == "0":
+        """Fork servers for this run's workers (every framework, with the
+        study's ``worker_threads``, and the prepare job), importing while the
+        weights are prepared. None with FWCOMPARE_FORKSERVER=0 (every worker a
+        fresh interpreter). A server is pinned to the run's cores: a rank
+        forked from it takes its own share (``worker.pin_threads``)."""
+        if os.environ.get("FWCOMPARE_FORKSERVER") == "0":
             return
         if self.servers is None:
             self.servers = ForkServers(self.work_dir / "jobs")
         for kind in [*self.params["frameworks"], "prepare"]:  # prepare: torch's, usually
-            self.servers.start(self.worker_env(self.threads, kind), self.threads, kind,
+            self.servers.start(self.worker_env(self.env_threads, kind), self.threads, kind,
                                self.study.name, module_file(self.study), models)
 
     def _prepare(self, model: str, cells: list[CellRef]) -> str | None:

@@ -2,6 +2,8 @@
 two-worker launches that crash, hang or diverge on purpose."""
 import json
 import math
+import os
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -63,6 +65,10 @@ def test_launch_commands_for_two_hosts(tmp_path):
     configs = launch.tf_configs(4, ["h0", "h1"], 1, ports)
     assert [c["task"]["index"] for c in configs] == [2, 3]
     assert configs[0]["cluster"]["worker"] == ["h0:29501", "h0:29502", "h1:29503", "h1:29504"]
+    envs = launch.torch_rank_envs(4, ["h0", "h1"], 1, 29500)  # torchrun's, for forked ranks
+    assert [(e["RANK"], e["LOCAL_RANK"]) for e in envs] == [("2", "0"), ("3", "1")]
+    assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"])
+            for e in envs} == {("4", "2", "h0", "29500")}
     with pytest.raises(ValueError, match="fixed master_port"):
         launch.choose_ports("torch", 2, ["h0", "h1"], 0)
     free = launch.choose_ports("tensorflow", 3, ["127.0.0.1"], 0)
@@ -141,15 +147,33 @@ def test_scaling_claim_from_claims_yaml_needs_every_framework():
     assert row["verdict"] == "not measured here" and "GPU" in row["note"]
 
 
+def _rank_pids(tmp_path) -> dict[str, list[tuple[int, int]]]:
+    """(pid, parent) of every rank and job, per log, from the line each writes."""
+    jobs = tmp_path / "results" / "work" / "jobs"
+    return {log.stem: [tuple(map(int, m)) for m in re.findall(
+        r"fwcompare worker: pid (\d+), parent (\d+)", log.read_text())]
+        for log in jobs.glob("*.log") if not log.name.startswith("forkserver")}
+
+
 def _ranks_alive(tmp_path) -> list[psutil.Process]:
     """Ranks or launchers of this test's jobs still running anywhere on the
-    machine (torchrun's ranks run in sessions of their own, so they are not
-    found among this process's children); a rank's command names its job file."""
+    machine (they run in sessions of their own, so they are not found among
+    this process's children once their parent is gone): a launcher's or a
+    fresh rank's command names its job file; a forked rank is found by the
+    pid its log names."""
     alive = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
         if str(tmp_path) in cmd and ("fwcompare.worker" in cmd or "torch.distributed.run" in cmd):
             alive.append(proc)
+    for pids in _rank_pids(tmp_path).values():
+        for pid, _ in pids:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
     return alive
 
 
@@ -192,6 +216,13 @@ def test_crashed_rank_and_diverged_weights(tmp_path, monkeypatch, ports_used):
     assert df.loc["strong", "weight_max_abs_diff"] == pytest.approx(1e-3, rel=0.05)
     assert "weights differ across ranks" in df.loc["strong", "error"]
     assert df.loc["strong", "median_s"] > 0  # timed all the same, and marked
+    # Each rank was forked (a log of its own) by the fork server that forked
+    # the prepare job, not started by torchrun or as a child of this process.
+    pids = _rank_pids(tmp_path)
+    ranks = [p for name, ps in pids.items() if "-x2-" in name for p in ps]
+    (prep,) = [ps[0] for name, ps in pids.items() if name.startswith("prepare")]
+    assert len(ranks) == 4  # 2 ranks x 2 launches (the crashed one and the fresh one)
+    assert {parent for _, parent in ranks} == {prep[1]} and prep[1] != os.getpid()
     assert not _ranks_alive(tmp_path)
     assert ports_used and all(launch.port_is_free(p) for p in ports_used)
 
@@ -205,7 +236,38 @@ def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
     assert df.loc["weak", "status"] == "timeout"
     assert "cell_timeout_s" in df.loc["weak", "error"]
     assert df.loc["strong", "status"] == "ok"
+    # TensorFlow's ranks are forked too (by the TensorFlow fork server; a fresh
+    # interpreter's parent would be this process), each with a log of its own.
+    ranks = [p for name, ps in _rank_pids(tmp_path).items() if "-x2-" in name for p in ps]
+    assert len(ranks) == 4 and len({parent for _, parent in ranks}) == 1
+    assert ranks[0][1] != os.getpid()
     assert not _ranks_alive(tmp_path)
     assert len(ports_used) == 4 and all(launch.port_is_free(p) for p in ports_used)
     stored = json.loads((tmp_path / "results" / "params.json").read_text())
     assert stored["cell_timeout_s"] == 15.0
+
+
+def test_a_launch_whose_fork_server_is_gone_starts_fresh_processes(tmp_path):
+    """Forking a rank fails (its server died): the ranks forked so far are
+    ended and the launch starts every rank as a fresh process instead."""
+    import subprocess
+
+    from test_job_protocol import _job
+
+    from fwcompare.forkserver import ForkServerError
+
+    class Gone:
+        calls = 0
+
+        def spawn(self, *args, **kwargs):
+            Gone.calls += 1
+            raise ForkServerError("fork server gone")
+    w = launch.Launch(_job(framework="tensorflow"), tmp_path, "tf", dict(os.environ),
+                      framework="tensorflow", workers=2, hosts=["127.0.0.1"], server=Gone())
+    try:
+        assert Gone.calls == 1 and len(w.procs) == 2
+        assert all(isinstance(p, subprocess.Popen) for p in w.procs)
+        assert "fork server failed (fork server gone)" in (tmp_path / "tf-0.log").read_text()
+    finally:
+        w.kill()
+    assert all(p.poll() is not None for p in w.procs)

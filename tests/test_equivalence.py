@@ -104,13 +104,15 @@ def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
             backend.make_inputs(ids, "cpu")))
     converted = forward()  # from_pt, then the copy is written
     assert copy.is_file() if framework == "jax" else (copy / "tf_model.h5").is_file()
-    assert not [p for p in copy.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+    assert not [p for p in copy.parent.iterdir()  # no temporary left (the lock stays)
+                if p.name.startswith(".") and p.suffix != ".lock"]
     import transformers
     from transformers import modeling_tf_pytorch_utils as pt_utils
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted again instead of reading the copy")
     if framework == "jax":
+        monkeypatch.setattr(backend, "_from_safetensors", no_conversion)
         monkeypatch.setattr(transformers.FlaxAutoModel, "from_pretrained", no_conversion)
     else:
         for name in ("load_pytorch_checkpoint_in_tf2_model",
@@ -123,6 +125,64 @@ def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
     assert copy_of(wdir) != copy
 
 
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, framework):
+    """Lanes build at once: the first converts the PyTorch weights, the others
+    wait for its native copy and read it (frameworks.one_converter)."""
+    import threading
+    import time
+
+    from fwcompare import paths
+
+    backend = get_backend(framework)
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
+    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    backend.configure(2, "cpu")
+    if framework == "jax":
+        where, name = backend, "_from_safetensors"
+    else:
+        from transformers import modeling_tf_pytorch_utils as where
+        name = "load_pytorch_checkpoint_in_tf2_model"
+    convert = getattr(where, name)
+    conversions = []
+
+    def slow_conversion(*args, **kwargs):
+        conversions.append(threading.get_ident())
+        time.sleep(1.0)  # long enough for the other loads to arrive meanwhile
+        return convert(*args, **kwargs)
+    monkeypatch.setattr(where, name, slow_conversion)
+    ids = token_ids(0, 2, 16, models.config_for("tiny-bert").vocab_size)
+    outputs = []
+
+    def load():
+        model = backend.load(wdir, "cpu")
+        outputs.append(backend.to_numpy(backend.make_forward(model, "eager", "cpu")(
+            backend.make_inputs(ids, "cpu"))))
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outputs) == 3 and len(conversions) == 1
+    reference = torch_reference(wdir, ids)
+    assert all(error_metrics(out, reference)["max_abs_err"] < TOL for out in outputs)
+
+
+def _gated_on_the_smallest_cell_and_compiled_once(tmp_path, df, jitted: str) -> None:
+    """Every cell ok; the gate file holds the smallest cell's batch (2 x 8);
+    JAX's worker log shows one compile of ``jitted`` per cell shape."""
+    from fwcompare.gate import Gate
+
+    assert (df["status"] == "ok").all(), df[["framework", "error"]]
+    work = tmp_path / "results" / "work"
+    (gate_file,) = (work / "gate").glob("*.npz")
+    assert Gate(gate_file).ids.shape == (2, 8)  # the smallest cell's batch
+    (log,) = [p for p in (work / "jobs").glob("jax-*.log")]
+    compiles = [line for line in log.read_text().splitlines()
+                if f"Compiling {jitted}" in line or f"Compiling jit({jitted})" in line]
+    assert len(compiles) == 2, compiles  # 2 x 8 and 2 x 16, nothing else
+
+
 @pytest.mark.slow
 def test_training_gates_on_its_smallest_cell_and_compiles_each_shape_once(tmp_path,
                                                                           monkeypatch):
@@ -133,7 +193,6 @@ def test_training_gates_on_its_smallest_cell_and_compiles_each_shape_once(tmp_pa
     from conftest import SMOKE_TIMING
 
     from fwcompare import run_study
-    from fwcompare.gate import Gate
 
     monkeypatch.setenv("JAX_LOG_COMPILES", "1")
     params = {"models": ["tiny-bert"], "frameworks": ["torch", "jax"],
@@ -142,14 +201,7 @@ def test_training_gates_on_its_smallest_cell_and_compiles_each_shape_once(tmp_pa
               **SMOKE_TIMING}
     res = run_study("training", params, output_dir=tmp_path, progress=False)
     df, losses = res.results, res.losses
-    assert (df["status"] == "ok").all(), df[["framework", "error"]]
-    work = tmp_path / "results" / "work"
-    (gate_file,) = (work / "gate").glob("*.npz")
-    assert Gate(gate_file).ids.shape == (2, 8)  # the smallest cell's batch
-    (log,) = [p for p in (work / "jobs").glob("jax-*.log")]
-    compiles = [line for line in log.read_text().splitlines()
-                if "Compiling train" in line or "Compiling jit(train)" in line]
-    assert len(compiles) == 2, compiles  # 2 x 8 and 2 x 16, nothing else
+    _gated_on_the_smallest_cell_and_compiled_once(tmp_path, df, "train")
     for fw, g in df.groupby("framework"):
         steps = losses[losses["framework"] == fw].sort_values("step")
         assert len(steps) == 3
@@ -157,3 +209,33 @@ def test_training_gates_on_its_smallest_cell_and_compiles_each_shape_once(tmp_pa
         assert g["equiv_max_abs_err"].notna().all()
     first = df[(df["framework"] == "jax") & (df["seq_len"] == 8)].iloc[0]
     assert first["first_call_s"] > 10 * first["median_s"]  # the compile is in it
+
+
+@pytest.mark.slow
+def test_inference_gates_in_its_smallest_cells_first_call_and_compiles_each_shape_once(
+        tmp_path, monkeypatch):
+    """The inference gate batch is the smallest cell's: that cell's first call
+    is the gate's (its output checked right after it), so JAX compiles the
+    forward once per cell shape (the worker's compile log), not also at an
+    odd gate shape; every cell carries the gate's figures, and a forward that
+    does not match the reference is still caught."""
+    from conftest import SMOKE_TIMING
+
+    from fwcompare import run_study
+
+    monkeypatch.setenv("JAX_LOG_COMPILES", "1")
+    params = {"models": ["tiny-bert"], "frameworks": ["torch", "jax"],
+              "modes": {"torch": ["eager"], "jax": ["jit"]}, "batch_sizes": [2],
+              "seq_lens": [16, 8], "group_timeout_s": 300.0, **SMOKE_TIMING}
+    res = run_study("inference_sweep", params, output_dir=tmp_path, progress=False)
+    df = res.results
+    _gated_on_the_smallest_cell_and_compiled_once(tmp_path, df, "apply")
+    assert (df["equiv_max_abs_err"] < TOL).all()  # every cell carries the gate's figures
+    first = df[(df["framework"] == "jax") & (df["seq_len"] == 8)].iloc[0]
+    assert first["first_call_s"] > 10 * first["median_s"]  # the compile is in it
+    # The check after the first call can fail: a tolerance no float32 output meets.
+    strict = run_study("inference_sweep", {**params, "frameworks": ["jax"],
+                                           "modes": {"jax": ["jit"]}, "equiv_tol": 1e-12},
+                       output_dir=tmp_path / "strict", progress=False).results
+    assert (strict["status"] == "not_equivalent").all(), strict[["seq_len", "status"]]
+    assert strict["error"].str.contains("exceeds equiv_tol").all()

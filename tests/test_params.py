@@ -120,3 +120,23 @@ def test_report_refuses_a_bad_params_file_before_running(tmp_path, monkeypatch):
     with pytest.raises(params.ParamsError, match="unknown key 'modelz'"):
         report.build("smoke", out_root=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_runners_process_names_models_without_importing_transformers():
+    """Cells, heads and weight keys are named in the runner's process (a
+    notebook's kernel) without importing transformers, and the zoo's
+    architectures match transformers' own model_type."""
+    code = ("import sys\nfrom fwcompare import models\nfrom fwcompare.studies import STUDIES\n"
+            "keys = {models.model_key(m, 0, STUDIES[s].head(t, m))\n"
+            "        for s in STUDIES for t in STUDIES[s].tasks for m in models.ZOO}\n"
+            "assert len(keys) > len(models.ZOO), keys\n"
+            "assert 'transformers' not in sys.modules\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    from fwcompare import models
+
+    for name in models.ZOO:
+        assert models.model_type(name) == models.config_for(name).model_type
+    assert models.train_head("gpt2") == "causal_lm" and models.train_head("tiny-bert") == "seq_cls"

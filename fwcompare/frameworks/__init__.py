@@ -34,6 +34,7 @@ against it.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from types import ModuleType
 from typing import Protocol
@@ -152,6 +153,24 @@ def native_copy(weights_dir, kind: str, suffix: str = ""):
     st = src.stat()
     key = hashlib.sha1(f"{src.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
     return CACHE / kind / f"{key[:16]}{suffix}"
+
+
+@contextlib.contextmanager
+def one_converter(copy):
+    """Held while a native copy is looked for and, if missing, written: the
+    lanes of one model build at once, so without it each converted the same
+    weights beside the others (three JAX precisions of mixed_precision took
+    37-39 s each). The first converts; the others wait, then read the copy.
+    The lock (flock) goes with the process that holds it, a killed one too."""
+    if copy is None:
+        yield
+        return
+    import fcntl
+
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    with open(copy.parent / f".{copy.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def get_backend(framework: str) -> ModuleType:

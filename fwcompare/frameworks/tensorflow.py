@@ -1,6 +1,7 @@
 """TensorFlow backend (transformers' TF classes through tf-keras)."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -11,7 +12,7 @@ import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
 from . import (Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
-               looks_like_oom, native_copy, tf32_note)
+               looks_like_oom, native_copy, one_converter, tf32_note)
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
 _POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",
@@ -66,21 +67,24 @@ def _from_pretrained(auto, weights_dir):
     (3.1 s instead of 4.2-5.8 s for bert-base on a 2-core Xeon). The
     equivalence gate checks the result either way."""
     copy = tf_copy(weights_dir)
-    if copy is not None and (copy / "tf_model.h5").is_file():
-        return auto.from_pretrained(copy, local_files_only=True)
-    model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
-    if copy is not None:
-        import shutil
-        import tempfile
+    # Not one converter at a time inside a strategy's scope: building the model
+    # there is a collective of every rank, so a rank waiting for the lock
+    # would hang the rank that holds it (each rank converts on its own).
+    with contextlib.nullcontext() if tf.distribute.has_strategy() else one_converter(copy):
+        if copy is None or not (copy / "tf_model.h5").is_file():
+            model = auto.from_pretrained(weights_dir, from_pt=True, local_files_only=True)
+            if copy is not None:
+                import shutil
+                import tempfile
 
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=copy.parent, prefix=f".{copy.name}-")
-        try:
-            model.save_pretrained(tmp)
-            os.rename(tmp, copy)  # whole or not at all; another worker may have won
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return model
+                tmp = tempfile.mkdtemp(dir=copy.parent, prefix=f".{copy.name}-")
+                try:
+                    model.save_pretrained(tmp)
+                    os.rename(tmp, copy)  # whole or not at all
+                except OSError:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            return model
+    return auto.from_pretrained(copy, local_files_only=True)
 
 
 def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):

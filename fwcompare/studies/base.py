@@ -16,6 +16,7 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``gate_shape``: the gate batch (rows must split as the study needs)
 - ``fp64_shapes``: shapes that need float64 references (precision errors)
 - ``groups``: how one framework's cells share worker processes, in order
+- ``worker_threads``: threads of each worker, where not the run's (ranks)
 - ``spawn``: the process(es) that run one group (default: one worker)
 - ``run_group``: how the parent runs one group (default: the runner's)
 - ``train_settings``: the training reference's optimizer and steps (training
@@ -66,6 +67,14 @@ def by_size(ref: CellRef) -> tuple:
     return (DTYPES.index(s.dtype), s.batch_size * s.seq_len, s.batch_size, s.mode)
 
 
+def smallest_shape(batch_sizes, seq_lens) -> tuple[int, int]:
+    """The first cell a variant runs (ascending batch x sequence, as
+    :func:`by_size`): the gate batch of the studies that gate on a cell, so
+    that the gate's calls are that cell's first calls and a compiled mode or
+    step is compiled once (``fwcompare.gate``)."""
+    return min(((b, s) for b in batch_sizes for s in seq_lens), key=lambda t: (t[0] * t[1], t[0]))
+
+
 def per_mode(cells: list[CellRef]) -> list[list[CellRef]]:
     """One process per mode (sorted by mode), each in ascending size."""
     modes = sorted({c.spec.mode for c in cells})
@@ -80,9 +89,6 @@ class Study:
     tasks: tuple[str, ...] = ("inference",)
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
-    # Whether its served workers are forked from pre-imported fork servers
-    # (fwcompare.forkserver); a study whose workers are launches of ranks says no.
-    forked_workers: bool = True
 
     @property
     def notebook(self) -> str:
@@ -101,7 +107,7 @@ class Study:
 
     def head(self, task: str, model: str) -> str:
         if task == "train":
-            return models.train_head(models.config_for(model))
+            return models.train_head(model)
         return "base"
 
     def model_key(self, model: str, seed: int, head: str) -> str:
@@ -119,6 +125,11 @@ class Study:
         """Default: one process for all of a framework's cells (one model per
         precision), in ascending size."""
         return [sorted(cells, key=by_size)] if cells else []
+
+    def worker_threads(self, params: dict) -> int | None:
+        """Threads of each worker process, where they are not the run's
+        (None): a data-parallel rank's share of the cores."""
+        return None
 
     def spawn(self, runner: "Runner", job: Job, name: str):
         return runner.spawn_worker(job, name)

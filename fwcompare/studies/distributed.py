@@ -1,10 +1,13 @@
 """Distributed data-parallel training: DDP against tf.distribute, one worker to many.
 
 Each (framework, engine, worker count) is one launch of that many ranks with
-the framework's own launcher (:mod:`fwcompare.launch`: ``torchrun`` for
-PyTorch DistributedDataParallel, ``TF_CONFIG`` workers for TensorFlow's
-MultiWorkerMirroredStrategy); every rank runs :meth:`Distributed.work` with its
-framework's engine (``frameworks.<fw>.DataParallel``):
+the environment of the framework's own launcher (:mod:`fwcompare.launch`:
+``torchrun``'s variables for PyTorch DistributedDataParallel, ``TF_CONFIG``
+for TensorFlow's MultiWorkerMirroredStrategy). On one host the ranks are
+forked from the run's fork server; across hosts they start as fresh
+processes (``torchrun`` for PyTorch). Every rank runs
+:meth:`Distributed.work` with its framework's engine
+(``frameworks.<fw>.DataParallel``):
 
 1. **Agreement**: ``agreement_steps`` training steps on the gate batch, split
    evenly over the ranks. The loss of each step (mean over ranks: the mean
@@ -81,7 +84,6 @@ class Distributed(Study):
     name = "distributed"
     title = "Distributed data-parallel: DDP against tf.distribute, 1 to N workers"
     tasks = ("train",)
-    forked_workers = False  # its workers are launches of ranks (torchrun, TF_CONFIG)
 
     # -- params ---------------------------------------------------------------------
     def schema(self):
@@ -140,8 +142,7 @@ class Distributed(Study):
     def cells(self, params):
         """Per framework and worker count, a weak-scaling cell (per_worker_batch on
         each worker) and a strong-scaling one (global_batch over all workers)."""
-        local = max(params["workers"]) // len(params["hosts"])
-        threads = params["threads"] or max(1, env.default_threads() // local)
+        threads = self.worker_threads(params)
         batch = {"weak": lambda w: params["per_worker_batch"] * w,
                  "strong": lambda w: params["global_batch"]}
         return [RunSpec(study=self.name, model=model, framework=fw, mode=mode,
@@ -153,6 +154,11 @@ class Distributed(Study):
                 for mode in params["modes"][fw]
                 for w in params["workers"]
                 for sc in params["scaling"]]
+
+    def worker_threads(self, params):
+        """Per rank: this host's cores over its most ranks, unless set."""
+        local = max(params["workers"]) // len(params["hosts"])
+        return params["threads"] or max(1, env.default_threads() // local)
 
     def gate_shape(self, params, task):
         return (2 * math.lcm(*params["workers"]), GATE_SHAPE[1])  # splits over every count
@@ -169,11 +175,16 @@ class Distributed(Study):
 
         spec = job.cells[0].spec  # one engine and worker count per launch
         job = job.replace(threads=spec.threads)
-        return Launch(job, runner.work_dir / "jobs", f"{name}-x{spec.workers}",
-                      runner.worker_env(spec.threads, job.framework),
-                      framework=job.framework, workers=spec.workers,
-                      hosts=runner.params["hosts"], node_rank=runner.params["node_rank"],
-                      master_port=runner.params["master_port"])
+        env = runner.worker_env(spec.threads, job.framework)
+        hosts = runner.params["hosts"]
+        # Ranks on one host are forked from the run's fork server (the variables
+        # torchrun or TF_CONFIG would give them); across hosts the launchers start them.
+        with runner.phase("process start and imports"):  # the server's imports, if not done
+            server = runner.server_for(env) if len(hosts) == 1 else None
+        return Launch(job, runner.work_dir / "jobs", f"{name}-x{spec.workers}", env,
+                      framework=job.framework, workers=spec.workers, hosts=hosts,
+                      node_rank=runner.params["node_rank"],
+                      master_port=runner.params["master_port"], server=server)
 
     def run_group(self, runner, model, group):
         """Node 0 runs the launch and writes the rows; another host only runs

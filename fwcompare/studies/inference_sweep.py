@@ -2,28 +2,45 @@
 framework and mode, over models x batch x sequence (the 2019 study's grid).
 
 A worker holds one framework; per precision it loads one model with the
-shared weights, gates every mode's forward against PyTorch's reference on the
-gate batch, then measures the cells in ascending size.
+shared weights and measures the cells in ascending size; each mode's forward
+is gated against PyTorch's reference in the smallest cell's first call.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ..params import TIMING, Param, grid_params, positive
 from ..spec import MODES, RunSpec
 from . import register
-from .base import Study
+from .base import Study, smallest_shape
 
 EQUIV_TOL = Param("float", 1e-4, "max abs error against the PyTorch reference before a cell is flagged not_equivalent", positive)
 
 
-def gated_forwards(ctx: WorkerContext, dtype: str, modes=None, mp_equiv_rtol=None,
-                   load_failed: str = ""):
-    """The variant of one precision: the model loaded for ``dtype`` and each
-    mode's forward checked on the gate batch (gate.check_forwards). ``modes``:
-    default, every mode of this worker's cells in that precision. Returns
-    (model, load_s, forwards, known, problems)."""
-    from ..gate import check_forwards
+@dataclass
+class InferenceVariant:
+    """One precision's model and each mode's forward, built but not called;
+    ``checked``: mode -> (gate error figures, not-equivalent reason or "")
+    once that mode has passed the gate; ``problems``: mode -> (status,
+    message) for a mode that could not be built or gated."""
+
+    model: Any
+    load_s: float
+    forwards: dict
+    problems: dict
+    checked: dict = field(default_factory=dict)
+
+
+def load_forwards(ctx: WorkerContext, dtype: str, modes=None,
+                  load_failed: str = "") -> InferenceVariant:
+    """The model loaded for ``dtype`` and each mode's forward (default: every
+    mode of this worker's cells in that precision), none called yet."""
+    from ..gate import make_forwards
 
     try:
         model, load_s = ctx.load(dtype)
@@ -33,10 +50,34 @@ def gated_forwards(ctx: WorkerContext, dtype: str, modes=None, mp_equiv_rtol=Non
                           f"{load_failed or f'loading the model for {dtype} failed'}: "
                           f"{describe(exc)}") from exc
     modes = modes or sorted({c.spec.mode for c in ctx.job.cells if c.spec.dtype == dtype})
-    forwards, known, problems = check_forwards(
-        ctx.backend, model, modes, ctx.device, ctx.head, dtype, ctx.gate,
-        ctx.params["equiv_tol"], mp_equiv_rtol, mode_options(ctx.params))
-    return model, load_s, forwards, known, problems
+    forwards, problems = make_forwards(ctx.backend, model, modes, ctx.device, ctx.head, dtype,
+                                       mode_options(ctx.params))
+    return InferenceVariant(model, load_s, forwards, problems)
+
+
+def gate(ctx: WorkerContext, v: InferenceVariant, mode: str, dtype: str,
+         mp_equiv_rtol=None) -> None:
+    """``mode``'s forward called on the gate batch and checked (a call of its
+    own: for a variant whose gate cell is not among its cells)."""
+    from ..gate import check_forward
+
+    try:
+        v.checked[mode] = check_forward(ctx.backend, v.forwards[mode], mode, ctx.device, dtype,
+                                        ctx.gate, ctx.params["equiv_tol"], mp_equiv_rtol)
+    except Exception as exc:
+        v.problems[mode] = (failure_status(ctx.backend, exc), describe(exc))
+
+
+def gated_forwards(ctx: WorkerContext, dtype: str, modes=None, mp_equiv_rtol=None,
+                   load_failed: str = ""):
+    """The variant of one precision, each mode gated at once on the gate
+    batch. Returns (model, load_s, forwards: mode -> (fn, not-equivalent
+    reason), known: mode -> gate figures, problems)."""
+    v = load_forwards(ctx, dtype, modes, load_failed)
+    for mode in list(v.forwards):
+        gate(ctx, v, mode, dtype, mp_equiv_rtol)
+    return (v.model, v.load_s, {m: (v.forwards[m], v.checked[m][1]) for m in v.checked},
+            {m: v.checked[m][0] for m in v.checked}, v.problems)
 
 
 def mode_options(params) -> dict:
@@ -56,17 +97,35 @@ def forward_call(ctx: WorkerContext, fn, spec: RunSpec):
 
 def plan_inference(ctx: WorkerContext, spec: RunSpec, mp_equiv_rtol=None,
                    after=None) -> CellPlan:
-    """One forward cell: its precision's gated variant, this mode's forward."""
-    _, load_s, forwards, known, problems = ctx.variant(
-        ("inference", spec.dtype), lambda: gated_forwards(ctx, spec.dtype,
-                                                          mp_equiv_rtol=mp_equiv_rtol))
-    if spec.mode in problems:
-        raise CellFailure(*problems[spec.mode])
-    fn, bad = forwards[spec.mode]
-    return CellPlan(forward_call(ctx, fn, spec), known=dict(known[spec.mode], load_s=load_s),
+    """One forward cell: its precision's variant, this mode's forward.
+
+    The gate batch is the smallest cell's (``Study.gate_shape``), so that
+    cell's timed first call is the gate's call: its output is checked right
+    after it (``first``), and a compiled mode traces once. A mode whose gate
+    cell is not run here (a resumed run) is gated by a call of its own first."""
+    from ..gate import check_output
+
+    dtype, mode = spec.dtype, spec.mode
+    v = ctx.variant(("inference", dtype), lambda: load_forwards(ctx, dtype))
+    skip = ctx.skip_reason(spec)
+    first = None
+    if mode not in v.checked and mode not in v.problems and not skip:
+        if np.array_equal(ctx.token_ids(spec), ctx.gate.ids):
+
+            def first(out):
+                v.checked[mode] = check_output(ctx.backend.to_numpy(out), ctx.gate, mode,
+                                               dtype, ctx.params["equiv_tol"], mp_equiv_rtol)
+                return v.checked[mode]
+        else:
+            gate(ctx, v, mode, dtype, mp_equiv_rtol)
+    if mode in v.problems:
+        raise CellFailure(*v.problems[mode])
+    fn = v.forwards[mode]
+    known, bad = v.checked.get(mode, ({}, ""))
+    return CellPlan(forward_call(ctx, fn, spec), known=dict(known, load_s=v.load_s),
                     flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
-                    problem=bad, after=after, provenance={"mode_setup": fn.setup},
-                    skip=ctx.skip_reason(spec))
+                    problem=bad, first=first, after=after,
+                    provenance={"mode_setup": fn.setup}, skip=skip)
 
 
 class InferenceSweep(Study):
@@ -78,6 +137,9 @@ class InferenceSweep(Study):
                               {"torch": ["eager"], "tensorflow": ["eager", "graph"],
                                "jax": ["jit"]}, MODES, [1, 2], [32, 128], 1800.0),
                 "equiv_tol": EQUIV_TOL, **TIMING}
+
+    def gate_shape(self, params, task):
+        return smallest_shape(params["batch_sizes"], params["seq_lens"])
 
     def plan(self, ctx, spec):
         return plan_inference(ctx, spec)

@@ -27,7 +27,7 @@ from ..stats import geomean_ratio_ci
 from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
                       variant)
 from . import register
-from .base import Study, grid_cells, per_mode
+from .base import Study, grid_cells, per_mode, smallest_shape
 from .inference_sweep import EQUIV_TOL, plan_inference
 from .training import AGREEMENT, OPTIMIZER, plan_training, train_settings
 
@@ -96,14 +96,14 @@ class MixedPrecision(Study):
                              seq_lens=[params["train_seq_len"]]))
 
     def head(self, task, model):
-        if task == "inference" and models.config_for(model).model_type in models.DECODERS:
+        if task == "inference" and models.model_type(model) in models.DECODERS:
             return "causal_lm"  # logits: argmax agreement is next-token agreement
         return super().head(task, model)
 
     def gate_shape(self, params, task):
         if task == "train":  # the stability steps are the training cell's first calls
             return (params["train_batch_size"], params["train_seq_len"])
-        return super().gate_shape(params, task)
+        return smallest_shape(params["batch_sizes"], params["seq_lens"])  # its first call
 
     def fp64_shapes(self, task, cells):
         return sorted({(s.batch_size, s.seq_len) for s in cells}) if task == "inference" else []

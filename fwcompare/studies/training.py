@@ -24,7 +24,7 @@ from ..protocol import GATE, emit
 from ..spec import TRAIN_MODES, RunSpec
 from ..tables import variant
 from . import register
-from .base import Study, per_mode
+from .base import Study, per_mode, smallest_shape
 
 OPTIMIZER = {
     "learning_rate": Param("float", 1e-4, "AdamW learning rate (every framework)", positive),
@@ -38,13 +38,6 @@ AGREEMENT = {
     "loss_tol": Param("float", 1e-4, "max abs difference of the first loss from PyTorch's before a framework is flagged", positive),
     "loss_curve_rtol": Param("float", 1e-2, "max relative difference of any agreement-step loss from PyTorch's", positive),
 }
-
-
-def smallest_shape(batch_sizes, seq_lens) -> tuple[int, int]:
-    """The first cell a training variant runs (ascending batch x sequence, as
-    ``base.by_size``): the gate batch of training, so that the agreement steps
-    are that cell's first calls and its step is compiled once."""
-    return min(((b, s) for b in batch_sizes for s in seq_lens), key=lambda t: (t[0] * t[1], t[0]))
 
 
 def train_settings(params, agreement_steps: int | None = None) -> TrainSettings:
