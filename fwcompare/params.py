@@ -89,13 +89,23 @@ def modes_in(table: dict):
     return check
 
 
+def enough_for_ci(v):
+    """A cell that stops at ``min_iters`` samples (its ``max_time_s`` spent)
+    must still have a 95% interval: with fewer samples it has none (NaN)."""
+    from .stats import fewest_for_median_ci
+
+    n = fewest_for_median_ci(TimingConfig().confidence)
+    return (None if v >= n else
+            f"must be at least {n} (the fewest samples that give a 95% CI of the median), got {v!r}")
+
+
 def _timing() -> dict[str, Param]:
     """The timing protocol's keys, their defaults from timing.TimingConfig (one source)."""
     d = TimingConfig()
     return {
         "warmup_iters": Param("int", d.warmup_iters, "warm-up calls before sampling (at least)", non_negative),
         "warmup_s": Param("float", d.warmup_s, "warm-up seconds before sampling (at least)", non_negative),
-        "min_iters": Param("int", d.min_iters, "samples per cell (at least)", positive),
+        "min_iters": Param("int", d.min_iters, "samples per cell (at least; 6 are the fewest with a 95% CI of the median)", enough_for_ci),
         "min_time_s": Param("float", d.min_time_s, "sampling seconds per cell (at least)", positive),
         "max_time_s": Param("float", d.max_time_s, "sampling seconds per cell (at most; past it the cell is marked not converged)", positive),
         "target_rel_ci": Param("float", d.target_rel_ci, "stop once the 95% CI half-width of the median is within this share of it", positive),

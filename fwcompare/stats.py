@@ -55,6 +55,14 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     return med, float(x[k - 1]), float(x[n - k])
 
 
+def fewest_for_median_ci(confidence: float = 0.95) -> int:
+    """The fewest samples for which :func:`median_ci` gives an interval (6 at 95%)."""
+    n = 1
+    while _st.binom.ppf((1 - confidence) / 2, n, 0.5) < 1:
+        n += 1
+    return n
+
+
 def rel_ci_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float:
     """Half the width of the median's CI, relative to the median (NaN if none)."""
     med, lo, hi = median_ci(samples, confidence)

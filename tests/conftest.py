@@ -6,7 +6,7 @@ from fwcompare.timing import TimingConfig
 
 # Smoke-sized timing params: a few short samples per cell, enough for a median
 # and its CI (every test that runs cells through the runner uses these).
-SMOKE_TIMING = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 5, "min_time_s": 0.05,
+SMOKE_TIMING = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 6, "min_time_s": 0.05,
                 "max_time_s": 0.3, "target_rel_ci": 0.1}
 
 

@@ -125,6 +125,23 @@ def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
     assert copy_of(wdir) != copy
 
 
+def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tmp_path, monkeypatch):
+    """A data-parallel rank loads inside a strategy's scope, without the
+    converter lock (which also made the cache's directory): on a fresh clone
+    its first load must still write the copy, not fail for want of a folder."""
+    import tensorflow as tf
+
+    from fwcompare import paths
+
+    backend = get_backend("tensorflow")
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
+    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    backend.configure(2, "cpu")
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        backend.load(wdir, "cpu")
+    assert (backend.tf_copy(wdir) / "tf_model.h5").is_file()
+
+
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, framework):
     """Lanes build at once: the first converts the PyTorch weights, the others

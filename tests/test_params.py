@@ -1,3 +1,4 @@
+import math
 import subprocess
 import sys
 import time
@@ -75,6 +76,20 @@ def test_non_positive_sizes():
     check({"batch_sizes": [1, 0]}, "key 'batch_sizes'", "must be positive")
     check({"seq_lens": [-8]}, "key 'seq_lens'", "must be positive")
     check({"min_time_s": 0}, "key 'min_time_s'")
+
+
+def test_too_few_samples_for_an_interval_are_refused():
+    """A cell stopped at max_time_s with min_iters samples must have a CI:
+    5 samples give none at 95% (CI ran the smoke profile so, and NaN
+    intervals came out of its slow cells)."""
+    from fwcompare.stats import fewest_for_median_ci, median_ci
+
+    n = fewest_for_median_ci(0.95)
+    assert n == 6
+    assert all(map(math.isnan, median_ci(range(1, n), 0.95)[1:]))
+    assert median_ci(range(1, n + 1), 0.95)[1:] == (1.0, float(n))
+    check({"min_iters": n - 1}, "key 'min_iters'", f"must be at least {n}")
+    params.validate("inference_sweep", {**GOOD, "min_iters": n})
 
 
 def test_several_problems_are_all_listed():

@@ -77,6 +77,9 @@ def _from_pretrained(auto, weights_dir):
                 import shutil
                 import tempfile
 
+                # A rank in a strategy's scope skipped one_converter, which
+                # makes the directory: a fresh cache has none yet.
+                copy.parent.mkdir(parents=True, exist_ok=True)
                 tmp = tempfile.mkdtemp(dir=copy.parent, prefix=f".{copy.name}-")
                 try:
                     model.save_pretrained(tmp)
