@@ -28,7 +28,7 @@ from ..stats import geomean_ratio_ci, median_diff_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
 from . import register
 from .base import Study, per_mode
-from .inference_sweep import EQUIV_TOL, gated_forwards, mode_options
+from .inference_sweep import EQUIV_TOL, gate, load_forwards, mode_options
 
 
 def _eager_in_each(v):
@@ -38,20 +38,22 @@ def _eager_in_each(v):
 
 
 def compiled_variant(ctx: WorkerContext, mode: str):
-    """The model, its eager forward (gated against PyTorch's reference) and
-    this process's mode built from the same model (not yet called)."""
-    model, load_s, forwards, known, problems = gated_forwards(
-        ctx, "float32", ["eager"], load_failed="loading the model failed")
-    if problems:
-        status, message = problems["eager"]
+    """This process's mode built from the model, and the eager forward (gated
+    against PyTorch's reference) that its outputs are checked against:
+    (fn, eager, not-equivalent reason, gate figures)."""
+    v = load_forwards(ctx, "float32", ["eager"], load_failed="loading the model failed")
+    gate(ctx, v, "eager", "float32")
+    if "eager" in v.problems:
+        status, message = v.problems["eager"]
         raise CellFailure(status, f"eager forward (the reference) failed: {message}")
-    eager, bad = forwards["eager"]
+    eager = v.forwards["eager"]
+    known, bad = v.checked["eager"]
     try:
         fn = eager if mode == "eager" else ctx.backend.make_forward(
-            model, mode, ctx.device, ctx.head, "float32", mode_options(ctx.params))
+            v.model, mode, ctx.device, ctx.head, "float32", mode_options(ctx.params))
     except Exception as exc:
         raise CellFailure(failure_status(ctx.backend, exc), describe(exc)) from exc
-    return model, fn, eager, bad, dict(known["eager"], load_s=load_s)
+    return fn, eager, bad, dict(known, load_s=v.load_s)
 
 
 def accel_check(ctx: WorkerContext, fn, eager, x):
@@ -100,8 +102,8 @@ class Acceleration(Study):
         return per_mode(cells)
 
     def plan(self, ctx, spec: RunSpec):
-        _, fn, eager, bad, known = ctx.variant(("accel", spec.mode),
-                                               lambda: compiled_variant(ctx, spec.mode))
+        fn, eager, bad, known = ctx.variant(("accel", spec.mode),
+                                        lambda: compiled_variant(ctx, spec.mode))
         x = ctx.backend.make_inputs(ctx.token_ids(spec), ctx.device)
         return CellPlan(lambda: (lambda: fn(x)), known=known,
                         flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),

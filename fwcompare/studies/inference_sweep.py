@@ -68,18 +68,6 @@ def gate(ctx: WorkerContext, v: InferenceVariant, mode: str, dtype: str,
         v.problems[mode] = (failure_status(ctx.backend, exc), describe(exc))
 
 
-def gated_forwards(ctx: WorkerContext, dtype: str, modes=None, mp_equiv_rtol=None,
-                   load_failed: str = ""):
-    """The variant of one precision, each mode gated at once on the gate
-    batch. Returns (model, load_s, forwards: mode -> (fn, not-equivalent
-    reason), known: mode -> gate figures, problems)."""
-    v = load_forwards(ctx, dtype, modes, load_failed)
-    for mode in list(v.forwards):
-        gate(ctx, v, mode, dtype, mp_equiv_rtol)
-    return (v.model, v.load_s, {m: (v.forwards[m], v.checked[m][1]) for m in v.checked},
-            {m: v.checked[m][0] for m in v.checked}, v.problems)
-
-
 def mode_options(params) -> dict:
     """Params that change how a mode is built (the backends' make_forward options)."""
     return {k: params[k] for k in ("torch_compile_mode", "torch_compile_dynamic") if k in params}
