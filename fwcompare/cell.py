@@ -90,8 +90,9 @@ class CellPlan:
     ``call()`` builds the timed callable (inputs made outside the timed
     region); ``known``: figures known before timing (gate errors, load time);
     ``flops``: FLOPs of one call; ``problem``: why the cell is not equivalent
-    ("" if it is); ``first(out)`` -> (figures, problem) checks the first
-    call's output before warm-up; ``after(fn)`` -> figures from the warm
+    ("" if it is); ``first(out)`` -> (figures, problem, warm-up calls
+    it made: ns each, see ``timing.prepare``) checks the first call's output
+    before warm-up; ``after(fn)`` -> figures from the warm
     callable after timing (e.g. precision errors); ``skip``: why the cell
     cannot run at all (status unsupported); ``provenance``: columns of the
     row that say how this cell was set up (``mode_setup``)."""
@@ -166,8 +167,9 @@ class CellRun:
 
         def on_first(out):
             if self.plan.first is not None:
-                figures, problem = self.plan.first(out)
+                figures, problem, warm_ns = self.plan.first(out)
                 checked.update(figures, problem=problem)
+                return warm_ns
         self.sampler = prepare(fn, self.backend.sync, self.config, on_first)
         problem = checked.pop("problem", "")
         self.figures.update(checked)

@@ -184,21 +184,27 @@ def check_forward(backend, fn, mode: str, device: str, dtype: str, gate: Gate,
 
 def agreement_steps(backend, step, gate: Gate, device: str, n: int, first=None):
     """``n`` training steps on the gate batch: losses, the loss scale after each
-    step, and which steps dynamic loss scaling skipped (the scale went down).
+    step, which steps dynamic loss scaling skipped (the scale went down), and
+    how long each step taken here lasted (ns, its loss fetched: a sync).
     ``first``: (loss, loss scale before it) of the first step, already taken
     on the gate batch (a cell's timed first call); then ``n - 1`` follow."""
+    import time
+
     import numpy as np
 
     batch = backend.make_batch(gate.ids, gate.labels, device)
-    losses, scales, skipped = [], [], []
+    losses, scales, skipped, step_ns = [], [], [], []
     before = step.loss_scale() if first is None else first[1]
     for i in range(n):
+        t0 = time.perf_counter_ns()
         out = first[0] if i == 0 and first is not None else step(batch)
         losses.append(float(backend.to_numpy(out)))
+        if not (i == 0 and first is not None):
+            step_ns.append(time.perf_counter_ns() - t0)
         scales.append(step.loss_scale())
         skipped.append(bool(scales[-1] < before))
         before = scales[-1]
-    return np.array(losses), np.array(scales), np.array(skipped)
+    return np.array(losses), np.array(scales), np.array(skipped), step_ns
 
 
 def loss_problems(dtype: str, losses, ref, loss_tol: float, loss_curve_rtol: float,

@@ -134,20 +134,23 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
             on_first: Callable[[Any], None] | None = None) -> Sampler:
     """Steps 1-3: the first call timed apart, warm-up, block size.
     ``on_first(out)`` gets the first call's output, untimed, before warm-up
-    (e.g. to check a compiled mode's output before its steady state is timed)."""
+    (e.g. to check a compiled mode's output before its steady state is timed);
+    it may return the durations (ns, sync included) of calls it made that do
+    ``fn``'s own work (training's agreement steps on the cell's batch): they
+    count as warm-up calls, so the warm-up makes only what they leave."""
     t0 = time.perf_counter_ns()
     out = fn()
     sync(out)
     first_ns = time.perf_counter_ns() - t0
     timing = Timing(first_call_s=first_ns / 1e9)
+    warm_ns: list[int] = []  # each warm-up call, as a block of one call
     if on_first is not None:
         t0 = time.perf_counter()
-        on_first(out)
+        warm_ns += on_first(out) or []
         timing.checked_s = time.perf_counter() - t0
     del out
 
-    warm_start = time.perf_counter()
-    warm_ns: list[int] = []  # each warm-up call, as a block of one call
+    warm_start = time.perf_counter() - sum(warm_ns) / 1e9
     while len(warm_ns) < config.warmup_iters or time.perf_counter() - warm_start < config.warmup_s:
         warm_ns.append(_time_block(fn, sync, 1))
 

@@ -86,3 +86,28 @@ def test_long_calls_set_the_block_size_from_the_warm_up():
     short = prepare(lambda: busy(0.002), config=cfg)
     assert short.timing.calls_per_sample >= 10
     assert np.median(short.take(3)) < 0.004  # per call
+
+
+def test_calls_on_first_made_count_as_warm_up():
+    """Training's agreement steps on the cell's own batch follow its first call:
+    the warm-up only makes what they leave (warmup_iters calls, warmup_s)."""
+    from fwcompare.timing import prepare
+
+    cfg = TimingConfig(warmup_iters=2, warmup_s=0.04, min_iters=6, min_time_s=0.0,
+                       max_time_s=1.0, target_rel_ci=1.0)
+
+    def calls_made(on_first):
+        calls = []
+
+        def fn():
+            busy(0.01)
+            calls.append(1)
+        prepare(fn, config=cfg, on_first=on_first)
+        return len(calls)
+    alone = calls_made(None)  # first call, warm-up of 2 calls and at least 0.04 s
+    assert alone >= 1 + 4
+    # Two 10 ms steps already made: 2 calls but 0.02 s, so about 2 more for 0.04 s.
+    assert 1 + 2 <= calls_made(lambda out: [10_000_000] * 2) <= alone - 1
+    # Four: warmup_iters and warmup_s both met, and the block size (a 10 ms call
+    # is far over the timer's share) taken from them: the first call only.
+    assert calls_made(lambda out: [10_000_000] * 4) == 1

@@ -416,10 +416,23 @@ def run_rank(job: Job, settings: TrainSettings):
         rank.spent("model build and gate", load_s + time.perf_counter() - t0)
         for ref in job.cells:
             rank.cell(ref, known, problems)
-        dp.allreduce_sum(0.0)  # nobody leaves while another rank still needs it
+        _closing_barrier(dp)
     finally:
         dp.close()
     return dp
+
+
+def _closing_barrier(dp) -> None:
+    """Nobody leaves while another rank still needs it. A rank in this barrier
+    has finished every cell, so its failure loses nothing: TensorFlow's ring
+    pulls each buffer from the peer over gRPC, and a peer that has its sum
+    may leave before this rank has pulled its last one ("Socket closed", seen
+    in quick reports; rank 0's rows were all written by then)."""
+    try:
+        dp.allreduce_sum(0.0)
+    except Exception as exc:
+        print(f"closing barrier: a peer left first ({type(exc).__name__}); "
+              "every cell of this rank was done", file=sys.stderr)
 
 
 def _exit(code: int) -> None:

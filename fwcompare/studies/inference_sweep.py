@@ -103,7 +103,7 @@ def plan_inference(ctx: WorkerContext, spec: RunSpec, mp_equiv_rtol=None,
             def first(out):
                 v.checked[mode] = check_output(ctx.backend.to_numpy(out), ctx.gate, mode,
                                                dtype, ctx.params["equiv_tol"], mp_equiv_rtol)
-                return v.checked[mode]
+                return (*v.checked[mode], [])
         else:
             gate(ctx, v, mode, dtype, mp_equiv_rtol)
     if mode in v.problems:

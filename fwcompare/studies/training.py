@@ -73,18 +73,19 @@ def trained_variant(ctx: WorkerContext, mode: str, dtype: str,
 
 
 def agreement(ctx: WorkerContext, v: TrainVariant, mode: str, dtype: str,
-              mp_loss_rtol: float | None = None, first=None) -> tuple[dict, str]:
+              mp_loss_rtol: float | None = None, first=None) -> tuple[dict, str, list]:
     """The agreement steps on the gate batch against PyTorch's losses (stored;
-    the gate event sent): their figures and the not-equivalent reason ("" if
-    none). ``first``: (loss, loss scale before it) of a first step already
-    taken on the gate batch (a cell whose batch is the gate's: its first call)."""
+    the gate event sent): their figures, the not-equivalent reason ("" if
+    none) and each step's ns. ``first``: (loss, loss scale before it) of a
+    first step already taken on the gate batch (a cell whose batch is the
+    gate's: its first call; the steps that follow are then its warm-up calls)."""
     from ..gate import agreement_steps, loss_problems
     from ..results import losses_frame
 
     ref = ctx.gate.reference
     try:
-        losses, scales, skipped = agreement_steps(ctx.backend, v.step, ctx.gate, ctx.device,
-                                                  len(ref), first)
+        losses, scales, skipped, step_ns = agreement_steps(
+            ctx.backend, v.step, ctx.gate, ctx.device, len(ref), first)
     except Exception as exc:
         v.agreed = CellFailure(failure_status(ctx.backend, exc),
                                f"agreement steps failed: {describe(exc)}", v.known)
@@ -105,7 +106,7 @@ def agreement(ctx: WorkerContext, v: TrainVariant, mode: str, dtype: str,
     p = ctx.params
     v.agreed = figures, "; ".join(loss_problems(dtype, losses, ref, p["loss_tol"],
                                                 p["loss_curve_rtol"], mp_loss_rtol))
-    return v.agreed
+    return (*v.agreed, step_ns)
 
 
 def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
@@ -115,8 +116,8 @@ def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
     The agreement steps run once per variant, on the gate batch. The gate
     batch is the smallest cell's (``Study.gate_shape``), so for that cell they
     are its first calls: its timed first call (trace and compile included) is
-    the first agreement step, the others follow it untimed, and the step is
-    compiled once. A variant whose first cell here is another (a resumed run)
+    the first agreement step, the others follow it untimed (and count as its
+    warm-up calls), and the step is compiled once. A variant whose first cell here is another (a resumed run)
     runs them on the gate batch before that cell's first call."""
     from ..gate import token_ids, train_labels
 
