@@ -65,14 +65,15 @@ def accel_check(ctx: WorkerContext, fn, eager, x):
     before = fn.compile_count()
     tol = ctx.params["accel_tol"]
 
-    def check(out):
+    def check(out):  # CellPlan.first: (figures, problem, warm-up calls made: none)
         after = fn.compile_count()
         err = error_metrics(ctx.backend.to_numpy(out), ctx.backend.to_numpy(eager(x)))
         problem = "" if err["max_abs_err"] <= tol else (
             f"output differs from eager by {err['max_abs_err']:.3g} max abs "
             f"(accel_tol {tol:g})")
-        return {"accel_max_abs_err": err["max_abs_err"], "accel_rel_err": err["rel_l2_err"],
-                "recompiles": math.nan if after is None else float(after - before)}, problem
+        return ({"accel_max_abs_err": err["max_abs_err"], "accel_rel_err": err["rel_l2_err"],
+                 "recompiles": math.nan if after is None else float(after - before)},
+                problem, [])
     return check
 
 
@@ -396,8 +397,12 @@ def recompilations(table: pd.DataFrame, manifest: dict):
         most = float(np.nanmax(g["recompiles"].to_numpy(float), initial=0))
         top.set_ylim(0, max(1.0, most) * 1.25)
         top.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        bottom.set_yscale("log")
-        bottom.yaxis.set_major_formatter(PLAIN)
+        if (g["first_call_overhead_s"].to_numpy(float) > 0).any():
+            bottom.set_yscale("log")
+            bottom.yaxis.set_major_formatter(PLAIN)
+        else:  # every compiled cell failed: nothing to draw on a log axis
+            bottom.text(0.5, 0.5, "no first call measured", transform=bottom.transAxes,
+                        ha="center", va="center", color="0.4")
         _sweep_axis(bottom, shapes)
         if j == 0:
             top.set_ylabel("traces / compilations")
