@@ -131,7 +131,7 @@ class Sampler:
 
 def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,
             config: TimingConfig = TimingConfig(),
-            on_first: Callable[[Any], None] | None = None) -> Sampler:
+            on_first: Callable[[Any], list[int] | None] | None = None) -> Sampler:
     """Steps 1-3: the first call timed apart, warm-up, block size.
     ``on_first(out)`` gets the first call's output, untimed, before warm-up
     (e.g. to check a compiled mode's output before its steady state is timed);
@@ -178,6 +178,6 @@ def _block_size(fn, sync, min_block_ns: float, warm_ns: list[int]) -> int:
 
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: None,
             config: TimingConfig = TimingConfig(),
-            on_first: Callable[[Any], None] | None = None) -> Timing:
+            on_first: Callable[[Any], list[int] | None] | None = None) -> Timing:
     """Time ``fn`` under the whole protocol; ``sync(out)`` waits for its result."""
     return prepare(fn, sync, config, on_first).sample_until_stop()

@@ -104,7 +104,7 @@ class Acceleration(Study):
 
     def plan(self, ctx, spec: RunSpec):
         fn, eager, bad, known = ctx.variant(("accel", spec.mode),
-                                        lambda: compiled_variant(ctx, spec.mode))
+                                            lambda: compiled_variant(ctx, spec.mode))
         x = ctx.backend.make_inputs(ctx.token_ids(spec), ctx.device)
         return CellPlan(lambda: (lambda: fn(x)), known=known,
                         flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),

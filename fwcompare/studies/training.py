@@ -117,8 +117,9 @@ def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
     batch is the smallest cell's (``Study.gate_shape``), so for that cell they
     are its first calls: its timed first call (trace and compile included) is
     the first agreement step, the others follow it untimed (and count as its
-    warm-up calls), and the step is compiled once. A variant whose first cell here is another (a resumed run)
-    runs them on the gate batch before that cell's first call."""
+    warm-up calls), and the step is compiled once. A variant whose first cell
+    here is another (a resumed run) runs them on the gate batch before that
+    cell's first call."""
     from ..gate import token_ids, train_labels
 
     v = ctx.variant(("train", spec.mode, spec.dtype),
