@@ -196,10 +196,11 @@ def agreement_steps(backend, step, gate: Gate, device: str, n: int, first=None):
     losses, scales, skipped, step_ns = [], [], [], []
     before = step.loss_scale() if first is None else first[1]
     for i in range(n):
+        given = i == 0 and first is not None
         t0 = time.perf_counter_ns()
-        out = first[0] if i == 0 and first is not None else step(batch)
+        out = first[0] if given else step(batch)
         losses.append(float(backend.to_numpy(out)))
-        if not (i == 0 and first is not None):
+        if not given:
             step_ns.append(time.perf_counter_ns() - t0)
         scales.append(step.loss_scale())
         skipped.append(bool(scales[-1] < before))

@@ -114,9 +114,9 @@ class Study:
         return models.model_key(model, seed, head)
 
     def gate_shape(self, params: dict, task: str) -> tuple[int, int]:
-        from ..gate import GATE_SHAPE
-
-        return GATE_SHAPE
+        """Default: the smallest cell's batch, so the gate's call is that cell's
+        first call and a compiled mode or step compiles once (``fwcompare.gate``)."""
+        return smallest_shape(params["batch_sizes"], params["seq_lens"])
 
     def fp64_shapes(self, task: str, cells: list[RunSpec]) -> list[tuple[int, int]]:
         return []

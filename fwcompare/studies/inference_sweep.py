@@ -17,7 +17,7 @@ from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_statu
 from ..params import TIMING, Param, grid_params, positive
 from ..spec import MODES, RunSpec
 from . import register
-from .base import Study, smallest_shape
+from .base import Study
 
 EQUIV_TOL = Param("float", 1e-4, "max abs error against the PyTorch reference before a cell is flagged not_equivalent", positive)
 
@@ -125,9 +125,6 @@ class InferenceSweep(Study):
                               {"torch": ["eager"], "tensorflow": ["eager", "graph"],
                                "jax": ["jit"]}, MODES, [1, 2], [32, 128], 1800.0),
                 "equiv_tol": EQUIV_TOL, **TIMING}
-
-    def gate_shape(self, params, task):
-        return smallest_shape(params["batch_sizes"], params["seq_lens"])
 
     def plan(self, ctx, spec):
         return plan_inference(ctx, spec)

@@ -27,7 +27,7 @@ from ..stats import geomean_ratio_ci
 from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
                       variant)
 from . import register
-from .base import Study, grid_cells, per_mode, smallest_shape
+from .base import Study, grid_cells, per_mode
 from .inference_sweep import EQUIV_TOL, plan_inference
 from .training import AGREEMENT, OPTIMIZER, plan_training, train_settings
 
@@ -103,7 +103,7 @@ class MixedPrecision(Study):
     def gate_shape(self, params, task):
         if task == "train":  # the stability steps are the training cell's first calls
             return (params["train_batch_size"], params["train_seq_len"])
-        return smallest_shape(params["batch_sizes"], params["seq_lens"])  # its first call
+        return super().gate_shape(params, task)
 
     def fp64_shapes(self, task, cells):
         return sorted({(s.batch_size, s.seq_len) for s in cells}) if task == "inference" else []

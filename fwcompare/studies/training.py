@@ -24,7 +24,7 @@ from ..protocol import GATE, emit
 from ..spec import TRAIN_MODES, RunSpec
 from ..tables import variant
 from . import register
-from .base import Study, per_mode, smallest_shape
+from .base import Study, per_mode
 
 OPTIMIZER = {
     "learning_rate": Param("float", 1e-4, "AdamW learning rate (every framework)", positive),
@@ -166,9 +166,6 @@ class Training(Study):
         uneven = [b for b in params["batch_sizes"] if b % acc]
         return ([f"key 'accumulation_steps': {acc} does not divide batch size(s) "
                  f"{', '.join(map(str, uneven))}"] if uneven else [])
-
-    def gate_shape(self, params, task):
-        return smallest_shape(params["batch_sizes"], params["seq_lens"])
 
     def groups(self, task, cells):
         return per_mode(cells)
