@@ -51,7 +51,7 @@ class TimingConfig:
 @dataclass
 class Timing:
     first_call_s: float
-    checked_s: float = 0.0  # seconds ``on_first`` took (untimed checks after the first call)
+    checked_s: float = 0.0  # seconds ``on_first`` took but its warm-up calls (untimed checks)
     samples_s: list[float] = field(default_factory=list)  # seconds per call
     calls_per_sample: int = 1
     converged: bool = False
@@ -147,7 +147,7 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
     if on_first is not None:
         t0 = time.perf_counter()
         warm_ns += on_first(out) or []
-        timing.checked_s = time.perf_counter() - t0
+        timing.checked_s = time.perf_counter() - t0 - sum(warm_ns) / 1e9
     del out
 
     warm_start = time.perf_counter() - sum(warm_ns) / 1e9

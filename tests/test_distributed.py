@@ -285,3 +285,63 @@ def test_a_closing_barrier_that_a_peer_left_first_ends_the_rank_cleanly(capsys):
 
     _closing_barrier(PeerGone())
     assert "a peer left first (ConnectionError)" in capsys.readouterr().err
+
+
+def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_batch(
+        tmp_path, monkeypatch, capsys):
+    """The gate batch is strong scaling's global batch at the cells' length:
+    a traced step (first step at a shape slow, as tf.function's trace) traces
+    each cell's shape once and no other, and the strong cell's first call is
+    the agreement's first step."""
+    import time
+
+    from fwcompare import gate as gate_mod
+    from fwcompare.job import CELLS, PREPARE, CellRef
+    from fwcompare.runner import Runner
+    from fwcompare.studies.distributed import STUDY, Rank
+
+    params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01, max_time_s=0.2,
+                                               warmup_s=0.0), "workers": [1]})
+    runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
+    cells = [CellRef(spec, 0) for spec in STUDY.cells(params)]
+    assert {(c.spec.scaling, c.spec.batch_size) for c in cells} == {("weak", 2), ("strong", 4)}
+    gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
+    job = runner.job(CELLS, "tiny-bert", "torch", cells)
+
+    class TracedDP:  # one rank of one, whose step traces once per shape
+        rank, world, setup = 0, 1, "a step traced per shape"
+
+        def __init__(self):
+            self.traced, self.loss = [], iter(gate_mod.Gate(job.gate_path).reference)
+
+        def batch(self, ids, labels):
+            return ids
+
+        def step(self, batch):
+            if batch.shape not in self.traced:
+                self.traced.append(batch.shape)
+                time.sleep(0.3)
+            return next(self.loss, 0.5)
+
+        def allreduce_sum(self, value):
+            return value
+
+        def max_weight_diff(self):
+            return 0.0
+
+        def allreduce_grads_s(self, repeats):
+            return [1e-4] * repeats
+
+    dp = TracedDP()
+    rank = Rank(job, dp, load_s=0.0)
+    known, problems = rank.agreement()
+    assert not problems
+    strong = next(c for c in cells if c.spec.scaling == "strong")
+    assert rank.first_call[0] == strong.key and rank.first_call[1] >= 0.3
+    for ref in cells:
+        rank.cell(ref, known, problems)
+    assert sorted(dp.traced) == [(2, 16), (4, 16)]  # no shape that no cell has
+    rows = rank.store.load().set_index("scaling")
+    assert rows.loc["strong", "first_call_s"] == rank.first_call[1]
+    assert rows.loc["weak", "first_call_s"] >= 0.3  # its own trace
+    assert (rows["status"] == "ok").all()

@@ -142,6 +142,39 @@ def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tmp_path, m
     assert (backend.tf_copy(wdir) / "tf_model.h5").is_file()
 
 
+def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tmp_path,
+                                                                           monkeypatch):
+    """A TensorFlow load builds its variables from zeros (the checkpoint
+    overwrites them): the loaded weights are those of a build with Keras'
+    random initialisers, which work again afterwards."""
+    import numpy as np
+    import tf_keras
+
+    from fwcompare import paths
+
+    backend = get_backend("tensorflow")
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
+    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    backend.configure(2, "cpu")
+    backend.load(wdir, "cpu")  # the native copy written
+    draws = []
+    real = tf_keras.initializers.TruncatedNormal.__call__
+
+    def counted(self, *args, **kwargs):
+        draws.append(1)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(tf_keras.initializers.TruncatedNormal, "__call__", counted)
+    fast = backend.load(wdir, "cpu")
+    assert not draws
+    auto = backend.auto_class("TF", wdir, "base")
+    drawn = backend._load_native(auto, wdir)  # Keras' random initial values
+    assert draws
+    assert [w.shape for w in fast.weights] == [w.shape for w in drawn.weights]
+    assert all(np.array_equal(a.numpy(), b.numpy())
+               for a, b in zip(fast.weights, drawn.weights))
+    assert tf_keras.initializers.TruncatedNormal.__call__ is counted  # put back
+
+
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, framework):
     """Lanes build at once: the first converts the PyTorch weights, the others

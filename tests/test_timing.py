@@ -111,3 +111,21 @@ def test_calls_on_first_made_count_as_warm_up():
     # Four: warmup_iters and warmup_s both met, and the block size (a 10 ms call
     # is far over the timer's share) taken from them: the first call only.
     assert calls_made(lambda out: [10_000_000] * 4) == 1
+
+
+def test_checked_time_leaves_out_the_warm_up_calls_made_on_first():
+    """The time breakdown charges ``checked_s`` to the gate and the rest of a
+    prepare to warm-up: agreement steps made in ``on_first`` are warm-up calls."""
+    from fwcompare.timing import prepare
+
+    cfg = TimingConfig(warmup_iters=1, warmup_s=0.0, min_iters=6, min_time_s=0.0,
+                       max_time_s=1.0, target_rel_ci=1.0)
+
+    def on_first(out):
+        t0 = time.perf_counter_ns()
+        busy(0.05)  # two steps of 25 ms...
+        step_ns = (time.perf_counter_ns() - t0) // 2
+        busy(0.02)  # ...and a check of 20 ms
+        return [step_ns, step_ns]
+    timing = prepare(lambda: busy(0.001), config=cfg, on_first=on_first).timing
+    assert 0.015 <= timing.checked_s <= 0.04

@@ -13,7 +13,13 @@ processes (``torchrun`` for PyTorch). Every rank runs
    evenly over the ranks. The loss of each step (mean over ranks: the mean
    over the global batch) is compared with the single-process PyTorch run over
    the same global batch (the prepare job's reference), as in the training
-   study; then the weights are compared across ranks.
+   study; then the weights are compared across ranks. The gate batch is one
+   global batch for every worker count (``Distributed.gate_shape``), at the
+   cells' sequence length; where a cell of the launch has that very batch
+   (strong scaling; weak scaling at the largest worker count), the first
+   agreement step is that cell's first call, timed as its first step would
+   be, so a traced step (tf.function) is traced once, not at the gate's
+   shape and again at the cell's.
 2. **Each cell** (weak or strong scaling at this worker count): every rank
    trains on its shard of the cell's global batch. A sample is one step
    followed by a scalar all-reduce that acts as a barrier, timed on rank 0
@@ -40,7 +46,7 @@ import pandas as pd
 from .. import env, models
 from ..cell import CellResult, derived_figures, release_freed_heap, write_row
 from ..claims import Claim, Measurement, Metric, StudyData
-from ..gate import GATE_SHAPE, TrainSettings
+from ..gate import TrainSettings
 from ..job import CELLS, CellRef, Job
 from ..params import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
                       one_of, positive, replace_param)
@@ -161,7 +167,12 @@ class Distributed(Study):
         return params["threads"] or max(1, env.default_threads() // local)
 
     def gate_shape(self, params, task):
-        return (2 * math.lcm(*params["workers"]), GATE_SHAPE[1])  # splits over every count
+        """One global batch that splits over every worker count: strong
+        scaling's, or weak scaling's at the least common multiple of the
+        worker counts (the largest count, usually), at the cells' length."""
+        if "strong" in params["scaling"]:
+            return (params["global_batch"], params["seq_len"])
+        return (params["per_worker_batch"] * math.lcm(*params["workers"]), params["seq_len"])
 
     def groups(self, task, cells):
         """One launch per (engine, worker count)."""
@@ -267,6 +278,9 @@ class Rank:
         self.gate = Gate(job.gate_path)
         self.info = self.gate.info
         self.provenance = dict(job.provenance, mode_setup=dp.setup)
+        # The cell whose batch is the gate's, and the agreement's first step:
+        # that cell's first call (``agreement``).
+        self.first_call: tuple[str, float] | None = None
 
     def data(self, ids, labels):
         return self.dp.batch(shard(ids, self.dp.rank, self.dp.world),
@@ -274,14 +288,26 @@ class Rank:
 
     # -- 1. agreement ---------------------------------------------------------
     def agreement(self) -> tuple[dict, str]:
-        """Known figures of every cell of this run, and its problems (empty if none)."""
+        """Known figures of every cell of this run, and its problems (empty if
+        none). The first step is timed as :meth:`time_steps` times a cell's
+        first step: it is the first call of the launch's cell whose batch is
+        the gate's, if one is (``first_call``)."""
         from ..gate import loss_problems
         from ..results import losses_frame
 
         ref = self.gate.reference
         batch = self.data(self.gate.ids, self.gate.labels)
-        losses = np.array([self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world
-                           for _ in range(len(ref))])
+        self.dp.allreduce_sum(0.0)
+        t0 = time.perf_counter()
+        losses = [self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world]
+        first = time.perf_counter() - t0
+        losses = np.array(losses + [self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world
+                                    for _ in range(len(ref) - 1)])
+        cell = next((r.key for r in self.job.cells
+                     if np.array_equal(self.ids(r.spec), self.gate.ids)), None)
+        if cell is not None:
+            self.first_call = cell, first
+            self.spent("first calls and compiles", first)
         spread = self.dp.max_weight_diff()
         p, world = self.job.params, self.dp.world
         step0 = abs(losses[0] - ref[0])
@@ -301,18 +327,25 @@ class Rank:
                      equiv_max_abs_err=float(step0), equiv_rel_err=curve)
         return known, "; ".join(problems)
 
+    def ids(self, spec: RunSpec):
+        from ..gate import token_ids
+
+        return token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
+
     # -- 2. cells ---------------------------------------------------------------
-    def time_steps(self, batch):
-        """(first step seconds, samples, stopping rule) by the protocol above."""
+    def time_steps(self, batch, first: float | None = None):
+        """(first step seconds, samples, stopping rule) by the protocol above;
+        ``first``: the first step already taken on this batch (the agreement's)."""
         from ..timing import StoppingRule
 
         cfg, dp = self.cfg, self.dp
-        dp.allreduce_sum(0.0)
-        t0 = time.perf_counter()
-        dp.step(batch)
-        dp.allreduce_sum(0.0)
-        first = time.perf_counter() - t0
-        self.spent("first calls and compiles", first)
+        if first is None:
+            dp.allreduce_sum(0.0)
+            t0 = time.perf_counter()
+            dp.step(batch)
+            dp.allreduce_sum(0.0)
+            first = time.perf_counter() - t0
+            self.spent("first calls and compiles", first)
         start, n = time.perf_counter(), 0
         while True:  # warm-up
             dp.step(batch)
@@ -343,7 +376,7 @@ class Rank:
             emit(SPENT, phase=phase, seconds=seconds)
 
     def cell(self, ref: CellRef, known: dict, problems: str) -> None:
-        from ..gate import token_ids, train_labels
+        from ..gate import train_labels
 
         spec, dp, p = ref.spec, self.dp, self.job.params
         if self.rank0:
@@ -357,9 +390,10 @@ class Rank:
             self.finish(ref, CellResult("unsupported", f"seq_len {spec.seq_len} exceeds the "
                                         f"model's {maxpos} positions", figures))
             return
-        ids = token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
+        ids = self.ids(spec)
         batch = self.data(ids, train_labels(self.job.seed, ids, self.job.head))
-        first, samples, rule = self.time_steps(batch)
+        given = self.first_call[1] if self.first_call and self.first_call[0] == ref.key else None
+        first, samples, rule = self.time_steps(batch, given)
         t0 = time.perf_counter()
         comm = dp.allreduce_grads_s(p["allreduce_repeats"])
         self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
@@ -413,7 +447,8 @@ def run_rank(job: Job, settings: TrainSettings):
         rank.spent("process start and imports", imports_s)
         t0 = time.perf_counter()
         known, problems = rank.agreement()
-        rank.spent("model build and gate", load_s + time.perf_counter() - t0)
+        first = rank.first_call[1] if rank.first_call else 0.0  # charged as a first call
+        rank.spent("model build and gate", load_s + time.perf_counter() - t0 - first)
         for ref in job.cells:
             rank.cell(ref, known, problems)
         _closing_barrier(dp)
