@@ -295,8 +295,8 @@ def serve(study, job: Job) -> None:
                                         ctx.config, ctx.baseline_rss)
                 timing = runs[ref.key].prepare()
                 emit(protocol.PREPARED, first_call_s=timing.first_call_s,
-                     checked_s=timing.checked_s, calls_per_sample=timing.calls_per_sample,
-                     **ids)
+                     checked_s=timing.checked_s, made_s=timing.made_s,
+                     calls_per_sample=timing.calls_per_sample, **ids)
             elif op == protocol.SAMPLE:
                 new = runs[ref.key].sample(None if req.get("until_stop") else req["blocks"])
                 emit(protocol.SAMPLED, seconds=new, **ids)

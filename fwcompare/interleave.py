@@ -168,10 +168,12 @@ class Lane:
                     if kind == protocol.PREPARED:
                         first = ev.get("first_call_s") or 0.0
                         checked = ev.get("checked_s") or 0.0  # e.g. a compiled output's
+                        made = ev.get("made_s") or 0.0  # e.g. agreement steps after the first
                         r.charge("first calls and compiles", first)
                         r.charge("model build and gate", checked)
+                        r.charge(r.study.first_steps_phase, made)
                         r.charge("warm-up and block size",
-                                 time.monotonic() - started - first - checked)
+                                 time.monotonic() - started - first - checked - made)
                     return ev
         finally:
             self.busy += time.monotonic() - t0

@@ -27,9 +27,10 @@ So a schedule is the parent's choice: one cell after another (sequential), or
 several prepared workers asked for one block each in turn (interleaved; their
 variants are built a core's worth at a time, since nothing is timed while they build).
 A ``gate`` event reports the equivalence gate's errors, for the progress log.
-``prepared`` carries ``first_call_s`` and ``checked_s`` (the untimed checks of
-the first call's output; training's agreement steps after the first are
-warm-up calls, not checks), so the parent can
+``prepared`` carries ``first_call_s``, ``checked_s`` (the untimed checks of
+the first call's output) and ``made_s`` (calls those checks made that do the
+cell's own work: training's agreement steps after the first, its warm-up
+calls; ``Study.first_steps_phase`` names them), so the parent can
 say where a prepare's time went. A worker that runs its cells on its own (a
 data-parallel launch's rank 0) sends ``spent`` events instead: ``phase`` (a
 name of the run's time breakdown) and ``seconds``.

@@ -145,7 +145,8 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
 
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).
-FIGURE_PHASES = ("timing samples", "first calls and compiles", "memory passes")
+FIGURE_PHASES = ("timing samples", "first calls and compiles", "memory passes",
+                 "stability steps (loss curves)")
 
 
 def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.DataFrame:

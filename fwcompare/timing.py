@@ -51,7 +51,8 @@ class TimingConfig:
 @dataclass
 class Timing:
     first_call_s: float
-    checked_s: float = 0.0  # seconds ``on_first`` took but its warm-up calls (untimed checks)
+    checked_s: float = 0.0  # seconds ``on_first`` took but its calls (untimed checks)
+    made_s: float = 0.0  # seconds of the calls ``on_first`` made (warm-up calls)
     samples_s: list[float] = field(default_factory=list)  # seconds per call
     calls_per_sample: int = 1
     converged: bool = False
@@ -147,7 +148,8 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
     if on_first is not None:
         t0 = time.perf_counter()
         warm_ns += on_first(out) or []
-        timing.checked_s = time.perf_counter() - t0 - sum(warm_ns) / 1e9
+        timing.made_s = sum(warm_ns) / 1e9
+        timing.checked_s = time.perf_counter() - t0 - timing.made_s
     del out
 
     warm_start = time.perf_counter() - sum(warm_ns) / 1e9

@@ -157,6 +157,17 @@ def test_mixed_precision_errors_and_stability(smoke):
         assert first < p["mp_loss_rtol"]
         # Only float16 runs scale the loss; the scale is recorded after every step.
         assert np.isfinite(g["loss_scale"]).all() == (dtype == "float16")
+    # The stability steps after each first call are a phase of the report's time
+    # breakdown of their own, counted as producing figures (not warm-up, not gate).
+    import json
+
+    phases = json.loads((out / "mixed_precision" / "results" / "time_breakdown_train.json")
+                        .read_text())
+    assert phases["stability steps (loss curves)"] > 0
+    breakdown = report.time_breakdown(out, {"mixed_precision": phases["total"]},
+                                      phases["total"]).set_index("phase")
+    assert breakdown.loc["stability steps (loss curves)", "figures"]
+    assert not breakdown.loc["model build and gate", "figures"]
 
 
 def test_acceleration_modes_match_eager_and_count_compiles(smoke):

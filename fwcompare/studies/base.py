@@ -89,6 +89,9 @@ class Study:
     tasks: tuple[str, ...] = ("inference",)
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
+    # The time breakdown's phase of the steps a training cell takes on its own
+    # batch after its first call (agreement steps: the gate's, and its warm-up).
+    first_steps_phase: str = "warm-up and block size"
 
     @property
     def notebook(self) -> str:

@@ -100,6 +100,10 @@ class MixedPrecision(Study):
             return "causal_lm"  # logits: argmax agreement is next-token agreement
         return super().head(task, model)
 
+    # The stability steps are this study's measurement of training in each
+    # precision (loss curves, the stability table and its claim), not a gate.
+    first_steps_phase = "stability steps (loss curves)"
+
     def gate_shape(self, params, task):
         if task == "train":  # the stability steps are the training cell's first calls
             return (params["train_batch_size"], params["train_seq_len"])
