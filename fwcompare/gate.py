@@ -14,8 +14,9 @@ right after it), so a compiled mode traces once, not at the gate's shape and
 again at the cell's. Acceleration gates eager only, on an odd shape that no
 grid uses (``GATE_SHAPE``). Distributed gates on one global batch for every
 worker count, at the cells' length; the cell with that batch takes the first
-agreement step as its first call (``studies.distributed``). With ``fp64_shapes`` the prepare job also writes
-float64 outputs, for studies that measure precision errors.
+agreement step as its first call (``studies.distributed``). With
+``fp64_shapes`` the prepare job also writes float64 outputs, for studies that
+measure precision errors.
 """
 from __future__ import annotations
 

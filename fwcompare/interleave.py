@@ -229,8 +229,8 @@ def _build(lanes: list[Lane], shapes: list[tuple[int, int]]) -> None:
         if ref is None:
             continue
         if len(asked) == env.default_threads():  # a core each: more only contend
-            lane_, ref_ = asked.pop(0)
-            lane_.answer(ref_, protocol.BUILT)
+            oldest, oldest_ref = asked.pop(0)
+            oldest.answer(oldest_ref, protocol.BUILT)
         lane.worker.send(protocol.BUILD, cell=ref.key)
         asked.append((lane, ref))
     for lane, ref in asked:  # in turn: each wait charges the build time not yet charged
