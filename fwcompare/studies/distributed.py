@@ -297,11 +297,8 @@ class Rank:
 
         ref = self.gate.reference
         batch = self.data(self.gate.ids, self.gate.labels)
-        self.dp.allreduce_sum(0.0)
-        t0 = time.perf_counter()
-        losses = [self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world]
-        first = time.perf_counter() - t0
-        losses = np.array(losses + [self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world
+        loss, first = self.timed_step(batch)
+        losses = np.array([loss] + [self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world
                                     for _ in range(len(ref) - 1)])
         cell = next((r.key for r in self.job.cells
                      if np.array_equal(self.ids(r.spec), self.gate.ids)), None)
@@ -333,6 +330,16 @@ class Rank:
         return token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
 
     # -- 2. cells ---------------------------------------------------------------
+    def timed_step(self, batch) -> tuple[float, float]:
+        """One step timed as a cell's first call, on rank 0 from a barrier to
+        the end of the all-reduce of its loss (the slowest rank done):
+        (the loss, mean over ranks; seconds)."""
+        dp = self.dp
+        dp.allreduce_sum(0.0)
+        t0 = time.perf_counter()
+        loss = dp.allreduce_sum(dp.step(batch)) / dp.world
+        return loss, time.perf_counter() - t0
+
     def time_steps(self, batch, first: float | None = None):
         """(first step seconds, samples, stopping rule) by the protocol above;
         ``first``: the first step already taken on this batch (the agreement's)."""
@@ -340,11 +347,7 @@ class Rank:
 
         cfg, dp = self.cfg, self.dp
         if first is None:
-            dp.allreduce_sum(0.0)
-            t0 = time.perf_counter()
-            dp.step(batch)
-            dp.allreduce_sum(0.0)
-            first = time.perf_counter() - t0
+            first = self.timed_step(batch)[1]
             self.spent("first calls and compiles", first)
         start, n = time.perf_counter(), 0
         while True:  # warm-up
