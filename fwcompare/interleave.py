@@ -12,8 +12,9 @@ asv's interleaved processes). For one model in one round:
    ``ready`` (its imports done).
 2. Every lane builds its variant (model and gate), as many at once as there
    are cores: a build is mostly one thread of Python, and more builds at once
-   only contend (nine MP training lanes at once on 2 cores: loads of 2-3 s
-   that take 0.4 s alone). ``load_s`` is measured with at most one build
+   only contend (nine MP training lanes at once on 2 cores: JAX loads of
+   2.0-2.8 s that take 0.4 s one lane at a time; one at a time in all was
+   slower, as the cores idle). ``load_s`` is measured with at most one build
    per core.
 3. Per shape (ascending batch x sequence), each lane's cell is prepared:
    first call, warm-up, block size (a block lasts at least ``block_s``); one
