@@ -217,12 +217,30 @@ def legend_right(fig, axes, title: str, manifest: dict, note: str, right: float)
     return fig
 
 
-def save_figure(fig, directory: Path | str, name: str) -> Path:
+def save_figure(fig, directory: Path | str, name: str) -> None:
+    """Save ``fig`` as ``<directory>/<name>.png`` and close it; in a notebook,
+    show that very file. The figure is drawn once: left open, the inline
+    backend drew it a second time to show it (0.5-1 s a figure on a 2-core
+    CPU, 17 to 20 s of a quick report's 32 figures), and the notebook shows
+    the PNG that the report's figures folder holds."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    plt.close(fig)
+    _show_in_notebook(path)
+
+
+def _show_in_notebook(path: Path) -> None:
+    """Display a saved image in a running IPython kernel (a notebook); nothing elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        display(Image(filename=str(path)))
 
 
 # -- claims scorecard ------------------------------------------------------------------

@@ -162,11 +162,22 @@ def prepare(fn: Callable[[], Any], sync: Callable[[Any], None] = lambda out: Non
     return Sampler(fn, sync, config, timing)
 
 
+# A warm-up call this many times a block's least length is a block of one call
+# without a second to confirm it: an interruption that long is rare, and a
+# block shorter than meant would still keep the timer's share far below
+# MAX_TIMER_SHARE (a training step: 0.1-2 s against blocks of 20 ms).
+LONG_CALL = 10
+
+
 def _block_size(fn, sync, min_block_ns: float, warm_ns: list[int]) -> int:
     """Calls per block: doubled until a block lasts ``min_block_ns``, confirmed
     by a second block (one interrupted block must not set the size). The last
     warm-up calls count as blocks of one call: a call that long already (a
-    training step, a large cell) costs no extra calls here."""
+    training step, a large cell) costs no extra calls here, and one warm-up
+    call ``LONG_CALL`` times that long needs no second (training's one
+    warm-up step after its agreement steps: 5 s of a quick report's steps)."""
+    if warm_ns and warm_ns[-1] >= LONG_CALL * min_block_ns:
+        return 1
     calls, seen = 1, list(warm_ns)
     while True:
         elapsed = seen.pop(0) if seen else _time_block(fn, sync, calls)

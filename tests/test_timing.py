@@ -88,6 +88,27 @@ def test_long_calls_set_the_block_size_from_the_warm_up():
     assert np.median(short.take(3)) < 0.004  # per call
 
 
+def test_one_warm_up_call_far_longer_than_a_block_is_the_block_size():
+    """Training's one warm-up step (after its agreement steps) is a block of
+    one call without a confirming call; a call only a few times a block's
+    length still gets its second block."""
+    from fwcompare.timing import LONG_CALL, prepare
+
+    def calls_made(seconds):
+        calls = []
+
+        def fn():
+            busy(seconds)
+            calls.append(1)
+        cfg = TimingConfig(warmup_iters=1, warmup_s=0.0, min_block_s=0.005)
+        sampler = prepare(fn, config=cfg)
+        return sampler.timing.calls_per_sample, len(calls)
+    # First call and one warm-up call: nothing more.
+    assert calls_made(LONG_CALL * 0.005 * 1.5) == (1, 2)
+    # Twice a block: one call a block, confirmed by a third call.
+    assert calls_made(0.01) == (1, 3)
+
+
 def test_calls_on_first_made_count_as_warm_up():
     """Training's agreement steps on the cell's own batch follow its first call:
     the warm-up only makes what they leave (warmup_iters calls, warmup_s)."""
