@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import env, protocol
+from .forkserver import kill_group
 from .job import CELLS, CellRef
 from .runner import _Stop  # the runner imports this module only when it runs it
 from .timing import StoppingRule
@@ -81,6 +82,11 @@ class Lane:
     def wait_ready(self) -> None:
         with self.runner.phase("process start and imports"):
             self._wait(None, protocol.READY, time.monotonic())
+
+    def kill(self) -> None:
+        """SIGKILL the worker without waiting for it (:meth:`close` waits)."""
+        if self.worker is not None and self.worker.running():
+            kill_group(self.worker.proc.pid)
 
     def close(self) -> None:
         """Stop the worker. Its rows are written before it says ``done``, so a
@@ -218,6 +224,8 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
             _run_set(runner, lanes, (batch, seq), rng)
     finally:
         with runner.phase("process exits"):
+            for lane in lanes:  # every one told first: they exit side by side
+                lane.kill()
             for lane in lanes:
                 lane.close()
 

@@ -291,8 +291,9 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
         tmp_path, monkeypatch, capsys):
     """The gate batch is strong scaling's global batch at the cells' length:
     a traced step (first step at a shape slow, as tf.function's trace) traces
-    each cell's shape once and no other, and the strong cell's first call is
-    the agreement's first step."""
+    each cell's shape once and no other, the strong cell's first call is
+    the agreement's first step, and its later agreement step is the strong
+    cell's warm-up step (the weak cell makes its own)."""
     import time
 
     from fwcompare import gate as gate_mod
@@ -301,7 +302,7 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     from fwcompare.studies.distributed import STUDY, Rank
 
     params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01, max_time_s=0.2,
-                                               warmup_s=0.0), "workers": [1]})
+                                               warmup_s=0.0, warmup_iters=1), "workers": [1]})
     runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
     cells = [CellRef(spec, 0) for spec in STUDY.cells(params)]
     assert {(c.spec.scaling, c.spec.batch_size) for c in cells} == {("weak", 2), ("strong", 4)}
@@ -313,11 +314,13 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
 
         def __init__(self):
             self.traced, self.loss = [], iter(gate_mod.Gate(job.gate_path).reference)
+            self.steps: dict[tuple, int] = {}
 
         def batch(self, ids, labels):
             return ids
 
         def step(self, batch):
+            self.steps[batch.shape] = self.steps.get(batch.shape, 0) + 1
             if batch.shape not in self.traced:
                 self.traced.append(batch.shape)
                 time.sleep(0.3)
@@ -344,4 +347,9 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     rows = rank.store.load().set_index("scaling")
     assert rows.loc["strong", "first_call_s"] == rank.first_call[1]
     assert rows.loc["weak", "first_call_s"] >= 0.3  # its own trace
+    # Strong: 2 agreement steps, the samples and the step that ended them (no
+    # warm-up step of its own). Weak: its first step and one warm-up step too.
+    n = rows["n_samples"].astype(int)
+    assert dp.steps[(4, 16)] == 2 + n["strong"] + 1
+    assert dp.steps[(2, 16)] == 1 + 1 + n["weak"] + 1
     assert (rows["status"] == "ok").all()

@@ -278,9 +278,10 @@ class Rank:
         self.gate = Gate(job.gate_path)
         self.info = self.gate.info
         self.provenance = dict(job.provenance, mode_setup=dp.setup)
-        # The cell whose batch is the gate's, and the agreement's first step:
-        # that cell's first call (``agreement``).
-        self.first_call: tuple[str, float] | None = None
+        # The cell whose batch is the gate's, the agreement's first step (that
+        # cell's first call) and the seconds of its later steps (its warm-up
+        # steps): see ``agreement``.
+        self.first_call: tuple[str, float, list[float]] | None = None
 
     def data(self, ids, labels):
         return self.dp.batch(shard(ids, self.dp.rank, self.dp.world),
@@ -291,20 +292,26 @@ class Rank:
         """Known figures of every cell of this run, and its problems (empty if
         none). The first step is timed as :meth:`time_steps` times a cell's
         first step: it is the first call of the launch's cell whose batch is
-        the gate's, if one is (``first_call``)."""
+        the gate's, if one is (``first_call``), and the steps after it are
+        that cell's warm-up steps (as training's agreement steps are)."""
         from ..gate import loss_problems
         from ..results import losses_frame
 
         ref = self.gate.reference
         batch = self.data(self.gate.ids, self.gate.labels)
         loss, first = self.timed_step(batch)
-        losses = np.array([loss] + [self.dp.allreduce_sum(self.dp.step(batch)) / self.dp.world
-                                    for _ in range(len(ref) - 1)])
+        losses, made = [loss], []
+        for _ in range(len(ref) - 1):
+            loss, seconds = self.timed_step(batch)
+            losses.append(loss)
+            made.append(seconds)
+        losses = np.array(losses)
         cell = next((r.key for r in self.job.cells
                      if np.array_equal(self.ids(r.spec), self.gate.ids)), None)
         if cell is not None:
-            self.first_call = cell, first
+            self.first_call = cell, first, made
             self.spent("first calls and compiles", first)
+            self.spent("warm-up and block size", sum(made))
         spread = self.dp.max_weight_diff()
         p, world = self.job.params, self.dp.world
         step0 = abs(losses[0] - ref[0])
@@ -340,23 +347,26 @@ class Rank:
         loss = dp.allreduce_sum(dp.step(batch)) / dp.world
         return loss, time.perf_counter() - t0
 
-    def time_steps(self, batch, first: float | None = None):
+    def time_steps(self, batch, first: float | None = None, made: list[float] = ()):
         """(first step seconds, samples, stopping rule) by the protocol above;
-        ``first``: the first step already taken on this batch (the agreement's)."""
+        ``first``: the first step already taken on this batch (the agreement's),
+        ``made``: the seconds of the steps taken after it (they count as
+        warm-up steps: the warm-up makes only what they leave)."""
         from ..timing import StoppingRule
 
         cfg, dp = self.cfg, self.dp
         if first is None:
             first = self.timed_step(batch)[1]
             self.spent("first calls and compiles", first)
-        start, n = time.perf_counter(), 0
-        while True:  # warm-up
-            dp.step(batch)
-            n += 1
+        t0 = time.perf_counter()
+        start, n = t0 - sum(made), len(made)
+        while True:  # warm-up; rank 0's clock decides for every rank
             done = n >= cfg.warmup_iters and time.perf_counter() - start >= cfg.warmup_s
             if dp.allreduce_sum(1.0 if self.rank0 and done else 0.0) > 0:
                 break
-        self.spent("warm-up and block size", time.perf_counter() - start)
+            dp.step(batch)
+            n += 1
+        self.spent("warm-up and block size", time.perf_counter() - t0)
         rule = StoppingRule(cfg)
         samples = []
         start = prev = time.perf_counter()
@@ -395,8 +405,8 @@ class Rank:
             return
         ids = self.ids(spec)
         batch = self.data(ids, train_labels(self.job.seed, ids, self.job.head))
-        given = self.first_call[1] if self.first_call and self.first_call[0] == ref.key else None
-        first, samples, rule = self.time_steps(batch, given)
+        given = self.first_call if self.first_call and self.first_call[0] == ref.key else None
+        first, samples, rule = self.time_steps(batch, *(given[1:] if given else ()))
         t0 = time.perf_counter()
         comm = dp.allreduce_grads_s(p["allreduce_repeats"])
         self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
@@ -450,7 +460,9 @@ def run_rank(job: Job, settings: TrainSettings):
         rank.spent("process start and imports", imports_s)
         t0 = time.perf_counter()
         known, problems = rank.agreement()
-        first = rank.first_call[1] if rank.first_call else 0.0  # charged as a first call
+        # The first step and the later ones of the cell with the gate's batch
+        # are charged as its first call and warm-up.
+        first = sum([rank.first_call[1], *rank.first_call[2]]) if rank.first_call else 0.0
         rank.spent("model build and gate", load_s + time.perf_counter() - t0 - first)
         for ref in job.cells:
             rank.cell(ref, known, problems)
