@@ -220,9 +220,9 @@ def legend_right(fig, axes, title: str, manifest: dict, note: str, right: float)
 def save_figure(fig, directory: Path | str, name: str) -> None:
     """Save ``fig`` as ``<directory>/<name>.png`` and close it; in a notebook,
     show that very file. The figure is drawn once: left open, the inline
-    backend drew it a second time to show it (0.5-1 s a figure on a 2-core
-    CPU, 17 to 20 s of a quick report's 32 figures), and the notebook shows
-    the PNG that the report's figures folder holds."""
+    backend drew it a second time to show it (0.3-0.5 s a figure on a 2-core
+    AMD EPYC: the quick report's notebooks took 45 s before, 36 s after), and
+    the notebook shows the PNG that the report's figures folder holds."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
