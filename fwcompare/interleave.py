@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import env, protocol
-from .forkserver import kill_group
 from .job import CELLS, CellRef
 from .runner import _Stop  # the runner imports this module only when it runs it
 from .timing import StoppingRule
@@ -85,8 +84,8 @@ class Lane:
 
     def kill(self) -> None:
         """SIGKILL the worker without waiting for it (:meth:`close` waits)."""
-        if self.worker is not None and self.worker.running():
-            kill_group(self.worker.proc.pid)
+        if self.worker is not None:
+            self.worker.signal_kill()
 
     def close(self) -> None:
         """Stop the worker. Its rows are written before it says ``done``, so a

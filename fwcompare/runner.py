@@ -128,9 +128,13 @@ class Worker:
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def kill(self) -> None:
+    def signal_kill(self) -> None:
+        """SIGKILL its process group, without waiting (:meth:`kill` waits)."""
         if self.proc.poll() is None:
             kill_group(self.proc.pid)
+
+    def kill(self) -> None:
+        self.signal_kill()
         self.proc.wait()
         try:
             self.proc.stdin.close()  # stdout stays with its reader thread (it sees the end)

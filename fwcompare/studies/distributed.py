@@ -405,8 +405,9 @@ class Rank:
             return
         ids = self.ids(spec)
         batch = self.data(ids, train_labels(self.job.seed, ids, self.job.head))
-        given = self.first_call if self.first_call and self.first_call[0] == ref.key else None
-        first, samples, rule = self.time_steps(batch, *(given[1:] if given else ()))
+        taken = self.first_call if self.first_call and self.first_call[0] == ref.key else None
+        first, made = taken[1:] if taken else (None, ())
+        first, samples, rule = self.time_steps(batch, first, made)
         t0 = time.perf_counter()
         comm = dp.allreduce_grads_s(p["allreduce_repeats"])
         self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
