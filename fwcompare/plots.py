@@ -220,7 +220,7 @@ def legend_right(fig, axes, title: str, manifest: dict, note: str, right: float)
 def save_figure(fig, directory: Path | str, name: str) -> None:
     """Save ``fig`` as ``<directory>/<name>.png`` and close it; in a notebook,
     show that very file. The figure is drawn once: left open, the inline
-    backend drew it a second time to show it (0.3-0.5 s a figure on a 2-core
+    backend drew it a second time to show it (0.15-0.3 s a figure on a 2-core
     AMD EPYC: the quick report's notebooks took 45 s before, 36 s after), and
     the notebook shows the PNG that the report's figures folder holds."""
     directory = Path(directory)
