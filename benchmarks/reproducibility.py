@@ -86,7 +86,8 @@ def scorecard_rows(out: Path, chosen) -> pd.DataFrame:
     card = claims_mod.scorecard(results_dir=out)
     ids = [c.id for c in chosen]
     return card.table[card.table["id"].isin(ids)][
-        ["id", "value", "ci_low", "ci_high", "verdict", "note"]].reset_index(drop=True)
+        ["id", "value", "ci_low", "ci_high", "verdict", "note", "host_load"]
+    ].reset_index(drop=True)
 
 
 def analyse(runs: list[pd.DataFrame]) -> dict:
@@ -212,6 +213,10 @@ def main() -> None:
         print(f"\n## {schedule} schedule ({rounds} round(s) per run), {len(runs)} runs\n")
         table = pd.DataFrame({f"run {i + 1}": [fmt(r) for r in run.to_dict("records")]
                               for i, run in enumerate(runs)}, index=runs[0]["id"])
+        # What else the machine did (host.py): a disturbed run shows here.
+        table.loc["busiest host load of a claim's cells"] = [
+            f"{run['host_load'].max():.1%}" if run["host_load"].notna().any() else "-"
+            for run in runs]
         print(md(table))
         share = a["covered"] / a["checks"] if a["checks"] else math.nan
         print(f"\nclaims whose verdict changed between runs: {a['changed']} of {a['claims']}; "

@@ -176,8 +176,11 @@ class CellRun:
         self.problem = "; ".join(p for p in (self.problem, problem) if p)
         return self.sampler.timing
 
-    def sample(self, blocks: int | None = None) -> list[float]:
-        """``blocks`` more sample blocks, or (None) until the stopping rule stops."""
+    def sample(self, blocks: int | None = None, restart: bool = False) -> list[float]:
+        """``blocks`` more sample blocks, or (None) until the stopping rule
+        stops; ``restart``: the samples taken so far are dropped first."""
+        if restart:
+            self.sampler.timing.samples_s.clear()
         if blocks is None:
             before = len(self.sampler.timing.samples_s)
             self.sampler.sample_until_stop()
@@ -298,13 +301,15 @@ def serve(study, job: Job) -> None:
                      checked_s=timing.checked_s, made_s=timing.made_s,
                      calls_per_sample=timing.calls_per_sample, **ids)
             elif op == protocol.SAMPLE:
-                new = runs[ref.key].sample(None if req.get("until_stop") else req["blocks"])
+                new = runs[ref.key].sample(None if req.get("until_stop") else req["blocks"],
+                                           restart=bool(req.get("restart")))
                 emit(protocol.SAMPLED, seconds=new, **ids)
             elif op == protocol.MEMORY:
                 runs[ref.key].memory()
                 emit(protocol.MEASURED, **ids)
             elif op == protocol.FINISH:
                 result = runs[ref.key].finish()  # a failure here keeps the plan's figures
+                result.figures.update(req.get("host") or {})  # what the parent saw (host.py)
                 del runs[ref.key]
                 ctx.finish(ref, result)
         except Exception as exc:

@@ -26,6 +26,7 @@ import pandas as pd
 from . import load_results
 from .atomic import write_text
 from .env import hardware_line
+from .host import BUSY_HOST
 from .params import ParamsError, read_yaml
 from .paths import OUTPUTS, PARAMS
 from .stats import geomean, geomean_ratio_ci
@@ -40,6 +41,12 @@ DIRECTIONS = ("about", "above", "below")
 
 SINGLE_PROCESS = ("judged from a single process per variant (rounds: 1): the interval "
                   "covers one sampling window, not the spread between reruns")
+
+
+def busy_host_note(load: float) -> str:
+    return (f"measured on a busy machine: other processes and the hypervisor took up to "
+            f"{load:.0%} of its CPU while these cells were timed; a rerun on a quiet "
+            f"machine may differ")
 
 
 class ClaimsError(ParamsError):
@@ -92,6 +99,7 @@ class Measurement:
     note: str = ""
     forced: str = ""
     rounds: int = 0  # fewest rounds (fresh processes) behind any cell used; 0: not a timing
+    host_load: float = math.nan  # busiest share of the machine taken by other work (host.py)
 
 
 def judge(value: float, low: float, high: float, band: tuple[float, float]) -> str:
@@ -252,13 +260,20 @@ def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
     return [pairs[r["cell_id"]] for r in rows]
 
 
-def rounds_of(data: "StudyData", cell_ids) -> int:
-    """The fewest rounds (fresh worker processes) behind any of these cells
-    (0: none of them is known)."""
-    if "rounds" not in data.summary:
-        return 0
-    rounds = data.summary.set_index("cell_id")["rounds"].reindex(list(cell_ids)).dropna()
-    return int(rounds.min()) if len(rounds) else 0
+def timed_from(m: "Measurement", data: "StudyData", cell_ids) -> None:
+    """Record on ``m`` what the timings of these cells came from: the fewest
+    rounds (fresh worker processes) behind any of them (0: none is known) and
+    the busiest host load of any of their rounds (NaN: not measured)."""
+    if "cell_id" not in data.summary:
+        return
+    s = data.summary.drop_duplicates("cell_id").set_index("cell_id")
+    ids = list(cell_ids)
+    if "rounds" in s:
+        rounds = s["rounds"].reindex(ids).dropna()
+        m.rounds = int(rounds.min()) if len(rounds) else 0
+    if "host_load" in s:
+        load = s["host_load"].reindex(ids).dropna()
+        m.host_load = float(load.max()) if len(load) else math.nan
 
 
 def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
@@ -304,7 +319,7 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
         if best is None or est[0] < best[1][0]:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
-    m.rounds = rounds_of(data, [r["cell_id"] for pair in used for r in pair])
+    timed_from(m, data, [r["cell_id"] for pair in used for r in pair])
     m.cells = [cell_label(ra) for ra, _ in used]
     m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
     m.devices = {ra["device"] for ra, _ in used}
@@ -335,7 +350,7 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
     # The geometric mean over 2 log-ratios per model, squared, is the product of
     # the two per model (averaged over models): a monotone map, so the CI maps too.
     m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
-    m.rounds = rounds_of(data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
+    timed_from(m, data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):
         m.points.append((cell_label(ra), ra["median_s"] / rb["median_s"]))
@@ -494,10 +509,13 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
         m.note = "no figure could be computed"
     if m.rounds == 1 and verdict in ("supported", "contradicted", "inconclusive"):
         m.note = "; ".join(n for n in (m.note, SINGLE_PROCESS) if n)
+    if m.host_load > BUSY_HOST and verdict in ("supported", "contradicted", "inconclusive"):
+        m.note = "; ".join(n for n in (m.note, busy_host_note(m.host_load)) if n)
     hw = hardware_line(data.manifest) if data.manifest else ""
     row.update(verdict=verdict, value=m.value, ci_low=m.low, ci_high=m.high, unit=m.unit,
                has_ci=bool(math.isfinite(m.low) and math.isfinite(m.high)),
                n_cells=len(m.cells), cells="; ".join(m.cells), rounds=m.rounds,
+               host_load=m.host_load,
                measured_on=("/".join(sorted(m.devices)) + (f": {hw}" if hw else ""))
                if m.devices else (hw or "no run"),
                note=m.note)

@@ -27,7 +27,12 @@ asv's interleaved processes). For one model in one round:
    minute hits every variant of the set alike, so each round's ratio of
    medians is paired in time; the rounds' spread makes the interval
    (``stats.geomean_ratio_ci``).
-5. Memory passes and rows, one lane at a time.
+5. Memory passes and rows, one lane at a time. Each row carries what else
+   the machine did during the set's turns (``host.HostMeter``). A set whose
+   turns found the machine busy (other processes and steal above
+   ``host.BUSY_HOST`` of its CPU) is sampled again from scratch, up to
+   ``busy_retakes`` times: the row keeps the last window and counts the
+   retakes (``host_retakes``).
 
 A lane whose worker dies or passes a limit is handled as the sequential
 schedule handles its worker (``Runner.after_stop``): the cell in flight gets
@@ -45,8 +50,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import env, protocol
+from .host import BUSY_HOST
 from .job import CELLS, CellRef
-from .runner import _Stop  # the runner imports this module only when it runs it
+from .runner import BUSY_PHASE, _Stop  # the runner imports this module only when it runs it
 from .timing import StoppingRule
 
 
@@ -260,6 +266,41 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
     if len(members) > 1:
         runner.bar.set_postfix_str(f"{members[0].ref.spec.model} {shape[0]}x{shape[1]}: "
                                    f"{len(members)} variants interleaved", refresh=True)
+    retakes, limit = 0, runner.params.get("busy_retakes", 0)
+    while True:
+        before = dict(runner.phases)
+        runner.host.start(_pids(lanes))
+        members = _turns(runner, members, rng)
+        host = runner.host.stop(_pids(lanes))  # the same window for every member
+        load = host["host_other_cpu"] + host["host_steal"]
+        if not (load > BUSY_HOST) or retakes >= limit or not members:
+            break
+        # The machine was busy with other work: these samples are dropped and
+        # the set is sampled again (the worker drops its own at the next block).
+        retakes += 1
+        runner.bar.set_postfix_str(f"machine busy ({load:.0%} of the CPU went to other "
+                                   f"work): sampling {shape[0]}x{shape[1]} again",
+                                   refresh=True)
+        for phase in ("timing samples", "settle between blocks"):
+            runner.recharge(phase, BUSY_PHASE, runner.phases.get(phase, 0.0)
+                            - before.get(phase, 0.0))
+        for m in members:
+            m.samples, m.own_s, m.done, m.rule = [], 0.0, False, StoppingRule(config)
+    host["host_retakes"] = retakes
+    for m in members:  # memory passes one process at a time, then the rows
+        with runner.phase("memory passes"):
+            ok = m.lane.ask(protocol.MEMORY, m.ref, protocol.MEASURED)
+        if ok is not None:
+            with runner.phase("figures after timing"):
+                m.lane.ask(protocol.FINISH, m.ref, protocol.DONE, host=host)
+
+
+def _turns(runner, members: list[_Member], rng) -> list[_Member]:
+    """Turns of one block each, in a random order per turn, until every
+    member's stopping rule holds or the set's budget is spent; the members
+    still answering. A member with no samples yet asks its worker to drop
+    any it holds (a set sampled again)."""
+    config = runner.timing
     budget = config.max_time_s * len(members)  # what sequential timing may spend at most
     settle = runner.params.get("settle_s", 0.0)
     spent = 0.0
@@ -275,7 +316,8 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
             time.sleep(settle)
             runner.charge("settle between blocks", time.monotonic() - t0)
             with runner.phase("timing samples"):
-                ev = m.lane.ask(protocol.SAMPLE, m.ref, protocol.SAMPLED, blocks=1)
+                ev = m.lane.ask(protocol.SAMPLE, m.ref, protocol.SAMPLED, blocks=1,
+                                restart=not m.samples)
             spent += time.monotonic() - t0
             if ev is None:
                 m.lost = m.done = True
@@ -284,9 +326,9 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
             m.own_s += sum(ev["seconds"]) * m.calls
             m.done = m.done or m.rule.done(m.samples, m.own_s)
         members = [m for m in members if not m.lost]
-    for m in members:  # memory passes one process at a time, then the rows
-        with runner.phase("memory passes"):
-            ok = m.lane.ask(protocol.MEMORY, m.ref, protocol.MEASURED)
-        if ok is not None:
-            with runner.phase("figures after timing"):
-                m.lane.ask(protocol.FINISH, m.ref, protocol.DONE)
+    return members
+
+
+def _pids(lanes: list[Lane]) -> list[int]:
+    """The run's worker processes (idle lanes too: they are not other work)."""
+    return [lane.worker.proc.pid for lane in lanes if lane.worker is not None]

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from . import models
+from .host import BUSY_HOST
 from .spec import DEVICES, DTYPES, FRAMEWORKS, SCHEDULES
 from .timing import TimingConfig
 
@@ -157,6 +158,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device)", one_of(SCHEDULES)),
         "settle_s": Param("float", 0.005, "interleaved: idle seconds before each block, so the previous worker's spinning threads (PyTorch's OpenMP) have stopped", non_negative),
         "block_s": Param("float", 0.02, "interleaved: each sample block lasts at least this long (one block per variant per turn)", non_negative),
+        "busy_retakes": Param("int", 1, f"interleaved: a set whose sampling window found the machine busy (other processes and the hypervisor's steal above {BUSY_HOST:.0%} of its CPU) is sampled again from scratch, at most this many times; the row counts the retakes", non_negative),
         "seed": Param("int", 0, "seed of weights and token ids", non_negative),
         "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", positive),
         "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),

@@ -17,8 +17,10 @@ prepare   the cell's model and gate (unless built),     ``prepared``, or ``done`
           first call, warm-up and block size            when the cell cannot run
 sample    ``blocks`` sample blocks, or with             ``sampled`` (the new
           ``until_stop`` until the stopping rule stops  samples, converged)
+          (``restart``: the samples so far dropped)
 memory    the memory pass                              ``measured``
 finish    the cell's figures; its row is written       ``done``
+          (``host``: figures the parent adds to it)
 exit      leaves                                       (end of output)
 ========  ===========================================  ======================
 

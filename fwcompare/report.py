@@ -22,6 +22,7 @@ import yaml
 
 from . import claims, env, load_results
 from .atomic import write_text
+from .host import BUSY_HOST
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
@@ -137,6 +138,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         breakdown = time_breakdown(out_root, times, time.perf_counter() - t_all)
         breakdown.to_csv(out_root / "time_breakdown.csv", index=False)
         print(format_breakdown(breakdown), file=sys.stderr)
+        print(host_line(out_root, list(times)), file=sys.stderr)
     print(f"report: {index}", file=sys.stderr)
     if failures:
         raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
@@ -182,6 +184,25 @@ def format_breakdown(df: pd.DataFrame) -> str:
     fig = df[df["figures"]]["seconds"].sum()
     lines.append(f"  * producing figures: {_mmss(fig)}, {fig / total:.0%} of the report")
     return "\n".join(lines)
+
+
+def host_line(out_root: Path, studies: list[str]) -> str:
+    """The busiest share of the CPU that other processes and the hypervisor
+    took while a study's cells were sampled (host.py), per study."""
+    parts = []
+    for study in studies:
+        f = out_root / study / "results" / "results.parquet"
+        if not f.is_file():
+            continue
+        df = pd.read_parquet(f)
+        if "host_other_cpu" not in df:  # results from before host.py
+            continue
+        load = df["host_other_cpu"] + df["host_steal"]
+        if load.notna().any():
+            parts.append(f"{study} {load.max():.0%}" + (" (busy)" if load.max() > BUSY_HOST
+                                                       else ""))
+    return ("other work while cells were sampled (other processes and steal, busiest "
+            "cell's share of the CPU): " + (", ".join(parts) or "not measured"))
 
 
 def _mmss(seconds: float) -> str:

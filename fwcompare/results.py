@@ -52,7 +52,9 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            # acceleration: compiled output against eager; compilations of a cell's first call
            "accel_max_abs_err", "accel_rel_err", "recompiles",
            # distributed: per-worker batch, weights across ranks, gradient all-reduce
-           "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share"]
+           "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share",
+           # what else the machine did while the cell was sampled (host.py)
+           "host_other_cpu", "host_steal", "host_retakes"]
 PROVENANCE = {"schedule": "string",
               "mem_method": "string", "precision_setup": "string", "mode_setup": "string",
               "framework_version": "string", "framework_threads": "float64",

@@ -45,6 +45,7 @@ from . import env, protocol
 from .atomic import write_json
 from .forkserver import ForkServerError, ForkServers, kill_group
 from .frameworks import Unsupported, check_precision
+from .host import HostMeter
 from .job import CELLS, PREPARE, CellRef, Job
 from .launch import describe_exit, fresh_compile_cache, log_tail, use_compile_cache
 from .params import timing_config
@@ -167,6 +168,9 @@ _PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
            protocol.FINISH: "figures after timing"}
 
 
+# Samples dropped because the machine was busy with other work (interleave.py).
+BUSY_PHASE = "samples taken again (machine busy)"
+
 # A launch's time its ranks did not account for (``spent`` events): the
 # launcher's and ranks' start before they could say, rendezvous, exits.
 LAUNCH_REST = "data-parallel launches (launcher start, rendezvous, exits)"
@@ -196,11 +200,18 @@ class Runner:
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
         self.phases: dict[str, float] = {}  # where the run's time went (seconds)
+        self.host = HostMeter()  # what else the machine did while cells were sampled
         self._reported = 0.0  # of a launch's time, what its ranks said (``spent``)
 
     # -- where the time goes ----------------------------------------------------------
     def charge(self, phase: str, seconds: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + max(0.0, seconds)
+
+    def recharge(self, phase: str, to: str, seconds: float) -> None:
+        """Move ``seconds`` already charged to ``phase`` over to ``to``."""
+        seconds = min(max(0.0, seconds), self.phases.get(phase, 0.0))
+        self.phases[phase] = self.phases.get(phase, 0.0) - seconds
+        self.charge(to, seconds)
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -401,8 +412,13 @@ class Runner:
             return
         with self.phase("process start and imports"):
             self._next_event(w, remaining, deadline, cell_limit, protocol.READY)
+        pids = [w.proc.pid]
         for key in list(remaining):
             for op, fields, answer in _STEPS:
+                if op == protocol.SAMPLE:
+                    self.host.start(pids)
+                elif op == protocol.FINISH:
+                    fields = dict(fields, host=self.host.stop(pids))
                 w.send(op, cell=key, **fields)
                 with self.phase(_PHASES[op]):
                     kind = self._next_event(w, remaining, deadline, cell_limit, answer)

@@ -51,6 +51,11 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["status"] = bad[0] if bad else "ok"
         first["error"] = "; ".join(e for e in g["error"] if e)
         first["rounds"] = len(g)
+        if "host_other_cpu" in g:  # the busiest round: what a rerun may not see
+            load = g["host_other_cpu"].fillna(0) + g["host_steal"].fillna(0)
+            first["host_load"] = (float(load.max())
+                                  if g[["host_other_cpu", "host_steal"]].notna().any(axis=None)
+                                  else math.nan)
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:

@@ -254,3 +254,14 @@ def test_cell_names_no_study_could_measure_are_named(tmp_path):
     with pytest.raises(claims.ClaimsError, match="claim 'x': key 'cells': b 'tensorflow/grpah' "
                                                  "is neither framework/mode"):
         claims.load_claims(f)
+
+
+def test_a_verdict_measured_on_a_busy_machine_says_so():
+    data = two_framework_study(1.2)
+    data.summary["host_load"] = 0.03
+    row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
+    assert row["host_load"] == pytest.approx(0.03) and "busy machine" not in row["note"]
+    data.summary.loc[1, "host_load"] = 0.27  # one cell's busiest round
+    row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
+    assert row["verdict"] == "supported" and row["host_load"] == pytest.approx(0.27)
+    assert "busy machine" in row["note"] and "27%" in row["note"], row["note"]

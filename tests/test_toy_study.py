@@ -208,3 +208,68 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     phases = json.loads((tmp_path / "results" / "time_breakdown_inference.json").read_text())
     assert phases["timing samples"] > 0 and phases["settle between blocks"] > 0
     assert sum(v for k, v in phases.items() if k != "total") <= phases["total"] * 1.01
+
+
+@pytest.mark.parametrize("schedule", ["interleaved", "sequential"])
+def test_rows_say_what_else_the_machine_did_while_cells_were_sampled(
+        toy, tmp_path, smoke_timing, no_orphans, schedule):
+    """A process outside the run spins one core during the whole run: every
+    row's host_other_cpu sees it (host.HostMeter); the cells of one
+    interleaved set share one window; the summary keeps the busiest round."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    p = {**smoke_timing, "schedule": schedule, "rounds": 2, "threads": 1,
+         "block_s": 0.01, "settle_s": 0.001}
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        res = run_study(toy.name, p, output_dir=tmp_path, progress=False)
+    finally:
+        burner.kill()
+        burner.wait()
+    df = res.results
+    assert set(df["status"]) == {"ok"}, df[["mode", "error"]]
+    cores = psutil.cpu_count()
+    assert (df["host_other_cpu"] >= 0.5 / cores).all(), df[["mode", "host_other_cpu"]]
+    assert ((df["host_steal"] >= 0) & (df["host_steal"] <= 1)).all()
+    if schedule == "interleaved":  # one window per set: (round, shape)
+        per_set = df.groupby(["round", "seq_len"])["host_other_cpu"].nunique()
+        assert (per_set == 1).all(), df[["round", "seq_len", "mode", "host_other_cpu"]]
+    summary = tables.summarize(df, res.samples).set_index("cell_id")
+    busiest = (df["host_other_cpu"] + df["host_steal"]).groupby(df["cell_id"]).max()
+    assert np.allclose(summary.loc[busiest.index, "host_load"], busiest)
+
+
+def test_a_set_sampled_while_the_machine_was_busy_is_sampled_again(toy, tmp_path, smoke_timing,
+                                                                    no_orphans):
+    """The machine busy throughout (a process outside the run spins a core):
+    every set is sampled again ``busy_retakes`` times, the row counts it,
+    keeps only the last window's samples, and the dropped time has a phase
+    of its own. With retakes off (0) nothing is sampled again."""
+    import json
+    import subprocess
+    import sys
+
+    # max_time_s spent in the first turn: every window is min_iters turns.
+    p = {**smoke_timing, "rounds": 1, "threads": 1, "block_s": 0.01, "settle_s": 0.001,
+         "busy_retakes": 2, "seq_lens": [16], "min_time_s": 0.01, "max_time_s": 0.01}
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        res = run_study(toy.name, p, output_dir=tmp_path / "on", progress=False)
+        off = run_study(toy.name, {**p, "busy_retakes": 0}, output_dir=tmp_path / "off",
+                        progress=False)
+    finally:
+        burner.kill()
+        burner.wait()
+    df = res.results
+    assert set(df["status"]) == {"ok"} and len(df) == 2, df[["mode", "error"]]
+    assert (df["host_retakes"] == 2).all(), df[["mode", "host_retakes", "host_other_cpu"]]
+    assert (off.results["host_retakes"] == 0).all()
+    # The worker's figures come from the kept window only (3 windows kept
+    # would be 3 x min_iters samples).
+    n = res.samples.groupby("cell_id").size()
+    assert (n == p["min_iters"]).all() and (df["n_samples"] == p["min_iters"]).all(), n
+    phases = json.loads((tmp_path / "on" / "results" / "time_breakdown_inference.json").read_text())
+    assert phases["samples taken again (machine busy)"] > 0 and phases["timing samples"] > 0

@@ -117,7 +117,7 @@ class Distributed(Study):
         s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
                           "tensorflow graph (MultiWorkerMirroredStrategy)", check=_dist_modes)
         s = replace_param(s, "threads", help="intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)")
-        for key in ("settle_s", "block_s"):  # interleaving keys
+        for key in ("settle_s", "block_s", "busy_retakes"):  # interleaving keys
             del s[key]
         s = replace_param(s, "schedule", default="sequential", check=_one_launch_at_a_time,
                           help="sequential: one launch after another (a launch times its "

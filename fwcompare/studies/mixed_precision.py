@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import models
 from ..cell import WorkerContext
-from ..claims import Claim, Measurement, Metric, StudyData, cell_label, check_cells, rounds_of
+from ..claims import Claim, Measurement, Metric, StudyData, cell_label, check_cells, timed_from
 from ..gate import REF_ROWS, fp64_key
 from ..params import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
                       one_of, positive)
@@ -242,7 +242,7 @@ def precision_speedup(data: StudyData, claim: Claim, devices) -> Measurement:
         [(data.by_cell[r["baseline_cell_id"]], data.by_cell[r["cell_id"]])
          for _, r in table.iterrows()])
     m.cells = [f"{r['variant']} {cell_label(r)}" for _, r in table.iterrows()]
-    m.rounds = rounds_of(data, [*table["cell_id"], *table["baseline_cell_id"]])
+    timed_from(m, data, [*table["cell_id"], *table["baseline_cell_id"]])
     m.points = list(zip(m.cells, table["speedup"]))
     m.devices = set(table["device"])
     return m

@@ -1,0 +1,99 @@
+"""What else the machine did while cells were timed.
+
+On a shared virtual machine two things take CPU from a timed cell without
+showing in its own figures: processes that are not the run's (another job, a
+package index build, an editor's indexer) and the hypervisor, which reports
+the time it gave this machine's virtual CPUs to other guests as ``steal``.
+A :class:`HostMeter` reads both around a sampling window, from the kernel's
+counters (``/proc/stat`` and each process's CPU time, through psutil):
+
+- ``host_other_cpu``: the CPU time of every process but the run's own (the
+  process that drives the cells and its workers), as a share of the
+  machine's capacity over the window (1.0: every core busy all the time);
+- ``host_steal``: the time the hypervisor took, as the same share.
+
+Their sum is a cell's ``host_load``; above :data:`BUSY_HOST` the scorecard
+says that a verdict was measured on a busy machine. The counters advance in
+clock ticks (10 ms), so a window of a few seconds resolves about 1% of the
+machine. A slowdown the guest cannot see (the physical core's clock, a noisy
+neighbour's cache traffic) does not show here.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psutil
+
+# Above this share of the machine going to other work, a timing is flagged
+# (0.10 on 2 cores: a fifth of one core, on average over the window).
+BUSY_HOST = 0.10
+
+
+def _busy(t) -> tuple[float, float]:
+    """(CPU seconds of work, CPU seconds stolen) since boot, all cores."""
+    work = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    return work, getattr(t, "steal", 0.0)
+
+
+def _own_cpu(pids) -> float:
+    """CPU seconds of this process, of ``pids`` and of their descendants
+    (gone ones: 0)."""
+    me = psutil.Process()
+    total, seen = sum(me.cpu_times()[:2]), {me.pid}
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            procs = [p, *p.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for q in procs:
+            if q.pid in seen:
+                continue
+            seen.add(q.pid)
+            try:
+                c = q.cpu_times()
+            except psutil.Error:
+                continue
+            total += c.user + c.system
+    return total
+
+
+@dataclass
+class _Mark:
+    wall: float
+    work: float
+    steal: float
+    own: float
+
+
+class HostMeter:
+    """Other work and steal over the windows between :meth:`start` and
+    :meth:`stop`, with ``pids`` (and their descendants) counted as the run's own.
+    The process that calls it is always its own (not its other children: a
+    study run from a test or a notebook has unrelated ones)."""
+
+    def __init__(self):
+        self.cores = psutil.cpu_count() or 1
+        self._mark: _Mark | None = None
+
+    def _now(self, pids) -> _Mark:
+        work, steal = _busy(psutil.cpu_times())
+        return _Mark(time.monotonic(), work, steal, _own_cpu(pids))
+
+    def start(self, pids=()) -> None:
+        self._mark = self._now(pids)
+
+    def stop(self, pids=()) -> dict[str, float]:
+        """``host_other_cpu`` and ``host_steal`` since :meth:`start` (NaN if
+        it was not started). ``pids``: the run's processes now (the same ones,
+        so a process that ended in between is counted as other work)."""
+        a, self._mark = self._mark, None
+        if a is None:
+            return {"host_other_cpu": float("nan"), "host_steal": float("nan")}
+        b = self._now(pids)
+        capacity = max(b.wall - a.wall, 1e-9) * self.cores
+        other = (b.work - a.work) - (b.own - a.own)
+        return {"host_other_cpu": min(1.0, max(0.0, other / capacity)),
+                "host_steal": min(1.0, max(0.0, (b.steal - a.steal) / capacity))}
+
