@@ -96,4 +96,3 @@ class HostMeter:
         other = (b.work - a.work) - (b.own - a.own)
         return {"host_other_cpu": min(1.0, max(0.0, other / capacity)),
                 "host_steal": min(1.0, max(0.0, (b.steal - a.steal) / capacity))}
-
