@@ -48,6 +48,10 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
     from .runner import Runner
 
     params = validate(study, params or {}, source=f"{study} params")
+    if params.get("device") == "gpu":  # stop before hours of unsupported cells
+        from .doctor import require
+
+        require(list(params["frameworks"]), "gpu")
     out = study_dir(study, profile, output_dir)
     st = study_named(study)
     cells = st.cells(params)

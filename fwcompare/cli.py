@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .doctor import DoctorError
 from .params import ParamsError, load_file
 from .paths import PARAMS, ROOT
 
@@ -67,6 +68,12 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_doctor(args) -> int:
+    from . import doctor
+
+    return doctor.main(["--device", args.device, "--frameworks", args.frameworks])
+
+
 def main(argv: list[str] | None = None) -> int:
     from .studies import STUDIES
 
@@ -86,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_cmd_validate)
     p = sub.add_parser("env", help="print the environment and fairness manifest")
     p.set_defaults(fn=_cmd_env)
+    p = sub.add_parser("doctor", help="check that each framework can run on the CPU and "
+                                      "the GPU (device, TF32, memory counters)")
+    p.add_argument("--device", choices=["cpu", "gpu", "all"], default="all")
+    p.add_argument("--frameworks", default="torch,tensorflow,jax")
+    p.set_defaults(fn=_cmd_doctor)
     p = sub.add_parser("report", help="run every study notebook and write index.html")
     p.add_argument("--profile", default="quick")
     p.add_argument("--out", help=f"output root (default {ROOT / 'outputs'})")
@@ -97,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return args.fn(args)
+    except DoctorError as exc:  # the machine, not the params
+        print(f"fwcompare: {exc}", file=sys.stderr)
+        return 2
     except ParamsError as exc:
         print(f"fwcompare: invalid params: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import platform
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 from importlib import metadata
 
 import psutil
@@ -58,17 +59,26 @@ def gpus() -> list[dict]:
     return [dict(zip(("name", "memory_total", "driver"), r)) for r in rows]
 
 
-def git_info() -> dict:
+def git_info(root: Path = ROOT) -> dict:
+    """The commit of fwcompare's own checkout at ``root`` and whether its
+    tracked files changed; "unknown" when ``root`` is not the top of a git
+    checkout (an unpacked copy inside another repository must not record
+    that repository's commit)."""
+    unknown = {"git_commit": "unknown", "git_dirty": False}
+
     def git(*args):
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
                               text=True, timeout=10)
     try:
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(root).resolve():
+            return unknown
         commit = git("rev-parse", "HEAD")
         status = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
-        return {"git_commit": "unknown", "git_dirty": False}
+        return unknown
     if commit.returncode != 0:
-        return {"git_commit": "unknown", "git_dirty": False}
+        return unknown
     return {"git_commit": commit.stdout.strip(), "git_dirty": bool(status.stdout.strip())}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from . import claims, env, load_results
+from . import claims, doctor, env, load_results
 from .atomic import write_text
 from .host import BUSY_HOST
 from .params import ParamsError, load_file
@@ -105,14 +105,18 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     out_root = Path(out_root or OUTPUTS) / profile
     chosen = studies or list(STUDIES)
     # Validate every params file first: a typo fails in seconds, before any run.
-    raw = {}
+    raw, on_gpu = {}, []
     for study in chosen:
         path = PARAMS / study / f"{profile}.yaml"
         if not path.is_file():
             raise ParamsError(f"no params file {path} for profile {profile!r}")
-        load_file(path, study)
+        full = load_file(path, study)
+        if full.get("device") == "gpu":
+            on_gpu += full["frameworks"]
         raw[study] = yaml.safe_load(path.read_text()) or {}
     claims.load_claims()  # the scorecard's claims, checked before anything runs too
+    if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
+        doctor.require(on_gpu, "gpu")
     failures: dict[str, str] = {}
     times: dict[str, float] = {}
     t_all = time.perf_counter()

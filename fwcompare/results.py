@@ -62,6 +62,13 @@ PROVENANCE = {"schedule": "string",
               "versions": "string", "git_commit": "string", "git_dirty": "bool",
               "params_hash": "string", "timestamp": "string"}
 
+# Figures a failed row may keep: worked out from the cell's spec and model,
+# not measured (training's analytic memory breakdown explains an oom). Every
+# measured figure of a failed row is NaN, whatever the worker knew (a gate's
+# load time and equivalence error belong to the variant, not to this cell).
+ANALYTIC = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "flops_per_call",
+            "per_worker_batch")
+
 DTYPES: dict[str, str] = {
     "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
     **{c: ("int64" if c in ("batch_size", "seq_len", "threads", "workers") else "string")
@@ -91,6 +98,8 @@ def make_row(spec: RunSpec, *, status: str, error: str = "", figures: dict | Non
     for key, value in (figures or {}).items():
         if key not in DTYPES:
             raise KeyError(f"not a results column: {key}")
+        if status in FAILED_STATUSES and key in FIGURES and key not in ANALYTIC:
+            continue
         row[key] = value
     return row
 

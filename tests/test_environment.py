@@ -27,3 +27,27 @@ def test_transformers_keeps_tensorflow_and_flax_classes():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pin = next(d for d in project["dependencies"] if d.startswith("transformers=="))
     assert int(pin.split("==")[1].split(".")[0]) < 5
+
+
+def test_rows_record_fwcompare_own_commit_never_an_enclosing_repository(tmp_path):
+    """A copy of fwcompare unpacked inside another git repository records
+    "unknown", not that repository's commit; the top of a checkout records
+    its HEAD and whether tracked files changed."""
+    import subprocess
+
+    from fwcompare.env import git_info
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c",
+                               "user.name=t", *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("a")
+    git("add", "a.txt")
+    git("commit", "-qm", "outer")
+    inner = tmp_path / "fwcompare-copy"
+    inner.mkdir()
+    assert git_info(inner) == {"git_commit": "unknown", "git_dirty": False}
+    assert git_info(tmp_path) == {"git_commit": git("rev-parse", "HEAD"), "git_dirty": False}
+    (tmp_path / "a.txt").write_text("b")
+    assert git_info(tmp_path)["git_dirty"] is True

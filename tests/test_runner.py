@@ -34,6 +34,11 @@ def test_crash_in_one_cell_keeps_the_others(tmp_path, monkeypatch, schedule):
     err = df.set_index("batch_size").query("seq_len == 8").loc[1, "error"]
     assert "exit code 3" in err
     assert "256 positions" in df[df["seq_len"] == 300]["error"].iloc[0]
+    # Failed rows carry no measured figure, not even the variant's gate figures
+    # (load time, equivalence error) that the worker knew when they failed.
+    failed = df[df["status"] != "ok"]
+    measured = ["median_s", "load_s", "equiv_max_abs_err", "equiv_rel_err", "first_call_s"]
+    assert failed[measured].isna().all().all(), failed[["status", *measured]]
     ok = df[df["status"] == "ok"].iloc[0]
     assert ok["median_s"] > 0 and ok["n_samples"] >= 5 and ok["schedule"] == schedule
     no_orphans()

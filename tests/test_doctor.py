@@ -1,0 +1,44 @@
+"""``fwcompare doctor`` on this machine (CPU only): every framework passes its
+CPU checks through the backends' own calls, and the GPU is reported absent,
+framework by framework; a ``device: gpu`` run stops before measuring."""
+import subprocess
+import sys
+
+import pytest
+
+from fwcompare import run_study
+from fwcompare.doctor import DoctorError, PASSED_VAR
+
+pytestmark = pytest.mark.slow  # fresh interpreters import each framework
+
+
+def test_doctor_passes_the_cpu_and_reports_no_gpu_clearly():
+    out = subprocess.run([sys.executable, "-m", "fwcompare", "doctor"], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr  # no GPU is a finding, not a failure
+    text = out.stdout
+    cpu, gpu = text.split("\ndevice gpu", 1)
+    for fw in ("torch", "tensorflow", "jax"):
+        for check in ("import", "device", "memory"):
+            line = next(l for l in cpu.splitlines() if l.split()[:2] == [fw, check])
+            assert " ok " in line, line
+        mem = next(l for l in cpu.splitlines() if l.split()[:2] == [fw, "memory"])
+        assert "peak RSS rose" in mem, mem
+        # On the GPU: the framework itself says it sees none.
+        dev = next(l for l in gpu.splitlines() if l.split()[:1] == [fw] and "FAIL" in l)
+        assert "gpu" in dev.lower(), dev
+    assert "no NVIDIA driver" in gpu or "nvidia-smi" in gpu
+    assert "device: gpu runs stop before measuring" in text
+    strict = subprocess.run([sys.executable, "-m", "fwcompare", "doctor", "--device", "gpu",
+                             "--frameworks", "jax"], capture_output=True, text=True, timeout=300)
+    assert strict.returncode == 1 and "FAIL" in strict.stdout, strict.stdout
+
+
+def test_a_gpu_run_stops_before_measuring_with_the_doctors_findings(tmp_path, monkeypatch):
+    monkeypatch.delenv(PASSED_VAR, raising=False)
+    with pytest.raises(DoctorError, match=r"device gpu: torch cannot run here") as err:
+        run_study("inference_sweep", {"device": "gpu", "frameworks": ["torch"],
+                                      "modes": {"torch": ["eager"]}, "schedule": "sequential"},
+                  output_dir=tmp_path, progress=False)
+    assert "torch.cuda.is_available() is False" in str(err.value)
+    assert not any(tmp_path.iterdir())  # nothing measured, nothing written
