@@ -89,7 +89,8 @@ class CellPlan:
 
     ``call()`` builds the timed callable (inputs made outside the timed
     region); ``known``: figures known before timing (gate errors, load time);
-    ``flops``: FLOPs of one call; ``problem``: why the cell is not equivalent
+    ``flops``: FLOPs of one call; ``traffic``: bytes it moves for its weights
+    (``models.weight_traffic_bytes``); ``problem``: why the cell is not equivalent
     ("" if it is); ``first(out)`` -> (figures, problem, warm-up calls
     it made: ns each, see ``timing.prepare``) checks the first call's output
     before warm-up; ``after(fn)`` -> figures from the warm
@@ -100,6 +101,7 @@ class CellPlan:
     call: Callable[[], Callable[[], Any]]
     known: dict = field(default_factory=dict)
     flops: float = float("nan")
+    traffic: float = float("nan")
     problem: str = ""
     first: Callable[[Any], tuple[dict, str]] | None = None
     after: Callable[[Callable[[], Any]], dict] | None = None
@@ -108,12 +110,15 @@ class CellPlan:
 
 
 def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float = 0.95,
-                    flops: float = float("nan")) -> dict:
+                    flops: float = float("nan"), peak: float = float("nan"),
+                    traffic: float = float("nan")) -> dict:
     """A cell's figures derived from its raw seconds-per-call samples: the one
     place median, CI, spread, throughput and achieved FLOP/s are computed
     (workers, data-parallel ranks and the tables that pool rounds use it).
     ``samples_s``: one sampling window's samples, or a ``stats.CellSamples``
-    of several rounds (the CI is then two-level: rounds, then blocks)."""
+    of several rounds (the CI is then two-level: rounds, then blocks).
+    ``peak``: the machine's FLOP/s ceiling for the cell's precision
+    (fwcompare.peak); ``pct_of_peak`` is the achieved share of it, in %."""
     import numpy as np
 
     from .stats import CellSamples, iqr, rounds_median_ci
@@ -126,7 +131,8 @@ def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float 
                 p90_s=float(np.percentile(samples_s, 90)),
                 throughput_samples_per_s=batch_size / med,
                 tokens_per_s=batch_size * seq_len / med,
-                flops_per_call=flops, achieved_flops_per_s=flops / med)
+                flops_per_call=flops, achieved_flops_per_s=flops / med,
+                pct_of_peak=100.0 * flops / med / peak, bytes_per_call=traffic)
 
 
 @dataclass
@@ -225,7 +231,7 @@ class CellRun:
         samples = list(timing.samples_s)
         figures = dict(self.figures, **derived_figures(
             self.spec.batch_size, self.spec.seq_len, samples, self.config.confidence,
-            self.plan.flops))
+            self.plan.flops, traffic=self.plan.traffic))
         figures.update(calls_per_sample=timing.calls_per_sample, rel_ci=timing.rel_ci,
                        first_call_s=timing.first_call_s, converged=timing.converged)
         if self.plan.after is not None:

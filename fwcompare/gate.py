@@ -85,9 +85,8 @@ def prepare(job: Job, train: TrainSettings | None = None) -> Path:
     maxpos = models.max_positions(config)
     s = min(s, maxpos) if maxpos else s
     ids = token_ids(job.seed, b, s, config.vocab_size)
-    n_emb = sum(p.numel() for n, p in net.named_parameters()
-                if "emb" in n or n.split(".")[-2:-1] in (["wte"], ["wpe"]))
-    info = models.param_counts(config, torch_backend.n_params(net), n_emb)
+    info = models.param_counts(config, torch_backend.n_params(net),
+                               models.embedding_params(net))
     info.update(vocab_size=config.vocab_size, max_positions=maxpos or 0, weights_dir=str(wdir))
     labels = train_labels(job.seed, ids, head)
     if train is not None:

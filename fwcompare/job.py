@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from .spec import RunSpec
 from .timing import TimingConfig
 
-PREPARE, CELLS = "prepare", "cells"
+PREPARE, CELLS, PEAK = "prepare", "cells", "peak"
 
 
 class JobError(ValueError):
@@ -35,7 +35,8 @@ class CellRef:
 class Job:
     """Everything a worker needs. ``kind`` PREPARE: make the shared weights and
     the gate's references of one model; CELLS: measure ``cells`` (one worker
-    process, or one launch of data-parallel ranks)."""
+    process, or one launch of data-parallel ranks); PEAK: the framework's
+    matmul rate in ``peak_dtypes`` and its bandwidth (fwcompare.peak)."""
 
     kind: str
     study: str
@@ -57,15 +58,17 @@ class Job:
     framework: str = ""
     cells: tuple[CellRef, ...] = ()
     fp64_shapes: tuple[tuple[int, int], ...] = ()
+    peak_dtypes: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.kind not in (PREPARE, CELLS):
+        if self.kind not in (PREPARE, CELLS, PEAK):
             raise JobError(f"unknown job kind {self.kind!r}")
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
         object.__setattr__(self, "gate_shape", tuple(self.gate_shape))
         object.__setattr__(self, "cells", tuple(self.cells))
         object.__setattr__(self, "fp64_shapes", tuple(tuple(s) for s in self.fp64_shapes))
+        object.__setattr__(self, "peak_dtypes", tuple(self.peak_dtypes))
 
     @property
     def seed(self) -> int:

@@ -212,16 +212,43 @@ def weights_dir(model: str, seed: int = 0, cache: Path | None = None,
     return target
 
 
+def embedding_params(net) -> int:
+    """Parameters of a PyTorch model's embeddings (token, position, type):
+    what ``forward_flops`` leaves out of the per-token matmul count."""
+    return int(sum(p.numel() for n, p in net.named_parameters()
+                   if "emb" in n or n.split(".")[-2:-1] in (["wte"], ["wpe"])))
+
+
 def param_counts(config, n_params: int, n_embedding: int) -> dict:
     return {"n_params": int(n_params), "n_embedding_params": int(n_embedding),
             "n_layers": int(getattr(config, "num_hidden_layers", 0) or 0),
             "hidden_size": int(getattr(config, "hidden_size", 0) or 0)}
 
 
+# Bytes of weight traffic per parameter and call (every framework here keeps
+# float32 weights, casting them per op under mixed precision): a forward reads
+# each non-embedding weight once (of the embeddings only the tokens' rows); an
+# AdamW training step reads every weight in the forward and the backward (2),
+# writes its gradient (1), and the update reads gradient, weight, m and v and
+# writes weight, m and v (7), embeddings included.
+WEIGHT_TRAFFIC = {"inference": 4.0, "train": 4.0 * 10}
+
+
+def weight_traffic_bytes(info: dict, task: str) -> float:
+    """Bytes one call moves for its weights alone (a lower bound of its memory
+    traffic: activations come on top): the x axis of a roofline is FLOPs
+    over these bytes."""
+    n = info["n_params"] - (info["n_embedding_params"] if task == "inference" else 0)
+    return float(n * WEIGHT_TRAFFIC[task])
+
+
 def forward_flops(info: dict, batch_size: int, seq_len: int) -> float:
-    """Forward FLOPs of one call: 2*N_non-embedding per token plus attention
-    scores and values, 2*n_layers*seq*d_model per token (Kaplan et al. 2020)."""
+    """Forward FLOPs of one call: 2*N_non-embedding per token (Kaplan et al.
+    2020) plus attention's two products, the logits Q K^T and the weighted
+    values, 2*seq*d_model each per token and layer (Kaplan counts the logits
+    alone: 4% short of PyTorch's FLOP counter at bert-base 8 x 512,
+    tests/test_peak.py)."""
     tokens = batch_size * seq_len
     n = info["n_params"] - info["n_embedding_params"]
-    return float(tokens * (2 * n + 2 * info["n_layers"] * seq_len * info["hidden_size"]))
+    return float(tokens * (2 * n + 4 * info["n_layers"] * seq_len * info["hidden_size"]))
 

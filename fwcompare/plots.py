@@ -197,6 +197,51 @@ def ratio_grid(df: pd.DataFrame, manifest: dict, value: str, low: str, high: str
     return fig
 
 
+def roofline(summary: pd.DataFrame, manifest: dict):
+    """Achieved FLOP/s against arithmetic intensity (FLOPs per byte of weight
+    traffic, ``bytes_per_call``), one point per measured cell, under the
+    machine's measured ceilings (``manifest["peak"]``, fwcompare.peak): the
+    bandwidth slope and a matmul roof per precision. A cell far below both
+    is bound by overhead (dispatch, small kernels, Python), not the machine."""
+    peak = (manifest or {}).get("peak") or {}
+    ok = summary[summary["status"].isin(MEASURED)] if "status" in summary else summary
+    need = ["achieved_flops_per_s", "bytes_per_call", "flops_per_call"]
+    if any(c not in ok for c in need):
+        return no_data("no FLOP and traffic figures in these results")
+    ok = ok.dropna(subset=need)
+    ok = ok[(ok["bytes_per_call"] > 0) & (ok["achieved_flops_per_s"] > 0)]
+    roofs = peak.get("flops_per_s") or {}
+    if ok.empty or not roofs:
+        return no_data("no measured cell with a FLOP figure, or no measured peak")
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    x = ok["flops_per_call"] / ok["bytes_per_call"]
+    lo, hi = x.min() / 3, x.max() * 3
+    grid = np.geomspace(lo, hi, 200)
+    bw = peak.get("bandwidth_bytes_per_s")
+    styles = dict(zip(sorted(roofs), ["-", "--", ":", "-."]))
+    for dtype, roof in sorted(roofs.items()):
+        y = np.minimum(roof, bw * grid) if bw else np.full_like(grid, roof)
+        ax.plot(grid, y, color="0.3", lw=1.2, ls=styles[dtype],
+                label=f"ceiling {dtype}: {roof / 1e9:.3g} GFLOP/s")
+    if bw:
+        ax.text(lo * 1.1, bw * lo * 1.3, f"{bw / 1e9:.3g} GB/s", fontsize=8, color="0.3",
+                rotation=0)
+    colors = palette(ok["variant"])
+    marks = dict(zip(sorted(ok["dtype"].unique()), ["o", "s", "^", "D"]))
+    for (variant, dtype), g in ok.groupby(["variant", "dtype"]):
+        ax.scatter(g["flops_per_call"] / g["bytes_per_call"], g["achieved_flops_per_s"],
+                   color=colors[variant], marker=marks[dtype], s=36, edgecolor="white",
+                   lw=0.5, label=f"{variant} {dtype}" if len(marks) > 1 else variant)
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOPs per byte of weights "
+           "moved)", ylabel="achieved FLOP/s")
+    ax.set_title("Roofline: each cell against the machine's measured ceilings", loc="left",
+                 fontsize=11)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    footer(fig, manifest, f"ceilings: {peak.get('method', 'measured')}"[:200])
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
 # -- helpers for the study modules' own figures ---------------------------------------
 
 

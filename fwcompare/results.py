@@ -42,7 +42,8 @@ OUTCOME = {"status": "string", "error": "string", "converged": "bool"}
 FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s", "rel_ci",
            "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
            "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes",
-           "flops_per_call", "achieved_flops_per_s", "pct_of_peak",
+           "flops_per_call", "achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak",
+           "bytes_per_call",
            "equiv_max_abs_err", "equiv_rel_err",
            # training: losses over the agreement steps, analytic memory breakdown
            "loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes",
@@ -67,7 +68,7 @@ PROVENANCE = {"schedule": "string",
 # measured figure of a failed row is NaN, whatever the worker knew (a gate's
 # load time and equivalence error belong to the variant, not to this cell).
 ANALYTIC = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "flops_per_call",
-            "per_worker_batch")
+            "bytes_per_call", "per_worker_batch")
 
 DTYPES: dict[str, str] = {
     "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
@@ -194,7 +195,18 @@ class ResultStore:
         return _read_all(self.dir / "losses", lambda: losses_frame("", "", "", [], []))
 
     def load(self) -> pd.DataFrame:
-        return _read_all(self.cells_dir, lambda: _frame([]))
+        """Every row; measured rows with the run's FLOP/s ceiling for their
+        precision (``env.json``'s ``peak``, fwcompare.peak) and their share of it."""
+        df = _read_all(self.cells_dir, lambda: _frame([]))
+        env = self.dir / "env.json"
+        peak = json.loads(env.read_text()).get("peak") if env.is_file() else None
+        if peak and len(df):
+            ceiling = df["dtype"].map(lambda d: (peak.get("flops_per_s") or {}).get(d))
+            ceiling = ceiling.astype("float64").where(
+                df["status"].isin(MEASURED) & (df["device"] == peak.get("device")))
+            df["peak_flops_per_s"] = ceiling
+            df["pct_of_peak"] = 100.0 * df["achieved_flops_per_s"] / ceiling
+        return df
 
     def load_samples(self) -> pd.DataFrame:
         return _read_all(self.samples_dir, lambda: pd.DataFrame(

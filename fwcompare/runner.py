@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import queue
@@ -167,6 +168,9 @@ _PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
            protocol.SAMPLE: "timing samples", protocol.MEMORY: "memory passes",
            protocol.FINISH: "figures after timing"}
 
+
+# Measuring the machine's ceilings (peak.py), once per machine and framework.
+PEAK_PHASE = "hardware peak (matmul, bandwidth)"
 
 # Samples dropped because the machine was busy with other work (interleave.py).
 BUSY_PHASE = "samples taken again (machine busy)"
@@ -495,6 +499,38 @@ class Runner:
             mine = [c for c in mine if c.spec.dtype not in unsupported]
             yield from self.study.groups(self.task, mine)
 
+    def measure_peak(self, model: str, dtypes: list[str]) -> None:
+        """The machine's ceilings (fwcompare.peak) into the run's manifest
+        (``env.json``): each of this study's frameworks probed once per
+        machine in a worker of its own, forked like a cell's; the figures of
+        every framework kept for this machine make the ceilings."""
+        from . import peak
+        from .job import PEAK
+
+        device = self.params["device"]
+        for fw in self.params["frameworks"]:
+            if peak.cached(fw, device, dtypes, self.threads, self.manifest) is not None:
+                continue
+            job = self.job(PEAK, model, fw).replace(peak_dtypes=tuple(dtypes))
+            self.bar.set_postfix_str(f"measuring the machine's peak with {fw}", refresh=True)
+            w = self._worker(job, f"peak-{fw}", fw)
+            try:
+                with self.phase(PEAK_PHASE):
+                    w.proc.wait(timeout=self.params["group_timeout_s"])
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                w.kill()
+            found = peak.probe_file(job)
+            if found.is_file():
+                peak.store(json.loads(found.read_text()), self.manifest)
+            else:
+                self.say(f"{fw}: the peak probe left no figures ({w.exit_description()}): "
+                         f"{w.stderr_tail()}")
+        self.manifest["peak"] = peak.ceilings(device, dtypes, self.threads, self.manifest,
+                                              [*peak.FRAMEWORKS, *self.params["frameworks"]])
+        write_json(self.store.dir / "env.json", self.manifest)
+
     def repeated(self, specs: list[RunSpec]) -> list[RunSpec]:
         """The cells that take the rounds after the first (``rounds_for``):
         all, or those of the variants a claim compares in this study."""
@@ -529,6 +565,8 @@ class Runner:
         try:
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
+            if specs:
+                self.measure_peak(specs[0].model, sorted({s.dtype for s in specs}))
             prepared: dict[str, str | None] = {}
             frameworks = list(self.params["frameworks"])
             for rnd in range(rounds):

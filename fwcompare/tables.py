@@ -34,7 +34,8 @@ def samples_by_cell(samples: pd.DataFrame) -> dict[str, CellSamples]:
     return out
 
 
-_POOLED = ("n_samples", "median_s", "ci_low_s", "ci_high_s", "mean_s", "tokens_per_s")
+_POOLED = ("n_samples", "median_s", "ci_low_s", "ci_high_s", "mean_s", "tokens_per_s",
+           "achieved_flops_per_s", "pct_of_peak")
 
 
 def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
@@ -59,7 +60,9 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:
-            pooled = derived_figures(first["batch_size"], first["seq_len"], x)
+            pooled = derived_figures(first["batch_size"], first["seq_len"], x,
+                                     flops=first.get("flops_per_call", math.nan),
+                                     peak=first.get("peak_flops_per_s", math.nan))
             first.update({k: pooled[k] for k in _POOLED})
             toks = first["batch_size"] * first["seq_len"]
             first.update(tokens_per_s_low=toks / pooled["ci_high_s"],
@@ -135,6 +138,23 @@ def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
                 [(by_cell[r["cell_id"]], by_cell[b["cell_id"]])])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def peak_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per measured cell: achieved GFLOP/s, the machine's ceiling for its
+    precision, the share of it (``pct_of_peak``) and its arithmetic intensity
+    (FLOPs per byte of weights moved), most of the peak first."""
+    cols = ["model", "variant", "dtype", "batch_size", "seq_len"]
+    ok = summary[summary["status"].isin(MEASURED)] if "status" in summary else summary
+    if ok.empty or "pct_of_peak" not in ok:
+        return pd.DataFrame(columns=[*cols, "pct_of_peak"])
+    extra = [c for c in ("scaling", "workers", "task") if c in ok and ok[c].nunique() > 1]
+    out = ok[cols + extra].copy()
+    out["achieved_gflop_s"] = ok["achieved_flops_per_s"] / 1e9
+    out["ceiling_gflop_s"] = ok["peak_flops_per_s"] / 1e9
+    out["pct_of_peak"] = ok["pct_of_peak"]
+    out["flops_per_byte"] = ok["flops_per_call"] / ok["bytes_per_call"]
+    return out.sort_values("pct_of_peak", ascending=False).reset_index(drop=True).round(3)
 
 
 def summary_table(summary: pd.DataFrame, samples: pd.DataFrame,

@@ -35,12 +35,18 @@ def main(argv: list[str]) -> int:
     print(f"fwcompare worker: pid {os.getpid()}, parent {os.getppid()}", file=sys.stderr,
           flush=True)
     from . import studies
-    from .job import PREPARE, Job
+    from .job import PEAK, PREPARE, Job
 
     job = Job.read(argv[0])
     study = studies.load(job.study, job.study_file)
     try:
-        if job.kind == PREPARE:
+        if job.kind == PEAK:
+            from .peak import probe, probe_file
+
+            found = probe(study.backend(job.framework), job.framework, job.device,
+                          list(job.peak_dtypes), job.threads)
+            probe_file(job).write_text(json.dumps(found))
+        elif job.kind == PREPARE:
             study.prepare(job)
         else:
             study.work(job)

@@ -311,3 +311,25 @@ def test_index_in_headless_chromium(smoke, tmp_path):
             assert w > 300, claim_id
     finally:
         driver.quit()
+
+
+def test_every_measured_cell_has_its_share_of_the_measured_peak(smoke):
+    """Every study's run measured the machine's ceilings with the frameworks'
+    own matmuls (env.json), every measured row has pct_of_peak = 100 x
+    achieved FLOP/s / its precision's ceiling, and every study drew a roofline."""
+    out, _, _ = smoke
+    for study in ("inference_sweep", "training", "mixed_precision", "acceleration",
+                  "distributed"):
+        res = load_results(out / study)
+        peak = res.manifest["peak"]
+        assert peak["flops_per_s"]["float32"] > 1e9, (study, peak)  # a real CPU's matmul
+        assert peak["bandwidth_bytes_per_s"] > 1e9, (study, peak)
+        assert {"torch", "tensorflow"} <= set(peak["frameworks"]), (study, peak["frameworks"])
+        df = res.results[res.results["status"].isin(["ok", "not_equivalent"])]
+        ceiling = df["dtype"].map(peak["flops_per_s"])
+        assert df["pct_of_peak"].notna().all(), (study, df[["dtype", "pct_of_peak"]])
+        assert np.allclose(df["pct_of_peak"], 100 * df["achieved_flops_per_s"] / ceiling)
+        assert ((df["pct_of_peak"] > 0) & (df["pct_of_peak"] < 100)).all(), \
+            (study, df["pct_of_peak"].describe())
+        assert (df["bytes_per_call"] > 0).all(), study
+        assert (out / study / "figures" / "roofline.png").stat().st_size > 10_000, study

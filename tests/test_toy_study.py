@@ -37,6 +37,15 @@ class NumpyBackend:
     def peak_memory_bytes(self, device):
         return None
 
+    def set_precision(self, dtype, device):
+        if dtype != "float32":
+            raise ValueError(f"numpy toy: float32 only, not {dtype}")
+
+    def make_peak_kernels(self, n, elements, dtype, device):
+        a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+        x = np.zeros(elements, dtype=np.float32)
+        return (lambda: a @ a), (lambda: x + 1.0)
+
 
 class ToyStudy(Study):
     """Square matrix products, ``batch_sizes`` x ``seq_lens`` as (n, n) with n
@@ -273,3 +282,36 @@ def test_a_set_sampled_while_the_machine_was_busy_is_sampled_again(toy, tmp_path
     assert (n == p["min_iters"]).all() and (df["n_samples"] == p["min_iters"]).all(), n
     phases = json.loads((tmp_path / "on" / "results" / "time_breakdown_inference.json").read_text())
     assert phases["samples taken again (machine busy)"] > 0 and phases["timing samples"] > 0
+
+
+def test_every_measured_row_has_its_share_of_the_machines_peak(toy, tmp_path, smoke_timing,
+                                                               no_orphans, monkeypatch):
+    """The run measures the machine's matmul ceiling with the study's own
+    backend in a worker of its own (fwcompare.peak), keeps it per machine,
+    records it in env.json, and every ok row has pct_of_peak = 100 x achieved
+    FLOP/s / that ceiling; a second run reads the kept figures."""
+    import json
+
+    from fwcompare import peak
+
+    monkeypatch.setattr(peak, "CACHE", tmp_path / "peak-cache")
+    p = {**smoke_timing, "threads": 1, "seq_lens": [16]}
+    res = run_study(toy.name, p, output_dir=tmp_path / "a", progress=False)
+    env = json.loads((tmp_path / "a" / "results" / "env.json").read_text())
+    ceiling = env["peak"]["flops_per_s"]["float32"]
+    probe = env["peak"]["frameworks"]["numpy"]
+    assert ceiling == probe["flops_per_s"]["float32"] > 1e8, env["peak"]  # numpy's own matmul
+    assert probe["bandwidth_bytes_per_s"] > 1e8 and "matmul" in env["peak"]["method"]
+    df = res.results
+    assert set(df["status"]) == {"ok"} and (df["peak_flops_per_s"] == ceiling).all()
+    assert np.allclose(df["pct_of_peak"], 100 * df["achieved_flops_per_s"] / ceiling)
+    assert ((df["pct_of_peak"] > 0) & (df["pct_of_peak"] < 200)).all(), df["pct_of_peak"]
+    summary = tables.summarize(df, res.samples)
+    assert np.allclose(summary["pct_of_peak"],
+                       100 * summary["flops_per_call"] / summary["median_s"] / ceiling)
+    kept = list((tmp_path / "peak-cache").glob("numpy-cpu-*.json"))
+    assert len(kept) == 1
+    run_study(toy.name, p, output_dir=tmp_path / "b", progress=False)
+    assert not (tmp_path / "b" / "results" / "work" / "peak-numpy.json").exists()  # kept
+    env_b = json.loads((tmp_path / "b" / "results" / "env.json").read_text())
+    assert env_b["peak"]["flops_per_s"]["float32"] == ceiling

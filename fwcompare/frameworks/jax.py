@@ -223,6 +223,30 @@ def to_numpy(out) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
+    """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
+    and an elementwise add over ``elements`` float32 whose input buffer is
+    donated to its output (one read, one write, no fresh allocation), each
+    jitted."""
+    jax = _jax()
+    import jax.numpy as jnp
+
+    dev = _device(device)
+    dt = {"float32": jnp.float32, "tf32": jnp.float32, "bfloat16": jnp.bfloat16,
+          "float16": jnp.float16}[dtype]
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    a = jax.device_put(jax.random.normal(k1, (n, n)).astype(dt), dev)
+    b = jax.device_put(jax.random.normal(k2, (n, n)).astype(dt), dev)
+    state = [jax.device_put(jnp.zeros((elements,), jnp.float32), dev)]
+    mm = jax.jit(jnp.matmul)
+    add = jax.jit(lambda v: v + 1.0, donate_argnums=0)
+
+    def step():
+        state[0] = add(state[0])
+        return state[0]
+    return (lambda: mm(a, b)), step
+
+
 # JAX has no reset for its allocator's peak (jax-ml/jax#8096): the counter runs
 # from process start, so loading the model leaves a peak above a small cell's
 # (seen on an H100: 1.21 GB reported for every bert-base cell up to batch

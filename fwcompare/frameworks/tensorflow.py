@@ -235,6 +235,27 @@ def to_numpy(out) -> np.ndarray:
     return out.numpy().astype(np.float64)
 
 
+def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
+    """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
+    and an elementwise add in place over ``elements`` float32 (one read, one
+    write), each a ``tf.function``."""
+    dt = {"float32": tf.float32, "tf32": tf.float32, "bfloat16": tf.bfloat16,
+          "float16": tf.float16}[dtype]
+    with tf.device(_device_name(device)):
+        a = tf.cast(tf.random.normal((n, n), seed=0), dt)
+        b = tf.cast(tf.random.normal((n, n), seed=1), dt)
+        x = tf.Variable(tf.zeros((elements,), tf.float32))
+
+    @tf.function(autograph=False)
+    def matmul():
+        return tf.matmul(a, b)
+
+    @tf.function(autograph=False)
+    def add():
+        return x.assign_add(tf.ones_like(x))
+    return matmul, add
+
+
 # The allocator's peak can be reset before each memory pass.
 PEAK_RESETTABLE = True
 

@@ -171,6 +171,20 @@ def to_numpy(out) -> np.ndarray:
     return out.detach().to(torch.float64).cpu().numpy()
 
 
+def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
+    """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
+    and an elementwise add over ``elements`` float32 into a buffer allocated
+    once (one read, one write; a fresh output would time page faults)."""
+    dev = _device(device)
+    dt = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}[dtype]
+    a = torch.randn(n, n, device=dev).to(dt)
+    b = torch.randn(n, n, device=dev).to(dt)
+    x = torch.zeros(elements, device=dev)
+    y = torch.empty_like(x)
+    return (lambda: torch.matmul(a, b)), (lambda: torch.add(x, 1.0, out=y))
+
+
 # The allocator's peak can be reset before each memory pass.
 PEAK_RESETTABLE = True
 

@@ -115,6 +115,7 @@ class Acceleration(Study):
         x = ctx.backend.make_inputs(ctx.token_ids(spec), ctx.device)
         return CellPlan(lambda: (lambda: fn(x)), known=known,
                         flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
+                        traffic=models.weight_traffic_bytes(ctx.info, "inference"),
                         problem=bad, provenance={"mode_setup": fn.setup},
                         skip=ctx.skip_reason(spec),
                         first=None if spec.mode == "eager" else accel_check(ctx, fn, eager, x))

@@ -416,7 +416,8 @@ class Rank:
             return
         flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
         figures.update(derived_figures(spec.batch_size, spec.seq_len, samples,
-                                       self.cfg.confidence, flops))
+                                       self.cfg.confidence, flops,
+                                       traffic=models.weight_traffic_bytes(self.info, "train")))
         allreduce_s = float(np.median(comm))
         figures.update(calls_per_sample=1, rel_ci=rule.rel_ci, first_call_s=first,
                        converged=rule.converged, weight_max_abs_diff=spread,

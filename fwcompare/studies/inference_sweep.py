@@ -112,6 +112,7 @@ def plan_inference(ctx: WorkerContext, spec: RunSpec, mp_equiv_rtol=None,
     known, bad = v.checked.get(mode, ({}, ""))
     return CellPlan(forward_call(ctx, fn, spec), known=dict(known, load_s=v.load_s),
                     flops=models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
+                    traffic=models.weight_traffic_bytes(ctx.info, "inference"),
                     problem=bad, first=first, after=after,
                     provenance={"mode_setup": fn.setup}, skip=skip)
 

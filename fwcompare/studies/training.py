@@ -145,7 +145,8 @@ def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
         return lambda: v.step(b)
     return CellPlan(call, known=dict(v.known, **figures), problem=problem, first=first,
                     skip=ctx.skip_reason(spec),
-                    flops=3 * models.forward_flops(ctx.info, spec.batch_size, spec.seq_len))
+                    flops=3 * models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
+                    traffic=models.weight_traffic_bytes(ctx.info, "train"))
 
 
 class Training(Study):
