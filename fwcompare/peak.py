@@ -59,7 +59,8 @@ DATASHEET = {
 
 
 def _rate(fn, sync) -> float:
-    """Median seconds of one call of ``fn`` (synced), after one warm-up call."""
+    """Fewest seconds of one call of ``fn`` (synced), after one warm-up call:
+    a ceiling is the best the machine did."""
     sync(fn())
     times: list[float] = []
     start = time.perf_counter()
@@ -67,8 +68,7 @@ def _rate(fn, sync) -> float:
         t0 = time.perf_counter()
         sync(fn())
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+    return min(times)
 
 
 def probe(backend, framework: str, device: str, dtypes: list[str], threads: int) -> dict:
@@ -82,7 +82,7 @@ def probe(backend, framework: str, device: str, dtypes: list[str], threads: int)
     out: dict = {"framework": framework, "device": device, "threads": threads,
                  "matmul_n": {}, "stream_bytes": 4 * elements, "flops_per_s": {},
                  "skipped": {}}
-    for dtype in dict.fromkeys(["float32", *dtypes]):  # float32 also gives the bandwidth
+    for dtype in dtypes:
         n = out["matmul_n"][dtype] = matmul_n(device, dtype)
         try:
             check_precision(dtype, device)
@@ -108,21 +108,33 @@ def _cache_path(framework: str, device: str, threads: int, manifest: dict) -> Pa
     return CACHE / f"{framework}-{device}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 
-def cached(framework: str, device: str, dtypes, threads: int, manifest: dict) -> dict | None:
-    """This machine's figures for a framework if they cover ``dtypes``."""
+def kept(framework: str, device: str, threads: int, manifest: dict) -> dict | None:
+    """This machine's figures for a framework, if any were kept."""
     path = _cache_path(framework, device, threads, manifest)
-    if not path.is_file():
-        return None
-    found = json.loads(path.read_text())
-    if all(d in found["flops_per_s"] or d in found["skipped"] for d in dtypes):
-        return found
-    return None
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def missing(framework: str, device: str, dtypes, threads: int, manifest: dict) -> list[str]:
+    """The precisions of ``dtypes`` (and float32, which gives the bandwidth too)
+    that this machine's kept figures for a framework do not cover."""
+    found = kept(framework, device, threads, manifest) or {"flops_per_s": {}, "skipped": {}}
+    return [d for d in dict.fromkeys(["float32", *dtypes])
+            if d not in found["flops_per_s"] and d not in found["skipped"]]
 
 
 def store(found: dict, manifest: dict) -> dict:
-    """Keep a probe's figures for this machine; returns them with the date."""
-    found = dict(found, measured=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    """Keep a probe's figures for this machine, beside those kept before: a
+    precision measured once keeps its figure (a report's studies all see the
+    same ceilings); returns what is kept."""
     path = _cache_path(found["framework"], found["device"], found["threads"], manifest)
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    merged = dict(found, **{k: old[k] for k in ("bandwidth_bytes_per_s", "stream_bytes")
+                            if k in old})
+    found = dict(found, measured={d: time.strftime("%Y-%m-%dT%H:%M:%S")
+                                  for d in (*found["flops_per_s"], *found["skipped"])})
+    for key in ("flops_per_s", "skipped", "matmul_n", "measured"):
+        merged[key] = {**found[key], **old.get(key, {})}
+    found = merged
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(found, indent=1))
@@ -136,7 +148,7 @@ def ceilings(device: str, dtypes, threads: int, manifest: dict,
     for it (the best matmul per precision, the best bandwidth) and the
     datasheet's where the GPU is known."""
     per = {fw: f for fw in dict.fromkeys(frameworks)
-           if (f := cached(fw, device, (), threads, manifest)) is not None}
+           if (f := kept(fw, device, threads, manifest)) is not None}
     best: dict[str, float] = {}
     for fig in per.values():
         for dtype, rate in fig.get("flops_per_s", {}).items():
@@ -151,7 +163,7 @@ def ceilings(device: str, dtypes, threads: int, manifest: dict,
             "missing": sorted(set(dtypes) - set(best)),
             "method": (f"best of each framework's own n x n matmul per precision (n "
                        f"{matmul_n(device, 'float32')} in float32, {matmul_n(device, 'x')} "
-                       f"in the others; 2 n^3 FLOPs, median of calls over "
+                       f"in the others; 2 n^3 FLOPs, fastest of the calls over "
                        f"{MIN_S:g} s after a warm-up) and of its add over "
                        f"{4 * STREAM_ELEMENTS[device] // 2 ** 20} MiB of float32 (a read and "
                        f"a write per element), each framework in a worker process on "

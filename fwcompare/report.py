@@ -152,7 +152,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).
 FIGURE_PHASES = ("timing samples", "first calls and compiles", "memory passes",
-                 "stability steps (loss curves)")
+                 "stability steps (loss curves)", "hardware peak (matmul, bandwidth)")
 
 
 def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.DataFrame:

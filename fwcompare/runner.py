@@ -508,10 +508,13 @@ class Runner:
         from .job import PEAK
 
         device = self.params["device"]
-        for fw in self.params["frameworks"]:
-            if peak.cached(fw, device, dtypes, self.threads, self.manifest) is not None:
-                continue
-            job = self.job(PEAK, model, fw).replace(peak_dtypes=tuple(dtypes))
+        todo = {fw: need for fw in self.params["frameworks"]
+                if (need := peak.missing(fw, device, dtypes, self.threads, self.manifest))}
+        for kind in [*todo, "prepare"] if todo else []:  # every server's imports done
+            with self.phase("process start and imports"):  # first: nothing else on the cores
+                self.server_for(self.worker_env(self.env_threads, kind))
+        for fw in todo:
+            job = self.job(PEAK, model, fw).replace(peak_dtypes=tuple(todo[fw]))
             self.bar.set_postfix_str(f"measuring the machine's peak with {fw}", refresh=True)
             w = self._worker(job, f"peak-{fw}", fw)
             try:
