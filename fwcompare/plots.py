@@ -198,11 +198,14 @@ def ratio_grid(df: pd.DataFrame, manifest: dict, value: str, low: str, high: str
 
 
 def roofline(summary: pd.DataFrame, manifest: dict):
-    """Achieved FLOP/s against arithmetic intensity (FLOPs per byte of weight
+    """Achieved GFLOP/s against arithmetic intensity (FLOPs per byte of weight
     traffic, ``bytes_per_call``), one point per measured cell, under the
     machine's measured ceilings (``manifest["peak"]``, fwcompare.peak): the
-    bandwidth slope and a matmul roof per precision. A cell far below both
-    is bound by overhead (dispatch, small kernels, Python), not the machine."""
+    bandwidth slope and the matmul roof of each precision the cells ran in. A
+    cell far below both is bound by overhead (dispatch, small kernels,
+    Python), not by the machine."""
+    import textwrap
+
     peak = (manifest or {}).get("peak") or {}
     ok = summary[summary["status"].isin(MEASURED)] if "status" in summary else summary
     need = ["achieved_flops_per_s", "bytes_per_call", "flops_per_call"]
@@ -210,35 +213,38 @@ def roofline(summary: pd.DataFrame, manifest: dict):
         return no_data("no FLOP and traffic figures in these results")
     ok = ok.dropna(subset=need)
     ok = ok[(ok["bytes_per_call"] > 0) & (ok["achieved_flops_per_s"] > 0)]
-    roofs = peak.get("flops_per_s") or {}
+    roofs = {d: r for d, r in (peak.get("flops_per_s") or {}).items() if d in set(ok["dtype"])}
     if ok.empty or not roofs:
         return no_data("no measured cell with a FLOP figure, or no measured peak")
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
     x = ok["flops_per_call"] / ok["bytes_per_call"]
-    lo, hi = x.min() / 3, x.max() * 3
-    grid = np.geomspace(lo, hi, 200)
     bw = peak.get("bandwidth_bytes_per_s")
-    styles = dict(zip(sorted(roofs), ["-", "--", ":", "-."]))
-    for dtype, roof in sorted(roofs.items()):
+    ridge = min(roofs.values()) / bw if bw else x.min()  # where the slope meets a roof
+    grid = np.geomspace(min(x.min(), ridge) / 3, x.max() * 3, 200)
+    for (dtype, roof), ls in zip(sorted(roofs.items()), ["-", "--", ":", "-."]):
         y = np.minimum(roof, bw * grid) if bw else np.full_like(grid, roof)
-        ax.plot(grid, y, color="0.3", lw=1.2, ls=styles[dtype],
-                label=f"ceiling {dtype}: {roof / 1e9:.3g} GFLOP/s")
-    if bw:
-        ax.text(lo * 1.1, bw * lo * 1.3, f"{bw / 1e9:.3g} GB/s", fontsize=8, color="0.3",
-                rotation=0)
+        ax.plot(grid, y / 1e9, color="0.3", lw=1.2, ls=ls,
+                label=f"{dtype} roof {roof / 1e9:.3g} GFLOP/s"
+                      + (f", {bw / 1e9:.3g} GB/s slope" if bw else ""))
     colors = palette(ok["variant"])
     marks = dict(zip(sorted(ok["dtype"].unique()), ["o", "s", "^", "D"]))
     for (variant, dtype), g in ok.groupby(["variant", "dtype"]):
-        ax.scatter(g["flops_per_call"] / g["bytes_per_call"], g["achieved_flops_per_s"],
-                   color=colors[variant], marker=marks[dtype], s=36, edgecolor="white",
-                   lw=0.5, label=f"{variant} {dtype}" if len(marks) > 1 else variant)
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOPs per byte of weights "
-           "moved)", ylabel="achieved FLOP/s")
-    ax.set_title("Roofline: each cell against the machine's measured ceilings", loc="left",
+        ax.scatter(g["flops_per_call"] / g["bytes_per_call"], g["achieved_flops_per_s"] / 1e9,
+                   color=colors[variant], marker=marks[dtype], s=40, edgecolor="white",
+                   lw=0.5, zorder=3, label=f"{variant} {dtype}" if len(marks) > 1 else variant)
+    ax.set(xscale="log", yscale="log",
+           xlabel="arithmetic intensity (FLOPs per byte of weights moved)",
+           ylabel="achieved GFLOP/s",
+           ylim=(ok["achieved_flops_per_s"].min() / 1e9 / 2, max(roofs.values()) / 1e9 * 1.6))
+    ax.xaxis.set_major_formatter(PLAIN)
+    ax.xaxis.set_minor_formatter(NO_LABEL)
+    ax.yaxis.set_major_formatter(PLAIN)
+    ax.yaxis.set_minor_formatter(PLAIN_MINOR)
+    ax.set_title("Each cell against this machine's measured ceilings (roofline)", loc="left",
                  fontsize=11)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    footer(fig, manifest, f"ceilings: {peak.get('method', 'measured')}"[:200])
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    footer(fig, manifest, textwrap.fill(f"ceilings: {peak.get('method', 'measured')}", 170))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 

@@ -26,6 +26,7 @@ from .host import BUSY_HOST
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
+from .runner import PEAK_PHASE
 from .studies import STUDIES
 
 
@@ -152,7 +153,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).
 FIGURE_PHASES = ("timing samples", "first calls and compiles", "memory passes",
-                 "stability steps (loss curves)", "hardware peak (matmul, bandwidth)")
+                 "stability steps (loss curves)", PEAK_PHASE)
 
 
 def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.DataFrame:
