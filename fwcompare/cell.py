@@ -121,6 +121,7 @@ def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float 
     (fwcompare.peak); ``pct_of_peak`` is the achieved share of it, in %."""
     import numpy as np
 
+    from .peak import pct_of_peak
     from .stats import CellSamples, iqr, rounds_median_ci
 
     cs = CellSamples.of(samples_s)
@@ -132,7 +133,7 @@ def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float 
                 throughput_samples_per_s=batch_size / med,
                 tokens_per_s=batch_size * seq_len / med,
                 flops_per_call=flops, achieved_flops_per_s=flops / med,
-                pct_of_peak=100.0 * flops / med / peak, bytes_per_call=traffic)
+                pct_of_peak=pct_of_peak(flops / med, peak), bytes_per_call=traffic)
 
 
 @dataclass

@@ -12,7 +12,7 @@ counters (``/proc/stat`` and each process's CPU time, through psutil):
   machine's capacity over the window (1.0: every core busy all the time);
 - ``host_steal``: the time the hypervisor took, as the same share.
 
-Their sum is a cell's ``host_load``; above :data:`BUSY_HOST` the scorecard
+Their sum is a cell's ``host_load`` (:func:`host_load`); above :data:`BUSY_HOST` the scorecard
 says that a verdict was measured on a busy machine. The counters advance in
 clock ticks (10 ms), so a window of a few seconds resolves about 1% of the
 machine. A slowdown the guest cannot see (the physical core's clock, a noisy
@@ -57,6 +57,13 @@ def _own_cpu(pids) -> float:
                 continue
             total += c.user + c.system
     return total
+
+
+def host_load(other_cpu, steal):
+    """What a timing shared the machine with: other processes' CPU plus the
+    hypervisor's steal (scalars or pandas Series; NaN where not measured:
+    the meter gives both figures or neither)."""
+    return other_cpu + steal
 
 
 @dataclass

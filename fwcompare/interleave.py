@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import env, protocol
-from .host import BUSY_HOST
+from .host import BUSY_HOST, host_load
 from .job import CELLS, CellRef
 from .runner import BUSY_PHASE, _Stop  # the runner imports this module only when it runs it
 from .timing import StoppingRule
@@ -272,7 +272,7 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
         runner.host.start(_pids(lanes))
         members = _turns(runner, members, rng)
         host = runner.host.stop(_pids(lanes))  # the same window for every member
-        load = host["host_other_cpu"] + host["host_steal"]
+        load = host_load(host["host_other_cpu"], host["host_steal"])
         if not (load > BUSY_HOST) or retakes >= limit or not members:
             break
         # The machine was busy with other work: these samples are dropped and

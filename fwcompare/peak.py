@@ -71,6 +71,12 @@ def _rate(fn, sync) -> float:
     return min(times)
 
 
+def pct_of_peak(achieved_flops_per_s, ceiling):
+    """The share of a precision's ceiling a cell reached, in % (scalars or
+    pandas Series; NaN without a ceiling)."""
+    return 100.0 * achieved_flops_per_s / ceiling
+
+
 def probe(backend, framework: str, device: str, dtypes: list[str], threads: int) -> dict:
     """In this process (a worker's, pinned to its cores): one framework's
     matmul rate per precision and its add's bandwidth, through its backend

@@ -22,7 +22,7 @@ import yaml
 
 from . import claims, doctor, env, load_results
 from .atomic import write_text
-from .host import BUSY_HOST
+from .host import BUSY_HOST, host_load
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
@@ -202,7 +202,7 @@ def host_line(out_root: Path, studies: list[str]) -> str:
         df = pd.read_parquet(f)
         if "host_other_cpu" not in df:  # results from before host.py
             continue
-        load = df["host_other_cpu"] + df["host_steal"]
+        load = host_load(df["host_other_cpu"], df["host_steal"])
         if load.notna().any():
             parts.append(f"{study} {load.max():.0%}" + (" (busy)" if load.max() > BUSY_HOST
                                                        else ""))

@@ -197,6 +197,8 @@ class ResultStore:
     def load(self) -> pd.DataFrame:
         """Every row; measured rows with the run's FLOP/s ceiling for their
         precision (``env.json``'s ``peak``, fwcompare.peak) and their share of it."""
+        from .peak import pct_of_peak
+
         df = _read_all(self.cells_dir, lambda: _frame([]))
         env = self.dir / "env.json"
         peak = json.loads(env.read_text()).get("peak") if env.is_file() else None
@@ -205,7 +207,7 @@ class ResultStore:
             ceiling = ceiling.astype("float64").where(
                 df["status"].isin(MEASURED) & (df["device"] == peak.get("device")))
             df["peak_flops_per_s"] = ceiling
-            df["pct_of_peak"] = 100.0 * df["achieved_flops_per_s"] / ceiling
+            df["pct_of_peak"] = pct_of_peak(df["achieved_flops_per_s"], ceiling)
         return df
 
     def load_samples(self) -> pd.DataFrame:

@@ -418,14 +418,17 @@ class Runner:
             self._next_event(w, remaining, deadline, cell_limit, protocol.READY)
         pids = [w.proc.pid]
         for key in list(remaining):
+            host = {}  # what else the machine did while the cell was sampled (host.py)
             for op, fields, answer in _STEPS:
                 if op == protocol.SAMPLE:
                     self.host.start(pids)
                 elif op == protocol.FINISH:
-                    fields = dict(fields, host=self.host.stop(pids))
+                    fields = dict(fields, host=host)
                 w.send(op, cell=key, **fields)
                 with self.phase(_PHASES[op]):
                     kind = self._next_event(w, remaining, deadline, cell_limit, answer)
+                if op == protocol.SAMPLE:
+                    host = self.host.stop(pids)
                 if kind == protocol.DONE:
                     break
 
@@ -510,9 +513,10 @@ class Runner:
         device = self.params["device"]
         todo = {fw: need for fw in self.params["frameworks"]
                 if (need := peak.missing(fw, device, dtypes, self.threads, self.manifest))}
-        for kind in [*todo, "prepare"] if todo else []:  # every server's imports done
-            with self.phase("process start and imports"):  # first: nothing else on the cores
-                self.server_for(self.worker_env(self.env_threads, kind))
+        if todo:  # every server's imports done first: nothing else on the cores
+            with self.phase("process start and imports"):
+                for kind in [*todo, "prepare"]:
+                    self.server_for(self.worker_env(self.env_threads, kind))
         for fw in todo:
             job = self.job(PEAK, model, fw).replace(peak_dtypes=tuple(todo[fw]))
             self.bar.set_postfix_str(f"measuring the machine's peak with {fw}", refresh=True)

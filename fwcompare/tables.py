@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .cell import derived_figures
+from .host import host_load
 from .results import FAILED_STATUSES, MEASURED
 from .stats import CellSamples, geomean_ratio_ci
 
@@ -53,10 +54,7 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["error"] = "; ".join(e for e in g["error"] if e)
         first["rounds"] = len(g)
         if "host_other_cpu" in g:  # the busiest round: what a rerun may not see
-            load = g["host_other_cpu"].fillna(0) + g["host_steal"].fillna(0)
-            first["host_load"] = (float(load.max())
-                                  if g[["host_other_cpu", "host_steal"]].notna().any(axis=None)
-                                  else math.nan)
+            first["host_load"] = float(host_load(g["host_other_cpu"], g["host_steal"]).max())
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:

@@ -40,6 +40,13 @@ def _device(device: str):
         raise Unsupported(f"device {device} not available to JAX: {exc}") from exc
 
 
+def _compute_dtype(dtype: str):
+    """The jnp dtype a precision computes in (tf32 and float32: float32)."""
+    import jax.numpy as jnp
+
+    return {"bfloat16": jnp.bfloat16, "float16": jnp.float16}.get(dtype, jnp.float32)
+
+
 def set_precision(dtype: str, device: str) -> None:
     """float32 matmuls at full precision ("highest": on a GPU, XLA's default
     would use TF32), "tensorfloat32" for tf32; bfloat16/float16 are Flax's
@@ -80,7 +87,7 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
     from flax import serialization
 
     set_precision(dtype, device)
-    compute = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}.get(dtype, jnp.float32)
+    compute = _compute_dtype(dtype)
     auto = auto_class("Flax", weights_dir, head)
     config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
     model = auto.from_config(config, dtype=compute, _do_init=False)
@@ -232,8 +239,7 @@ def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
     import jax.numpy as jnp
 
     dev = _device(device)
-    dt = {"float32": jnp.float32, "tf32": jnp.float32, "bfloat16": jnp.bfloat16,
-          "float16": jnp.float16}[dtype]
+    dt = _compute_dtype(dtype)
     k1, k2 = jax.random.split(jax.random.PRNGKey(0))
     a = jax.device_put(jax.random.normal(k1, (n, n)).astype(dt), dev)
     b = jax.device_put(jax.random.normal(k2, (n, n)).astype(dt), dev)

@@ -239,8 +239,7 @@ def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
     """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
     and an elementwise add in place over ``elements`` float32 (one read, one
     write), each a ``tf.function``."""
-    dt = {"float32": tf.float32, "tf32": tf.float32, "bfloat16": tf.bfloat16,
-          "float16": tf.float16}[dtype]
+    dt = tf.as_dtype(_POLICY[dtype].removeprefix("mixed_"))  # the policy's compute dtype
     with tf.device(_device_name(device)):
         a = tf.cast(tf.random.normal((n, n), seed=0), dt)
         b = tf.cast(tf.random.normal((n, n), seed=1), dt)

@@ -176,8 +176,7 @@ def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
     and an elementwise add over ``elements`` float32 into a buffer allocated
     once (one read, one write; a fresh output would time page faults)."""
     dev = _device(device)
-    dt = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}[dtype]
+    dt = _AUTOCAST.get(dtype, torch.float32)
     a = torch.randn(n, n, device=dev).to(dt)
     b = torch.randn(n, n, device=dev).to(dt)
     x = torch.zeros(elements, device=dev)
