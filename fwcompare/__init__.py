@@ -55,6 +55,10 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
     out = study_dir(study, profile, output_dir)
     st = study_named(study)
     cells = st.cells(params)
+    if progress:  # what it will take, before it starts (``run --dry-run`` stops here)
+        from .estimate import estimate
+
+        print(estimate(study, params, out / "results").text(), flush=True)
     with ForkServers(out / "results" / "work" / "jobs") as servers:  # shared by the tasks
         for task in st.tasks:
             if progress and len(st.tasks) > 1:

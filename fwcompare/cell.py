@@ -160,15 +160,8 @@ class CellRun:
         self.problem = plan.problem
         self.by_rule = True  # sampled until the stopping rule stopped (else: on request)
 
-    @property
-    def resettable(self) -> bool:
-        return self.backend.PEAK_RESETTABLE
-
     def prepare(self):
-        """First call, warm-up, block size (returns the Timing so far); a GPU
-        peak that cannot be reset is marked here, at the cell's start."""
-        if self.device == "gpu" and not self.resettable:
-            self.backend.reset_peak_memory(self.device)
+        """First call, warm-up, block size (returns the Timing so far)."""
         fn = self.plan.call()
         checked: dict = {}
 
@@ -196,30 +189,22 @@ class CellRun:
         return self.sampler.take(blocks)
 
     def memory(self) -> None:
-        """Peak memory of one call, in a pass of its own after timing: on a GPU
-        the framework's allocator peak, on the CPU peak RSS over the baseline."""
+        """Memory of one call, in a pass of its own after timing: on a GPU
+        bytes in use at the call's highest point by the framework's allocator
+        (``backend.gpu_memory``), on the CPU peak RSS over the baseline; XLA's
+        plan of the call beside it where there is one (``xla_plan_bytes``)."""
         from .memory import PeakRSS
 
         fn = self.sampler.fn
         release_freed_heap()
         if self.device == "gpu":
-            if self.resettable:
-                self.backend.reset_peak_memory(self.device)
-            self.backend.sync(fn())
-            peak_bytes = self.backend.peak_memory_bytes(self.device)
-            self.figures["peak_mem_bytes"] = peak_bytes
-            # None: a peak that cannot be reset (JAX) and a cell that stayed
-            # below an earlier one (loading the model): no figure of its own.
-            if peak_bytes is None:
-                suffix = "_unavailable" if self.resettable else "_masked_by_earlier_peak"
-            else:
-                suffix = "" if self.resettable else "_since_cell_start"
-            self.figures["mem_method"] = f"{self.framework}_allocator_peak{suffix}"
+            self.figures.update(self.backend.gpu_memory(lambda: self.backend.sync(fn())))
         else:
             with PeakRSS() as peak:
                 self.backend.sync(fn())
             self.figures["peak_mem_bytes"] = peak.peak_bytes - self.baseline_rss
             self.figures["mem_method"] = peak.method + "_over_pre_model_baseline"
+            self.figures["xla_plan_bytes"] = self.backend.memory_plan_bytes()
 
     def finish(self) -> CellResult:
         """The derived figures, the ``after`` figures and the row's status."""

@@ -18,6 +18,13 @@ def _cmd_run(args) -> int:
 
     path = Path(args.params) if args.params else PARAMS / args.study / f"{args.profile}.yaml"
     params = load_file(path, args.study)
+    if args.dry_run:
+        from . import study_dir
+        from .estimate import estimate
+
+        print(estimate(args.study, params, study_dir(args.study, args.profile, args.out)
+                       / "results").text())
+        return 0
     res = run_study(args.study, params, profile=args.profile, output_dir=args.out)
     summary = summarize(res.results, res.samples)
     cols = ["model", "variant", "batch_size", "seq_len", "status", "median_s", "ci_low_s",
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="quick")
     p.add_argument("--params", help="params file (default params/STUDY/PROFILE.yaml)")
     p.add_argument("--out", help="output directory (default outputs/PROFILE/STUDY)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the cells and an estimate of the duration, measure nothing")
     p.set_defaults(fn=_cmd_run)
     p = sub.add_parser("validate", help="check params files (default: all of them)")
     p.add_argument("files", nargs="*")

@@ -97,13 +97,18 @@ def probe(framework: str, device: str) -> list[dict]:
         # int64 ids of 64 MiB; a framework may narrow them to int32: half of it.
         shape = (ALLOC_BYTES // 8 // 1024, 1024)
         if device == "gpu":
-            backend.reset_peak_memory(device)
-            x = backend.make_inputs(np.ones(shape, dtype=np.int64), device)
-            backend.sync(x)
-            peak = backend.peak_memory_bytes(device)
+            held = []
+
+            def allocate():  # kept alive until the peak is read
+                held.append(backend.make_inputs(np.ones(shape, dtype=np.int64), device))
+                backend.sync(held[0])
+            seen = backend.gpu_memory(allocate)
+            peak = seen["peak_mem_bytes"]
             if peak is None or peak < ALLOC_BYTES // 2:
-                raise RuntimeError(f"allocator peak {peak} after a {ALLOC_BYTES} B allocation")
-            return f"allocator peak {peak / 2 ** 20:.0f} MiB after a 64 MiB allocation"
+                raise RuntimeError(f"allocator peak {peak} after a {ALLOC_BYTES} B allocation "
+                                   f"({seen['mem_method']})")
+            return (f"allocator peak {peak / 2 ** 20:.0f} MiB after a 64 MiB allocation "
+                    f"({seen['mem_method']})")
         from .memory import PeakRSS, current_rss_bytes
 
         base = current_rss_bytes()

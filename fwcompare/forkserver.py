@@ -44,7 +44,8 @@ from .paths import ROOT
 # The environment a worker may set on top of its server's (read at use, not
 # at import): its own compile caches, and a data-parallel rank's place in its
 # launch (torch.distributed's env:// variables, TensorFlow's TF_CONFIG).
-PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "RANK", "LOCAL_RANK",
+PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_CACHE",
+                  "RANK", "LOCAL_RANK",
                   "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                   "TF_CONFIG")
 _MSG = 65536

@@ -118,18 +118,25 @@ def choose_ports(framework: str, workers: int, hosts: list[str], master_port: in
 def fresh_compile_cache(env: dict) -> str:
     """An empty torch.compile cache directory for one worker or launch, set in
     ``env``: every run pays (and reports) a cold compile, not the previous
-    run's. JAX's persistent cache is off unless a directory is set: kept off."""
+    run's. The XLA caches stay off (nothing would read them again)."""
     cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
     use_compile_cache(env, cache_dir)
     return cache_dir
 
 
-def use_compile_cache(env: dict, cache_dir: Path | str) -> None:
+def use_compile_cache(env: dict, cache_dir: Path | str, xla: bool = False) -> None:
     """Set ``env`` to use the torch.compile cache ``cache_dir`` (a fresh one,
-    or one kept by the caller: ``Runner.compile_cache``); JAX's persistent
-    cache stays off."""
+    or one kept by the caller: ``Runner.compile_cache``); ``xla``: JAX's and
+    TensorFlow's persistent XLA compilation caches too, in ``cache_dir/xla``
+    (``FWCOMPARE_XLA_CACHE``, which each backend's ``configure`` reads: the
+    frameworks' own variables are read at import, before a forked worker's
+    environment is set). A variable set outside fwcompare is not used: a
+    round 0 must compile cold."""
     env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir))
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop("FWCOMPARE_XLA_CACHE", None)
+    if xla:
+        env["FWCOMPARE_XLA_CACHE"] = str(Path(cache_dir) / "xla")
 
 
 def log_tail(path: Path, chars: int = 1500) -> str:

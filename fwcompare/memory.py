@@ -76,3 +76,48 @@ class PeakRSS:
         else:
             self.peak_bytes = max(self.peak_bytes, _hwm_bytes() or 0)
         self.peak_bytes = max(self.peak_bytes, current_rss_bytes())
+
+
+# GPU memory (every framework, the same scope): bytes in use at the highest
+# point of one call or training step after warm-up, by the framework's own
+# allocator, the model's resident weights and the call's inputs included. Each
+# backend's ``gpu_memory(run)`` measures it; what follows is the part shared
+# by allocators whose peak counter cannot be reset.
+
+def lifted_peak(stats, hold, run, plan_bytes=None, name: str = "allocator") -> dict:
+    """The peak of ``run()`` (a call and its sync) on an allocator whose peak
+    counter cannot be reset (JAX's: jax-ml/jax#8096).
+
+    ``stats()`` -> (bytes in use, peak bytes in use); ``hold(nbytes)`` -> a
+    buffer of ``nbytes`` on the device (freed when dropped), or an exception.
+    Before the call, a buffer of the gap between the earlier peak (loading,
+    a compile's autotuning, a larger cell) and the bytes in use is held, so
+    the peak counter stands at the bytes in use: any byte the call allocates
+    then raises it, and the call's peak is the bytes in use before the buffer
+    plus the rise. No earlier peak can mask a cell. Where the buffer cannot
+    be had (the gap does not fit on the device), the figure is the bytes in
+    use plus XLA's plan for the call (``plan_bytes``: temporaries and outputs
+    of the compiled program; None without one), and ``mem_method`` says so."""
+    in_use, peak = stats()
+    own, held = in_use, []
+    try:
+        for _ in range(3):  # again if the allocator rounded a buffer down
+            if peak <= in_use:
+                break
+            held.append(hold(peak - in_use))
+            in_use, peak = stats()
+        else:
+            raise RuntimeError("the peak kept rising while the gap was filled")
+    except Exception:
+        held.clear()
+        run()
+        if plan_bytes is None:
+            return {"peak_mem_bytes": None,
+                    "mem_method": f"{name}_peak_not_liftable_and_no_compiled_plan"}
+        return {"peak_mem_bytes": own + plan_bytes,
+                "mem_method": "bytes_in_use_plus_xla_memory_analysis"}
+    run()
+    _, after = stats()
+    del held
+    return {"peak_mem_bytes": own + (after - in_use),
+            "mem_method": f"{name}_peak_lifted_to_in_use"}

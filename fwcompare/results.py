@@ -41,7 +41,7 @@ IDENTITY = ["run_id", "profile", "cell_id", "round"]
 OUTCOME = {"status": "string", "error": "string", "converged": "bool"}
 FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s", "rel_ci",
            "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
-           "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes",
+           "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes", "xla_plan_bytes",
            "flops_per_call", "achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak",
            "bytes_per_call",
            "equiv_max_abs_err", "equiv_rel_err",

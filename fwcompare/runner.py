@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from . import env, protocol
 from .atomic import write_json
+from .estimate import record_run
 from .forkserver import ForkServerError, ForkServers, kill_group
 from .frameworks import Unsupported, check_precision
 from .host import HostMeter
@@ -95,7 +96,7 @@ class Worker:
         self._log = open(self.log_path, "a")
         env = dict(env)
         if compile_cache is not None:  # the runner's: kept for the variant's next rounds
-            use_compile_cache(env, compile_cache)
+            use_compile_cache(env, compile_cache, xla=True)
             self.cache_dir = None
         else:
             self.cache_dir = fresh_compile_cache(env)
@@ -178,6 +179,19 @@ BUSY_PHASE = "samples taken again (machine busy)"
 # A launch's time its ranks did not account for (``spent`` events): the
 # launcher's and ranks' start before they could say, rendezvous, exits.
 LAUNCH_REST = "data-parallel launches (launcher start, rendezvous, exits)"
+
+
+def planned_cells(study: str, params: dict, specs: list[RunSpec]) -> list[CellRef]:
+    """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
+    and in the rounds after it those ``rounds_for`` names (all, or the
+    variants a claim compares in this study)."""
+    again = specs
+    if params.get("rounds_for", "all") != "all":
+        from .claims import claimed_variants
+
+        keep = claimed_variants(study, params["device"])
+        again = [s for s in specs if f"{s.framework}/{s.mode}" in keep]
+    return [CellRef(s, r) for r in range(params["rounds"]) for s in (specs if r == 0 else again)]
 
 
 class Runner:
@@ -293,12 +307,13 @@ class Runner:
         return self.servers.server_for(env, self.params["group_timeout_s"])
 
     def compile_cache(self, job: Job) -> Path:
-        """The torch.compile cache of a job's variants. Round 0 starts it empty,
+        """The compile caches of a job's variants (torch.compile's, and JAX's
+        and TensorFlow's persistent XLA caches). Round 0 starts them empty,
         so its first calls are the cold compiles that the acceleration study
-        reports; the later rounds' fresh processes reuse it: their compile is
-        a cache hit (distilbert 1 x 64: 26 s cold, 7 s warm, 2-core Xeon) and
-        their steady state runs the same compiled code. Only round 0's first
-        calls are reported (``tables.summarize``)."""
+        reports; the later rounds' fresh processes reuse them: their compile
+        is a cache hit (torch.compile, distilbert 1 x 64: 26 s cold, 7 s warm,
+        2-core Xeon) and their steady state runs the same compiled code. Only
+        round 0's first calls are reported (``tables.summarize``)."""
         variants = sorted({(c.spec.framework, c.spec.mode, c.spec.dtype) for c in job.cells})
         key = hashlib.sha1(repr((job.task, job.model_key, variants)).encode()).hexdigest()[:12]
         path = self.work_dir / "compile" / key
@@ -538,24 +553,13 @@ class Runner:
                                               [*peak.FRAMEWORKS, *self.params["frameworks"]])
         write_json(self.store.dir / "env.json", self.manifest)
 
-    def repeated(self, specs: list[RunSpec]) -> list[RunSpec]:
-        """The cells that take the rounds after the first (``rounds_for``):
-        all, or those of the variants a claim compares in this study."""
-        if self.params.get("rounds_for", "all") == "all":
-            return specs
-        from .claims import claimed_variants
-
-        keep = claimed_variants(self.study.name, self.params["device"])
-        return [s for s in specs if f"{s.framework}/{s.mode}" in keep]
-
     def run(self, specs: list[RunSpec]) -> None:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
         write_json(self.store.dir / "env.json", self.manifest)
         write_json(self.store.dir / "params.json", self.params)
         done = self.store.finished()
-        again = self.repeated(specs)
-        planned = [CellRef(s, r) for r in range(rounds) for s in (specs if r == 0 else again)]
+        planned = planned_cells(self.study.name, self.params, specs)
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
         total = len(planned)
         self.total, self.done = total, total - len(todo)
@@ -606,4 +610,6 @@ class Runner:
             self.bar.close()
             self.charge("total", time.monotonic() - self.t_start)
             write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
+            record_run(self.store.dir, self.task, self.run_id, self.done - self.done_before,
+                       self.phases["total"], self.params["device"], self.manifest["cpu_model"])
         self.store.consolidate()

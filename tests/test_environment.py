@@ -51,3 +51,15 @@ def test_rows_record_fwcompare_own_commit_never_an_enclosing_repository(tmp_path
     assert git_info(tmp_path) == {"git_commit": git("rev-parse", "HEAD"), "git_dirty": False}
     (tmp_path / "a.txt").write_text("b")
     assert git_info(tmp_path)["git_dirty"] is True
+
+
+def test_the_gpu_group_pins_the_same_framework_versions():
+    """`pip install -e ".[gpu]"` adds the CUDA builds of the pinned versions:
+    a GPU extra of another version would not install beside the pins."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = dict(_norm(d).split("==") for d in project["dependencies"])
+    gpu = project["optional-dependencies"]["gpu"]
+    assert gpu, "no gpu group"
+    for req in map(_norm, gpu):
+        name, version = req.split("==")
+        assert pins[name.split("[")[0]] == version, req

@@ -41,30 +41,181 @@ def test_error_metrics_rejects_shape_mismatch():
         error_metrics(np.zeros((2, 3)), np.zeros((3, 2)))
 
 
-class FakeDevice:
-    """A GPU allocator's counters: ``peak`` is what ``memory_stats`` reports."""
+class FakeAllocator:
+    """A GPU allocator's counters as the frameworks report them: bytes in use
+    and a peak that only ``reset`` (where a framework has one) brings down."""
 
-    def __init__(self, peak):
-        self.peak = peak
+    def __init__(self, in_use, peak=None, limit=10**9, round_to=1):
+        self.in_use, self.peak, self.limit, self.round_to = in_use, peak or in_use, limit, round_to
+
+    def alloc(self, nbytes):
+        nbytes = -(-nbytes // self.round_to) * self.round_to
+        if self.in_use + nbytes > self.limit:
+            raise MemoryError("out of memory (fake)")
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
+        return nbytes
+
+    def free(self, nbytes):
+        self.in_use -= nbytes
+
+    def transient(self, nbytes):
+        """A call that allocates ``nbytes`` of temporaries and frees them."""
+        self.free(self.alloc(nbytes))
+
+    def reset(self):
+        self.peak = self.in_use
+
+
+class Held:
+    """A buffer on the fake allocator, freed when dropped."""
+
+    def __init__(self, alloc, nbytes):
+        nbytes = alloc.alloc(nbytes)  # raises first when it does not fit
+        self.alloc, self.nbytes = alloc, nbytes
+
+    def __del__(self):
+        if hasattr(self, "nbytes"):  # not when the allocation failed
+            self.alloc.free(self.nbytes)
+
+
+def _lift(alloc, run, plan=None):
+    from fwcompare.memory import lifted_peak
+
+    return lifted_peak(lambda: (alloc.in_use, alloc.peak), lambda n: Held(alloc, n), run,
+                       plan, "fake")
+
+
+def test_a_lifted_peak_is_the_calls_own_under_an_earlier_higher_peak():
+    """Loading and compiling left a peak of 5000 over 1000 bytes in use: the
+    call's 300 bytes of temporaries still show (the old mark reported none)."""
+    alloc = FakeAllocator(1_000, peak=5_000)
+    seen = _lift(alloc, lambda: alloc.transient(300))
+    assert seen == {"peak_mem_bytes": 1_300, "mem_method": "fake_peak_lifted_to_in_use"}
+    assert alloc.in_use == 1_000  # the held buffer is gone
+    assert _lift(alloc, lambda: None)["peak_mem_bytes"] == 1_000  # allocates nothing
+
+
+def test_a_lifted_peak_is_exact_when_the_allocator_rounds_buffers():
+    alloc = FakeAllocator(1_000, peak=1_777, round_to=256)
+    assert _lift(alloc, lambda: alloc.transient(10))["peak_mem_bytes"] == 1_000 + 256
+
+
+def test_a_peak_that_cannot_be_lifted_falls_back_to_xla_s_plan():
+    """The gap to the earlier peak does not fit: bytes in use plus the
+    compiled program's plan, and the row says so; without a plan, no figure
+    and a method that says why (never the loading peak)."""
+    alloc = FakeAllocator(1_000, peak=5_000, limit=3_000)
+    seen = _lift(alloc, lambda: alloc.transient(300), plan=420)
+    assert seen == {"peak_mem_bytes": 1_420,
+                    "mem_method": "bytes_in_use_plus_xla_memory_analysis"}
+    seen = _lift(alloc, lambda: alloc.transient(300))
+    assert seen == {"peak_mem_bytes": None,
+                    "mem_method": "fake_peak_not_liftable_and_no_compiled_plan"}
+
+
+class FakeJaxDevice:
+    def __init__(self, alloc):
+        self.alloc = alloc
 
     def memory_stats(self):
-        return {"peak_bytes_in_use": self.peak}
+        return {"bytes_in_use": self.alloc.in_use, "peak_bytes_in_use": self.alloc.peak}
 
 
-def test_jax_gpu_peak_counts_only_when_it_rises_above_the_mark(monkeypatch):
-    """JAX's allocator peak cannot be reset: below the mark (the loading peak,
-    say) there is no figure, not the loading peak."""
-    from fwcompare.frameworks import jax as jax_backend
+def test_jax_gpu_memory_on_a_fake_allocator(monkeypatch):
+    """The JAX backend's own glue: its device's memory_stats, its buffer,
+    XLA's plan beside the figure."""
+    from fwcompare.frameworks import jax as backend
 
-    dev = FakeDevice(1_200)
-    monkeypatch.setattr(jax_backend, "_device", lambda device: dev)
-    monkeypatch.setattr(jax_backend, "_peak_before", {})
-    assert jax_backend.PEAK_RESETTABLE is False
-    jax_backend.reset_peak_memory("gpu")      # mark: loading left 1200
-    assert jax_backend.peak_memory_bytes("gpu") is None
-    dev.peak = 1_500                          # the cell set a new peak
-    assert jax_backend.peak_memory_bytes("gpu") == 1_500
-    assert jax_backend.peak_memory_bytes("cpu") is None  # CPU: the caller uses RSS
+    alloc = FakeAllocator(438_000, peak=1_280_000)  # from_pt-like loading peak
+    monkeypatch.setattr(backend, "_device", lambda device: FakeJaxDevice(alloc))
+    monkeypatch.setattr(backend, "_hold", lambda dev, n: Held(alloc, n))
+    monkeypatch.setattr(backend, "memory_plan_bytes", lambda: 41_800)
+    seen = backend.gpu_memory(lambda: alloc.transient(180_000))
+    assert seen == {"peak_mem_bytes": 618_000, "mem_method": "jax_allocator_peak_lifted_to_in_use",
+                    "xla_plan_bytes": 41_800}
+
+
+def test_torch_gpu_memory_on_a_fake_allocator_adds_the_cuda_graph_pool(monkeypatch):
+    """PyTorch's peak is reset before the call; a CUDA-graph replay allocates
+    nothing, so its pool's reserved bytes are added (seen on an H100:
+    reduce-overhead reported about the parameters alone)."""
+    import torch
+
+    from fwcompare.frameworks import torch as backend
+
+    alloc = FakeAllocator(438_000, peak=900_000)
+    snapshot = [{"segment_pool_id": (0, 0), "total_size": 600_000, "allocated_size": 438_000},
+                {"segment_pool_id": (1, 7), "total_size": 200_000, "allocated_size": 30_000}]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", alloc.reset)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: alloc.peak)
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: snapshot)
+    monkeypatch.setattr(backend, "_graphs", [False])
+    seen = backend.gpu_memory(lambda: alloc.transient(99_000))
+    assert seen == {"peak_mem_bytes": 537_000, "mem_method": "torch_allocator_peak"}
+    backend._graphs[0] = True  # a replay: no allocation, the pool holds 170_000 free
+    seen = backend.gpu_memory(lambda: None)
+    assert seen == {"peak_mem_bytes": 438_000 + 170_000,
+                    "mem_method": "torch_allocator_peak_plus_cuda_graph_pool"}
+
+
+def test_torch_marks_cuda_graph_modes_only(monkeypatch):
+    from fwcompare.frameworks import torch as backend
+
+    monkeypatch.setattr(backend, "_graphs", [True])
+    model = torch_tiny_model()
+    fn = backend.make_forward(model, "eager", "cpu")
+    fn(backend.make_inputs(np.ones((1, 4), dtype=np.int64), "cpu"))
+    assert backend._graphs[0] is False
+    backend._graphs[0] = True
+    fn = backend.make_forward(model, "compile", "cpu", options={"torch_compile_mode": "default"})
+    assert backend._graphs[0] is True  # nothing called yet
+
+
+def torch_tiny_model():
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=16)
+    return transformers.BertModel(config).eval()
+
+
+def test_tensorflow_gpu_memory_on_a_fake_allocator(monkeypatch):
+    import tensorflow as tf
+
+    from fwcompare.frameworks import tensorflow as backend
+
+    alloc = FakeAllocator(438_000, peak=2_000_000)  # building the model left a peak
+    monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", lambda dev: alloc.reset())
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info",
+                        lambda dev: {"current": alloc.in_use, "peak": alloc.peak})
+    seen = backend.gpu_memory(lambda: alloc.transient(150_000))
+    assert seen == {"peak_mem_bytes": 588_000, "mem_method": "tensorflow_allocator_peak"}
+
+
+def test_jax_memory_plan_of_the_last_jitted_call():
+    """XLA's plan of a real jitted call on this CPU: temporaries plus
+    outputs; none after an eager call."""
+    import jax.numpy as jnp
+
+    from fwcompare.frameworks import jax as backend
+
+    class Model:  # what make_forward reads of a Flax model
+        params = {"w": jnp.ones((64, 256), jnp.float32)}
+
+        def __call__(self, ids, params, train):
+            class Out:
+                last_hidden_state = jnp.tanh(params["w"][ids] @ params["w"].T)
+            return Out
+
+    ids = backend.make_inputs(np.zeros((2, 16), dtype=np.int64), "cpu")
+    backend.make_forward(Model(), "jit", "cpu")(ids)
+    plan = backend.memory_plan_bytes()
+    # output 2 x 16 x 64 float32 = 8 KiB, plus the gathered 2 x 16 x 256 temporaries
+    assert plan >= 2 * 16 * 64 * 4
+    backend.make_forward(Model(), "eager", "cpu")(ids)
+    assert backend.memory_plan_bytes() is None
 
 
 def _gpu_cell(backend, fn):
@@ -81,50 +232,21 @@ def _gpu_cell(backend, fn):
     return dict(result.figures, status=result.status, error=result.error)
 
 
-def test_worker_marks_a_non_resettable_peak_at_cell_start(monkeypatch):
-    """The cell's first (compiling) call sets its peak; the memory pass after
-    timing adds nothing, so the mark must come before the cell, not before the
-    memory pass (which, seen on an H100, masked every JAX cell). Runs the real
-    JAX backend on a fake allocator."""
+def test_a_gpu_cell_is_measured_over_one_call_after_warm_up(monkeypatch):
+    """The cell's first call compiles (XLA autotuning: a peak of 5000) and a
+    bigger cell ran before it; the memory pass after timing gives one call's
+    peak, 1000 in use plus 700, through the JAX backend's own gpu_memory."""
     from fwcompare.frameworks import jax as backend
 
-    dev = FakeDevice(1_000)  # the peak loading the model left
-    monkeypatch.setattr(backend, "_device", lambda device: dev)
-    monkeypatch.setattr(backend, "_peak_before", {})
-
-    def big_cell():
-        dev.peak = max(dev.peak, 1_800)
-    row = _gpu_cell(backend, big_cell)
-    assert row["peak_mem_bytes"] == 1_800
-    assert row["mem_method"] == "fake_allocator_peak_since_cell_start"
-
-    row = _gpu_cell(backend, lambda: None)  # below the earlier peak
-    assert row["peak_mem_bytes"] is None
-    assert row["mem_method"] == "fake_allocator_peak_masked_by_earlier_peak"
-
-
-def test_worker_resets_a_resettable_peak_right_before_the_memory_pass():
-    """PyTorch-like: reset before the memory pass, so warm-up and compile
-    allocations are not charged to the cell."""
-    class Backend:
-        PEAK_RESETTABLE = True
-
-        def __init__(self):
-            self.peak, self.calls = 0, 0
-
-        def reset_peak_memory(self, device):
-            self.peak = 0
-
-        def peak_memory_bytes(self, device):
-            return self.peak
-
-        def sync(self, out):
-            pass
-    backend = Backend()
+    alloc = FakeAllocator(1_000, peak=9_000)
+    monkeypatch.setattr(backend, "_device", lambda device: FakeJaxDevice(alloc))
+    monkeypatch.setattr(backend, "_hold", lambda dev, n: Held(alloc, n))
+    monkeypatch.setattr(backend, "memory_plan_bytes", lambda: None)
+    calls = []
 
     def cell():
-        backend.calls += 1
-        backend.peak = max(backend.peak, 5_000 if backend.calls == 1 else 700)  # 1st: compile
+        alloc.transient(5_000 if not calls else 700)
+        calls.append(1)
     row = _gpu_cell(backend, cell)
-    assert row["peak_mem_bytes"] == 700
-    assert row["mem_method"] == "fake_allocator_peak"
+    assert row["peak_mem_bytes"] == 1_700
+    assert row["mem_method"] == "jax_allocator_peak_lifted_to_in_use"

@@ -21,11 +21,14 @@ Each module (torch.py, tensorflow.py, jax.py) provides:
 - ``make_inputs(ids, device)``: framework tensor of int token ids;
 - ``sync(out)``: wait until ``out`` is computed;
 - ``to_numpy(out)``: the last hidden state as float64 NumPy;
-- ``reset_peak_memory(device)`` / ``peak_memory_bytes(device)``: the
-  framework's own device peak counter (None on the CPU: use peak RSS);
-  ``PEAK_RESETTABLE``: False where the counter cannot be reset (JAX): the
-  worker then marks it at the start of each cell instead of before the
-  memory pass, and the figure is the cell's (compilation included) or None;
+- ``gpu_memory(run)``: the GPU memory of ``run()`` (one call or training
+  step and its sync, after warm-up), the same scope in every framework: bytes
+  in use at its highest point by the framework's own allocator, the resident
+  weights included; returns ``peak_mem_bytes`` and ``mem_method`` (see
+  fwcompare.memory; on the CPU the caller measures peak RSS instead);
+- ``memory_plan_bytes()``: what XLA's compiled plan of the last call
+  allocates beyond its arguments (JAX's jit; None elsewhere), the cross-check
+  recorded as ``xla_plan_bytes``;
 - ``is_oom(exc)``: whether an exception means out of memory;
 - ``runtime_info(device)``: versions, threads, device name, TF32 flags.
 
@@ -37,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -46,11 +49,7 @@ from ..spec import FRAMEWORKS
 
 class Backend(Protocol):
     """The contract every backend module (torch.py, tensorflow.py, jax.py)
-    fulfils, as code: a study's plan and the cell measurement call only these.
-    ``PEAK_RESETTABLE``: whether the allocator's peak can be reset before a
-    memory pass (JAX's cannot: the cell's start is marked instead)."""
-
-    PEAK_RESETTABLE: bool
+    fulfils, as code: a study's plan and the cell measurement call only these."""
 
     def configure(self, threads: int, device: str) -> None: ...
     def load(self, weights_dir, device: str, head: str = "base", dtype: str = "float32"): ...
@@ -64,8 +63,8 @@ class Backend(Protocol):
     def make_batch(self, ids: np.ndarray, labels: np.ndarray, device: str): ...
     def sync(self, out) -> None: ...
     def to_numpy(self, out) -> np.ndarray: ...
-    def reset_peak_memory(self, device: str) -> None: ...
-    def peak_memory_bytes(self, device: str) -> int | None: ...
+    def gpu_memory(self, run: Callable[[], Any]) -> dict: ...
+    def memory_plan_bytes(self) -> int | None: ...
     def is_oom(self, exc: BaseException) -> bool: ...
     def runtime_info(self, device: str) -> dict: ...
 

@@ -22,6 +22,19 @@ def configure(threads: int, device: str) -> None:
     # Without PyTorch (the runner sets USE_TORCH=0: the weights are converted
     # from safetensors with numpy; importing torch took a JAX worker 4-5 s).
     os.environ.setdefault("JAX_PLATFORMS", _PLATFORM[device])
+    # On a GPU, XLA takes 75% of the memory at its first use unless told not
+    # to: the workers of the other frameworks (alive beside it in the
+    # interleaved schedule) would find it gone. Allocating as needed changes
+    # none of the allocator's counters. TensorFlow's workers grow likewise
+    # (tensorflow.configure); PyTorch's caching allocator does by default.
+    if device == "gpu":
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    cache = os.environ.get("FWCOMPARE_XLA_CACHE")  # launch.use_compile_cache
+    if cache:  # every program, however quick its compile
+        jax = _jax()
+        jax.config.update("jax_compilation_cache_dir", os.path.join(cache, "jax"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     import transformers
 
     transformers.FlaxAutoModel
@@ -86,6 +99,7 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
     import transformers
     from flax import serialization
 
+    _last_lower[0] = None  # a previous model's program: let it go before this one loads
     set_precision(dtype, device)
     compute = _compute_dtype(dtype)
     auto = auto_class("Flax", weights_dir, head)
@@ -145,11 +159,17 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
         out = model(ids, params=params, train=False)
         return out.last_hidden_state if head == "base" else out.logits
     if mode == "eager":
-        return forward_fn(lambda ids: apply(model.params, ids), "eager (op by op)")
+        def eager(ids):
+            _last_lower[0] = None
+            return apply(model.params, ids)
+        return forward_fn(eager, "eager (op by op)")
     if mode == "jit":
         jitted = jax.jit(apply)
-        return forward_fn(lambda ids: jitted(model.params, ids), "jax.jit",
-                          getattr(jitted, "_cache_size", None))
+
+        def fn(ids):
+            _last_lower[0] = lambda: jitted.lower(model.params, ids)
+            return jitted(model.params, ids)
+        return forward_fn(fn, "jax.jit", getattr(jitted, "_cache_size", None))
     raise Unsupported(f"jax mode {mode!r} is not implemented")
 
 
@@ -208,6 +228,8 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     def step(batch):
         state["params"], state["opt"], state["scale"], loss = compiled(
             state["params"], state["opt"], state["scale"], *batch)
+        _last_lower[0] = lambda: compiled.lower(state["params"], state["opt"], state["scale"],
+                                                *batch)
         return loss
     step.loss_scale = lambda: (float(state["scale"].loss_scale) if scaled else float("nan"))
     return step
@@ -254,32 +276,48 @@ def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
 
 
 # JAX has no reset for its allocator's peak (jax-ml/jax#8096): the counter runs
-# from process start, so loading the model leaves a peak above a small cell's
-# (seen on an H100: 1.21 GB reported for every bert-base cell up to batch
-# 32 x 128, where PyTorch's own peak went 0.47 -> 0.61 GB). So the worker marks
-# the peak when a cell starts (``reset_peak_memory``), and a cell that never
-# rises above the earlier peak reports none rather than the loading peak.
-PEAK_RESETTABLE = False
-_peak_before: dict[str, int] = {}
+# from process start, and loading the model or compiling a cell (XLA's
+# autotuning) leaves a peak above a small cell's (seen on an H100: 6 of 8
+# bert-base cells had no figure of their own). ``gpu_memory`` lifts the
+# counter to the bytes in use before the call instead (memory.lifted_peak).
+# The last jitted call's program, for XLA's memory analysis of it:
+_last_lower: list = [None]
 
 
-def _allocator_peak(device: str) -> int:
-    stats = _device(device).memory_stats() or {}
-    return int(stats.get("peak_bytes_in_use", 0))
+def memory_plan_bytes() -> int | None:
+    """What XLA's compiled plan of the last jitted call allocates beyond its
+    arguments: temporaries plus outputs, less outputs written into donated
+    arguments (``compiled.memory_analysis()``); None after an eager call. The
+    compile is the one the call made (jax caches it): nothing is compiled again."""
+    lower = _last_lower[0]
+    if lower is None:
+        return None
+    m = lower().compile().memory_analysis()
+    if m is None:
+        return None
+    return int(m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes)
 
 
-def reset_peak_memory(device: str) -> None:
-    """Remember the peak so far (the counter itself cannot be reset)."""
-    if device == "gpu":
-        _peak_before[device] = _allocator_peak(device)
+def gpu_memory(run) -> dict:
+    """The peak of ``run()`` by JAX's allocator, the counter lifted to the
+    bytes in use first (memory.lifted_peak); ``xla_plan_bytes`` beside it."""
+    from ..memory import lifted_peak
+
+    dev = _device("gpu")
+
+    def stats():
+        s = dev.memory_stats() or {}
+        return int(s.get("bytes_in_use", 0)), int(s.get("peak_bytes_in_use", 0))
+    plan = memory_plan_bytes()
+    return dict(lifted_peak(stats, lambda nbytes: _hold(dev, nbytes), run, plan,
+                            "jax_allocator"), xla_plan_bytes=plan)
 
 
-def peak_memory_bytes(device: str) -> int | None:
-    """The peak since the mark when it rose above the earlier peak, else None."""
-    if device == "gpu":
-        peak = _allocator_peak(device)
-        return peak if peak > _peak_before.get(device, 0) else None
-    return None
+def _hold(dev, nbytes: int):
+    """A buffer of ``nbytes`` on ``dev``, allocated before this returns."""
+    import jax.numpy as jnp
+
+    return jnp.zeros((int(nbytes),), jnp.uint8, device=dev).block_until_ready()
 
 
 def is_oom(exc: BaseException) -> bool:

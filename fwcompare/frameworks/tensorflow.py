@@ -28,6 +28,10 @@ def _device_name(device: str) -> str:
 
 
 def configure(threads: int, device: str) -> None:
+    cache = os.environ.get("FWCOMPARE_XLA_CACHE")  # launch.use_compile_cache
+    if cache:  # read when XLA first compiles, after the fork
+        os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, [
+            os.environ.get("TF_XLA_FLAGS", ""), f"--tf_xla_persistent_cache_directory={os.path.join(cache, 'tensorflow')}"]))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if device == "cpu":
@@ -255,19 +259,19 @@ def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
     return matmul, add
 
 
-# The allocator's peak can be reset before each memory pass.
-PEAK_RESETTABLE = True
+def gpu_memory(run) -> dict:
+    """The peak of ``run()`` by TensorFlow's GPU allocator, its counter reset
+    right before (``get_memory_info``'s peak: bytes in use at the highest
+    point, the resident weights included)."""
+    tf.config.experimental.reset_memory_stats("GPU:0")
+    run()
+    return {"peak_mem_bytes": int(tf.config.experimental.get_memory_info("GPU:0")["peak"]),
+            "mem_method": "tensorflow_allocator_peak"}
 
 
-def reset_peak_memory(device: str) -> None:
-    if device == "gpu":
-        tf.config.experimental.reset_memory_stats("GPU:0")
-
-
-def peak_memory_bytes(device: str) -> int | None:
-    # On the CPU get_memory_info reports zeros: the caller uses peak RSS.
-    if device == "gpu":
-        return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+def memory_plan_bytes() -> None:
+    """None: TensorFlow exposes no memory analysis of an XLA-compiled function
+    (``experimental_get_compiler_ir`` gives its HLO, not XLA's buffer plan)."""
     return None
 
 

@@ -77,7 +77,11 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
     when guards fail (e.g. a new shape), counted as Dynamo's compiled graphs."""
     options = options or {}
 
+    graphs = device == "gpu" and mode == "compile" and (
+        options.get("torch_compile_mode") in _GRAPH_MODES)
+
     def eager(ids):
+        _graphs[0] = False
         with torch.inference_mode(), _autocast(device, dtype):
             return _output(model(input_ids=ids), head)
     if mode == "eager":
@@ -88,6 +92,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
         traced: dict = {"traces": 0}
 
         def scripted(ids):
+            _graphs[0] = False
             if "fn" not in traced:
                 with torch.no_grad():
                     traced["fn"] = torch.jit.trace(model, (ids,), strict=False)
@@ -104,6 +109,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
         compiled = torch.compile(model, mode=cmode, dynamic=dynamic)
 
         def fn(ids):
+            _graphs[0] = graphs
             with torch.inference_mode(), _autocast(device, dtype):
                 return _output(compiled(input_ids=ids), head)
         return forward_fn(fn, f"torch.compile(mode={cmode!r}, dynamic={dynamic}), inductor",
@@ -137,6 +143,7 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
                                   enabled=dtype == "float16")
 
     def step(batch):
+        _graphs[0] = False
         ids, labels = batch
         total = torch.zeros((), device=ids.device)
         for mids, mlabels in zip(ids.chunk(accumulation_steps), labels.chunk(accumulation_steps)):
@@ -184,20 +191,40 @@ def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
     return (lambda: torch.matmul(a, b)), (lambda: torch.add(x, 1.0, out=y))
 
 
-# The allocator's peak can be reset before each memory pass.
-PEAK_RESETTABLE = True
+# Whether the last forward call replays CUDA graphs (torch.compile's
+# "reduce-overhead" and "max-autotune" modes on a GPU): their memory lives in
+# a private pool the replay does not allocate from again.
+_graphs = [False]
+_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
-def reset_peak_memory(device: str) -> None:
-    if device == "gpu":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+def graph_pool_bytes(segments) -> int:
+    """Bytes reserved in private (CUDA-graph) pools and not allocated now:
+    the graphs' intermediates, which ``max_memory_allocated`` misses because a
+    replay writes them without allocating (``segments``: the caching
+    allocator's ``memory_snapshot()``)."""
+    return sum(int(s["total_size"]) - int(s["allocated_size"]) for s in segments
+               if tuple(s.get("segment_pool_id", (0, 0))) != (0, 0))
 
 
-def peak_memory_bytes(device: str) -> int | None:
-    if device == "gpu":
-        torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated())
+def gpu_memory(run) -> dict:
+    """The peak of ``run()`` by PyTorch's caching allocator, its counter reset
+    right before (``max_memory_allocated``: bytes of live tensors at the
+    highest point, the resident weights included); a CUDA-graph mode adds its
+    pool (``graph_pool_bytes``)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    torch.cuda.synchronize()
+    peak = int(torch.cuda.max_memory_allocated())
+    if _graphs[0]:
+        return {"peak_mem_bytes": peak + graph_pool_bytes(torch.cuda.memory_snapshot()),
+                "mem_method": "torch_allocator_peak_plus_cuda_graph_pool"}
+    return {"peak_mem_bytes": peak, "mem_method": "torch_allocator_peak"}
+
+
+def memory_plan_bytes() -> None:
+    """No compiled memory plan in PyTorch (see jax.memory_plan_bytes)."""
     return None
 
 

@@ -1,0 +1,105 @@
+"""What a run will measure and how long it may take, before it starts
+(``fwcompare run STUDY --dry-run``).
+
+Every run records, per task, the cells it measured and the seconds it took
+(``last_run_TASK.json`` beside its results); the estimate is the cells still
+to run times the seconds per cell of the latest such run of the same study
+and device. Without one, it is the params' own time limits: warm-up plus the
+most sampling a cell may take, which leaves out model loads, first calls and
+compiles (on a GPU JAX's compiles dominated a first full-grid run: 272 of 385 s).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import write_json
+
+RECORD = "last_run_{task}.json"
+
+
+def record_run(store_dir: Path, task: str, run_id: str, cells: int, seconds: float,
+               device: str, cpu_model: str) -> None:
+    """What one run of a task measured and how long it took (read by :func:`estimate`)."""
+    write_json(Path(store_dir) / RECORD.format(task=task),
+               {"run_id": run_id, "cells": cells, "seconds": round(seconds, 3),
+                "device": device, "cpu_model": cpu_model,
+                "date": time.strftime("%Y-%m-%d")})
+
+
+@dataclass
+class Estimate:
+    study: str
+    planned: int  # (cell, round) pairs of the params
+    todo: int  # those a run would measure now (the rest are kept from an earlier run)
+    rounds: int
+    by_framework: dict[str, int]
+    seconds: float
+    basis: str  # where the seconds per cell come from
+
+    def text(self) -> str:
+        kept = self.planned - self.todo
+        fw = ", ".join(f"{k} {v}" for k, v in self.by_framework.items())
+        lines = [f"{self.study}: {self.planned} cells over {self.rounds} round"
+                 f"{'s' if self.rounds != 1 else ''} ({fw})"
+                 + (f"; {kept} already measured, {self.todo} to run" if kept else ""),
+                 f"estimate: {_duration(self.seconds)} ({self.basis})"]
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
+    """Seconds per cell over the latest recorded runs of this store's tasks on
+    ``device``, and a line saying which runs; None without one."""
+    runs = []
+    for path in sorted(Path(store_dir).glob(RECORD.format(task="*"))):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("device") == device and rec.get("cells", 0) > 0:
+            runs.append(rec)
+    if not runs:
+        return None
+    cells = sum(r["cells"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    where = sorted({f"{r['cpu_model']}, {r['date']}" for r in runs})
+    return seconds / cells, (f"{seconds / cells:.1f} s per cell, from {cells} cells of the "
+                             f"latest run here ({'; '.join(where)})")
+
+
+def estimate(study: str, params: dict, store_dir: Path) -> Estimate:
+    """The cells a run of validated ``params`` would measure and its duration."""
+    from .params import study_named
+    from .results import ResultStore
+    from .runner import planned_cells
+
+    st = study_named(study)
+    planned = planned_cells(study, params, st.cells(params))
+    store = ResultStore(store_dir)
+    from .env import params_hash
+
+    stamp = Path(store_dir) / "params_hash"
+    same = stamp.exists() and stamp.read_text().strip() == params_hash(params)
+    done = store.finished() if same else set()  # other params: a run starts afresh
+    todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
+    rate = earlier_rate(store_dir, params["device"])
+    if rate is None:
+        per_cell = params["warmup_s"] + params["max_time_s"]
+        basis = (f"no earlier run here: at most {per_cell:g} s of warm-up and sampling per "
+                 "cell, model loads, first calls and compiles not included")
+    else:
+        per_cell, basis = rate
+    return Estimate(study, len(planned), len(todo), params["rounds"],
+                    dict(Counter(c.spec.framework for c in todo)), per_cell * len(todo), basis)

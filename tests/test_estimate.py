@@ -1,0 +1,56 @@
+"""``fwcompare run --dry-run``: the cells a run would measure and how long it
+may take, before anything is measured."""
+import subprocess
+import sys
+
+from fwcompare.estimate import earlier_rate, estimate, record_run
+from fwcompare.params import load_file
+from fwcompare.paths import PARAMS, ROOT
+
+SMOKE = PARAMS / "inference_sweep" / "smoke.yaml"
+
+
+def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    r = subprocess.run([sys.executable, "-m", "fwcompare", "run", "inference_sweep",
+                        "--profile", "smoke", "--out", str(out), "--dry-run"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # 2 models x (torch eager, tensorflow eager and graph, jax jit) x 2 batch x 2 seq
+    assert "inference_sweep: 32 cells over 1 round (torch 8, tensorflow 16, jax 8)" in r.stdout
+    assert "no earlier run here: at most 0.55 s of warm-up and sampling per cell" in r.stdout
+    assert not out.exists()
+
+
+def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
+    params = load_file(SMOKE, "inference_sweep")
+    assert estimate("inference_sweep", params, tmp_path).seconds == 32 * 0.55
+    record_run(tmp_path, "inference", "r1", cells=10, seconds=25.0, device="cpu",
+               cpu_model="AMD EPYC")
+    record_run(tmp_path, "other", "r2", cells=5, seconds=500.0, device="gpu",
+               cpu_model="AMD EPYC")  # another device: not this run's rate
+    rate, basis = earlier_rate(tmp_path, "cpu")
+    assert rate == 2.5 and "10 cells" in basis and "AMD EPYC" in basis
+    est = estimate("inference_sweep", params, tmp_path)
+    assert (est.planned, est.todo, est.seconds) == (32, 32, 32 * 2.5)
+    assert "estimate: 1 min 20 s (2.5 s per cell" in est.text()
+
+
+def test_a_resumed_run_counts_only_the_cells_left(tmp_path):
+    """Cells measured by an earlier run of the same params are kept by a
+    resume: the estimate leaves them out (and counts them all when the params
+    changed, since the run then starts afresh)."""
+    from fwcompare.env import params_hash
+    from fwcompare.results import ResultStore, make_row
+    from fwcompare.studies.inference_sweep import InferenceSweep
+
+    params = load_file(SMOKE, "inference_sweep")
+    store = ResultStore(tmp_path)
+    store.begin(params_hash(params))
+    for spec in InferenceSweep().cells(params)[:5]:
+        store.append(make_row(spec, status="ok", run_id="r0", profile="smoke", round=0))
+    est = estimate("inference_sweep", params, tmp_path)
+    assert (est.planned, est.todo) == (32, 27)
+    assert "5 already measured, 27 to run" in est.text()
+    est = estimate("inference_sweep", dict(params, warmup_s=0.2), tmp_path)
+    assert est.todo == 32
