@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup report test test-fast lab validate env clean browser
+.PHONY: help setup report test test-fast lab validate env clean browser gpu-deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -38,6 +38,16 @@ browser: ## install Debian's chromium and chromium-driver if missing (needs root
 	elif [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "browser test needs: sudo apt-get install chromium chromium-driver"; fi
+
+# Resolves the pins with the gpu group against PyPI, as a GPU machine would (this
+# machine's local CPU wheel of torch set aside); installs nothing.
+gpu-deps: $(STAMP) ## check that the pins and the gpu group (CUDA builds) resolve together
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip install --dry-run \
+		--ignore-installed --quiet --report $(VENV)/gpu-resolution.json -e ".[gpu]"
+	$(PY) -c "import json; r = json.load(open('$(VENV)/gpu-resolution.json'))['install']; \
+		print(len(r), 'packages:', ', '.join(sorted(i['metadata']['name'] + ' ' + \
+		i['metadata']['version'] for i in r if i['metadata']['name'] in \
+		('torch', 'jax', 'jax-cuda13-plugin', 'tensorflow', 'nvidia-cublas', 'nvidia-cublas-cu12'))))"
 
 validate: $(STAMP) ## check every params file
 	$(PY) -m fwcompare validate

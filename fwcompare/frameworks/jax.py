@@ -287,12 +287,17 @@ _last_lower: list = [None]
 def memory_plan_bytes() -> int | None:
     """What XLA's compiled plan of the last jitted call allocates beyond its
     arguments: temporaries plus outputs, less outputs written into donated
-    arguments (``compiled.memory_analysis()``); None after an eager call. The
+    arguments (``compiled.memory_analysis()``); None after an eager call, and
+    where the program cannot be lowered again (jmp's loss-scale state does not
+    take lowering's placeholders): a cross-check never fails a cell. The
     compile is the one the call made (jax caches it): nothing is compiled again."""
     lower = _last_lower[0]
     if lower is None:
         return None
-    m = lower().compile().memory_analysis()
+    try:
+        m = lower().compile().memory_analysis()
+    except Exception:
+        return None
     if m is None:
         return None
     return int(m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes)
