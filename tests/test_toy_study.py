@@ -17,8 +17,6 @@ pytestmark = pytest.mark.slow  # it starts worker processes
 class NumpyBackend:
     """The few backend calls a study without a model needs."""
 
-    PEAK_RESETTABLE = True
-
     def configure(self, threads, device):
         pass
 
@@ -31,10 +29,10 @@ class NumpyBackend:
     def runtime_info(self, device):
         return {"framework_version": np.__version__, "device_name": "cpu"}
 
-    def reset_peak_memory(self, device):
-        pass
+    def gpu_memory(self, run):
+        raise NotImplementedError("numpy toy: CPU only")
 
-    def peak_memory_bytes(self, device):
+    def memory_plan_bytes(self):
         return None
 
     def set_precision(self, dtype, device):
