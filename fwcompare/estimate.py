@@ -33,21 +33,28 @@ def record_run(store_dir: Path, task: str, run_id: str, cells: int, seconds: flo
 @dataclass
 class Estimate:
     study: str
-    planned: int  # (cell, round) pairs of the params
+    cells: int  # cells of the params
+    planned: int  # their measurements: (cell, round) pairs
     todo: int  # those a run would measure now (the rest are kept from an earlier run)
     rounds: int
-    by_framework: dict[str, int]
+    by_framework: dict[str, int]  # measurements planned per framework
     seconds: float
-    basis: str  # where the seconds per cell come from
+    basis: str  # where the seconds per measurement come from
+    low_seconds: float | None = None  # without an earlier run: the least it may take
 
     def text(self) -> str:
         kept = self.planned - self.todo
         fw = ", ".join(f"{k} {v}" for k, v in self.by_framework.items())
-        lines = [f"{self.study}: {self.planned} cells over {self.rounds} round"
-                 f"{'s' if self.rounds != 1 else ''} ({fw})"
+        lines = [f"{self.study}: {self.cells} cells, {self.planned} measurements over "
+                 f"{self.rounds} round{'s' if self.rounds != 1 else ''} ({fw})"
                  + (f"; {kept} already measured, {self.todo} to run" if kept else ""),
-                 f"estimate: {_duration(self.seconds)} ({self.basis})"]
+                 f"estimate: {self._range()} ({self.basis})"]
         return "\n".join(lines)
+
+    def _range(self) -> str:
+        if self.low_seconds is None:
+            return _duration(self.seconds)
+        return f"{_duration(self.low_seconds)} to {_duration(self.seconds)}"
 
 
 def _duration(seconds: float) -> str:
@@ -60,8 +67,9 @@ def _duration(seconds: float) -> str:
 
 
 def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
-    """Seconds per cell over the latest recorded runs of this store's tasks on
-    ``device``, and a line saying which runs; None without one."""
+    """Seconds per measurement (a cell in one round) over the latest recorded
+    runs of this store's tasks on ``device``, and a line saying which runs;
+    None without one."""
     runs = []
     for path in sorted(Path(store_dir).glob(RECORD.format(task="*"))):
         try:
@@ -75,31 +83,31 @@ def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
     cells = sum(r["cells"] for r in runs)
     seconds = sum(r["seconds"] for r in runs)
     where = sorted({f"{r['cpu_model']}, {r['date']}" for r in runs})
-    return seconds / cells, (f"{seconds / cells:.1f} s per cell, from {cells} cells of the "
-                             f"latest run here ({'; '.join(where)})")
+    return seconds / cells, (f"{seconds / cells:.1f} s per measurement, from {cells} "
+                             f"measurements of the latest run here ({'; '.join(where)})")
 
 
 def estimate(study: str, params: dict, store_dir: Path) -> Estimate:
     """The cells a run of validated ``params`` would measure and its duration."""
+    from .env import params_hash
     from .params import study_named
     from .results import ResultStore
     from .runner import planned_cells
 
-    st = study_named(study)
-    planned = planned_cells(study, params, st.cells(params))
-    store = ResultStore(store_dir)
-    from .env import params_hash
-
-    stamp = Path(store_dir) / "params_hash"
+    specs = study_named(study).cells(params)
+    planned = planned_cells(study, params, specs)
+    stamp = Path(store_dir) / "params_hash"  # ResultStore.begin's
     same = stamp.exists() and stamp.read_text().strip() == params_hash(params)
-    done = store.finished() if same else set()  # other params: a run starts afresh
+    done = ResultStore(store_dir).finished() if same else set()  # else a run starts afresh
     todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
-    rate = earlier_rate(store_dir, params["device"])
-    if rate is None:
-        per_cell = params["warmup_s"] + params["max_time_s"]
-        basis = (f"no earlier run here: at most {per_cell:g} s of warm-up and sampling per "
-                 "cell, model loads, first calls and compiles not included")
+    rate, low = earlier_rate(store_dir, params["device"]), None
+    if rate is None:  # a cell samples at least min_time_s, at most max_time_s
+        least, most = (params["warmup_s"] + params[k] for k in ("min_time_s", "max_time_s"))
+        per_cell, low = most, least * len(todo)
+        basis = (f"no earlier run here: {least:g} to {most:g} s of warm-up and sampling per "
+                 "measurement, model loads, first calls and compiles not included")
     else:
         per_cell, basis = rate
-    return Estimate(study, len(planned), len(todo), params["rounds"],
-                    dict(Counter(c.spec.framework for c in todo)), per_cell * len(todo), basis)
+    return Estimate(study, len(specs), len(planned), len(todo), params["rounds"],
+                    dict(Counter(c.spec.framework for c in planned)), per_cell * len(todo),
+                    basis, low)

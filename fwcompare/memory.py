@@ -106,7 +106,7 @@ def lifted_peak(stats, hold, run, plan_bytes=None, name: str = "allocator") -> d
                 break
             held.append(hold(peak - in_use))
             in_use, peak = stats()
-        else:
+        if peak > in_use:
             raise RuntimeError("the peak kept rising while the gap was filled")
     except Exception:
         held.clear()

@@ -610,6 +610,8 @@ class Runner:
             self.bar.close()
             self.charge("total", time.monotonic() - self.t_start)
             write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
-            record_run(self.store.dir, self.task, self.run_id, self.done - self.done_before,
-                       self.phases["total"], self.params["device"], self.manifest["cpu_model"])
+            if self.done > self.done_before:  # a run that measured nothing keeps the last record
+                record_run(self.store.dir, self.task, self.run_id, self.done - self.done_before,
+                           self.phases["total"], self.params["device"],
+                           self.manifest["cpu_model"])
         self.store.consolidate()

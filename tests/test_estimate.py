@@ -17,8 +17,9 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     # 2 models x (torch eager, tensorflow eager and graph, jax jit) x 2 batch x 2 seq
-    assert "inference_sweep: 32 cells over 1 round (torch 8, tensorflow 16, jax 8)" in r.stdout
-    assert "no earlier run here: at most 0.55 s of warm-up and sampling per cell" in r.stdout
+    assert "inference_sweep: 32 cells, 32 measurements over 1 round (torch 8, tensorflow 16, jax 8)" in r.stdout
+    # warm-up 0.05 s plus 0.1 to 0.5 s of sampling per measurement
+    assert "estimate: 5 s to 18 s (no earlier run here: 0.15 to 0.55 s of warm-up" in r.stdout
     assert not out.exists()
 
 
@@ -30,10 +31,10 @@ def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
     record_run(tmp_path, "other", "r2", cells=5, seconds=500.0, device="gpu",
                cpu_model="AMD EPYC")  # another device: not this run's rate
     rate, basis = earlier_rate(tmp_path, "cpu")
-    assert rate == 2.5 and "10 cells" in basis and "AMD EPYC" in basis
+    assert rate == 2.5 and "10 measurements" in basis and "AMD EPYC" in basis
     est = estimate("inference_sweep", params, tmp_path)
     assert (est.planned, est.todo, est.seconds) == (32, 32, 32 * 2.5)
-    assert "estimate: 1 min 20 s (2.5 s per cell" in est.text()
+    assert "estimate: 1 min 20 s (2.5 s per measurement" in est.text()
 
 
 def test_a_resumed_run_counts_only_the_cells_left(tmp_path):

@@ -30,8 +30,8 @@ def _device_name(device: str) -> str:
 def configure(threads: int, device: str) -> None:
     cache = os.environ.get("FWCOMPARE_XLA_CACHE")  # launch.use_compile_cache
     if cache:  # read when XLA first compiles, after the fork
-        os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, [
-            os.environ.get("TF_XLA_FLAGS", ""), f"--tf_xla_persistent_cache_directory={os.path.join(cache, 'tensorflow')}"]))
+        flag = f"--tf_xla_persistent_cache_directory={os.path.join(cache, 'tensorflow')}"
+        os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} {flag}".strip()
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if device == "cpu":
