@@ -10,6 +10,7 @@ from pathlib import Path
 from .doctor import DoctorError
 from .params import ParamsError, load_file
 from .paths import PARAMS, ROOT
+from .spec import FRAMEWORKS
 
 
 def _cmd_run(args) -> int:
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("doctor", help="check that each framework can run on the CPU and "
                                       "the GPU (device, TF32, memory counters)")
     p.add_argument("--device", choices=["cpu", "gpu", "all"], default="all")
-    p.add_argument("--frameworks", default="torch,tensorflow,jax")
+    p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     p.set_defaults(fn=_cmd_doctor)
     p = sub.add_parser("report", help="run every study notebook and write index.html")
     p.add_argument("--profile", default="quick")
