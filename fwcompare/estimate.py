@@ -96,9 +96,9 @@ def estimate(study: str, params: dict, store_dir: Path) -> Estimate:
 
     specs = study_named(study).cells(params)
     planned = planned_cells(study, params, specs)
-    stamp = Path(store_dir) / "params_hash"  # ResultStore.begin's
-    same = stamp.exists() and stamp.read_text().strip() == params_hash(params)
-    done = ResultStore(store_dir).finished() if same else set()  # else a run starts afresh
+    store = ResultStore(store_dir)
+    # Results of other params are archived when a run begins: it starts afresh.
+    done = store.finished() if store.stamped() == params_hash(params) else set()
     todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
     rate, low = earlier_rate(store_dir, params["device"]), None
     if rate is None:  # a cell samples at least min_time_s, at most max_time_s

@@ -166,13 +166,17 @@ class ResultStore:
             shutil.move(str(child), dest / child.name)
         return dest
 
+    def stamped(self) -> str | None:
+        """The params hash of the results kept here (None: no run yet)."""
+        stamp = self.dir / "params_hash"
+        return stamp.read_text().strip() if stamp.exists() else None
+
     def begin(self, params_hash: str) -> None:
         """Prepare for a run with these params; archive results of other params."""
-        stamp = self.dir / "params_hash"
-        if stamp.exists() and stamp.read_text().strip() != params_hash:
+        if self.stamped() not in (None, params_hash):
             self.archive()
         self.dir.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(params_hash)
+        (self.dir / "params_hash").write_text(params_hash)
 
     def append(self, row: dict, samples_s: list[float] | None = None) -> None:
         name = f"{row['cell_id']}-r{row['round']}.parquet"
