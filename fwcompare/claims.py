@@ -435,8 +435,13 @@ def is_count(metric: str) -> bool:
 
 def check_cells(cells: dict) -> list[str]:
     """Names in a claim's cells that no study could have measured."""
-    from .spec import DTYPES, MODES, TASKS
+    from .spec import DTYPES, TASKS
+    from .studies import STUDIES
 
+    modes: dict[str, set] = {}
+    for study in STUDIES.values():
+        for fw, names in study.modes.items():
+            modes.setdefault(fw, set()).update(names)
     allowed = {"dtype": DTYPES, "task": TASKS}
     problems = []
     for key, value in cells.items():
@@ -444,7 +449,7 @@ def check_cells(cells: dict) -> list[str]:
             problems.append(f"{key} {value!r} is not one of {', '.join(allowed[key])}")
         elif key in ("a", "b") and value not in DTYPES:
             fw, _, mode = str(value).partition("/")
-            if mode not in MODES.get(fw, ()):
+            if mode not in modes.get(fw, ()):
                 problems.append(f"{key} {value!r} is neither framework/mode (e.g. torch/eager) "
                                 f"nor a precision ({', '.join(DTYPES)})")
     return problems

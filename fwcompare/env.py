@@ -22,7 +22,8 @@ import psutil
 from .paths import ROOT
 
 PACKAGES = ("fwcompare", "torch", "tensorflow", "tf-keras", "transformers", "jax", "jaxlib",
-            "flax", "numpy", "scipy", "pandas", "papermill")
+            "flax", "numpy", "scipy", "pandas", "papermill", "onnx", "onnxscript", "onnxruntime",
+            "tf2onnx", "ai-edge-litert")
 
 
 def versions() -> dict[str, str]:

@@ -54,10 +54,14 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "accel_max_abs_err", "accel_rel_err", "recompiles",
            # distributed: per-worker batch, weights across ranks, gradient all-reduce
            "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share",
+           # deployment: the artifact's export and size; sentence-pair agreement with float32
+           "export_s", "artifact_bytes", "sts_spearman", "sts_max_abs_diff",
            # what else the machine did while the cell was sampled (host.py)
            "host_other_cpu", "host_steal", "host_retakes"]
 PROVENANCE = {"schedule": "string",
               "mem_method": "string", "precision_setup": "string", "mode_setup": "string",
+              # deployment: the processes that exported and loaded an artifact
+              "exporter_pid": "float64", "runtime_pid": "float64",
               "framework_version": "string", "framework_threads": "float64",
               "device_name": "string", "cpu_model": "string", "hostname": "string",
               "versions": "string", "git_commit": "string", "git_dirty": "bool",

@@ -50,4 +50,5 @@ def module_file(study: Study) -> str:
 
 
 # The built-in studies, in report order; each module registers its study.
-from . import inference_sweep, training, mixed_precision, acceleration, distributed  # noqa: E402,F401
+from . import (inference_sweep, training, mixed_precision, acceleration,  # noqa: E402,F401
+               distributed, deployment)

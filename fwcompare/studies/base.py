@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import env, models
 from ..job import CellRef, Job
-from ..spec import DTYPES, RunSpec
+from ..spec import DTYPES, MODES, RunSpec
 
 if TYPE_CHECKING:
     from ..cell import CellPlan, WorkerContext
@@ -87,6 +87,8 @@ class Study:
     name: str = ""
     title: str = ""
     tasks: tuple[str, ...] = ("inference",)
+    # Modes its cells may name, per framework (params validation, claims' cells).
+    modes: Mapping[str, tuple[str, ...]] = MappingProxyType(MODES)
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
     # The time breakdown's phase of the steps a training cell takes on its own
