@@ -172,54 +172,65 @@ def export_all(job, threads: int) -> None:
     """Every artifact path of the job's model, one process per framework
     (imports of one framework only); an artifact whose record matches its
     :func:`export_key` is kept. A process that dies marks the path it was
-    exporting ``error`` with its message, and a fresh one takes the rest."""
+    exporting ``error`` with its message, and a fresh one takes the rest.
+    ``export_jobs`` frameworks export at once (each process mostly one
+    thread of Python and converter passes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    frameworks = [fw for fw in PATHS if export_modes(job, fw)]
+    with ThreadPoolExecutor(max_workers=job.params["export_jobs"]) as pool:
+        for done in [pool.submit(_export_framework, job, fw, threads) for fw in frameworks]:
+            done.result()
+
+
+def _export_framework(job, fw: str, threads: int) -> None:
+    """One framework's paths of a model, in processes of that framework."""
     from ..launch import log_tail
     from ..runner import _ONLY, worker_env
 
     timeout = job.params["export_timeout_s"]
-    log = Path(job.gate_dir).parent / "jobs" / f"export-{job.model_key}.log"
+    log = Path(job.gate_dir).parent / "jobs" / f"export-{fw}-{job.model_key}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    for fw in ("torch", "tensorflow", "jax"):
-        todo = [m for m in export_modes(job, fw)
-                if (read_record(job, fw, m) or {}).get("key") != export_key(job, fw, m)]
-        while todo:
-            env = worker_env(threads, job.device, fw)
-            for name in ("USE_TF", "USE_FLAX", "USE_TORCH"):  # the prepare job's, not fw's
-                if name not in _ONLY[fw]:
-                    env.pop(name, None)
-            env["FWCOMPARE_EXPORT_MODES"] = ",".join(todo)
-            with open(log, "a") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", "import sys; from fwcompare.studies.deployment "
-                     "import export_main; sys.exit(export_main(sys.argv[1], sys.argv[2]))",
-                     str(job.write(log.with_suffix(".json"))), fw],
-                    env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
-                try:
-                    proc.wait(timeout=timeout)
-                    why = "" if proc.returncode == 0 else f"exit code {proc.returncode}"
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                    why = f"no result within export_timeout_s ({timeout:g} s)"
+    todo = [m for m in export_modes(job, fw)
+            if (read_record(job, fw, m) or {}).get("key") != export_key(job, fw, m)]
+    while todo:
+        env = worker_env(threads, job.device, fw)
+        for name in ("USE_TF", "USE_FLAX", "USE_TORCH"):  # the prepare job's, not fw's
+            if name not in _ONLY[fw]:
+                env.pop(name, None)
+        env["FWCOMPARE_EXPORT_MODES"] = ",".join(todo)
+        with open(log, "a") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "import sys; from fwcompare.studies.deployment "
+                 "import export_main; sys.exit(export_main(sys.argv[1], sys.argv[2]))",
+                 str(job.write(log.with_suffix(".json"))), fw],
+                env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+            try:
+                proc.wait(timeout=timeout)
+                why = "" if proc.returncode == 0 else f"exit code {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                why = f"no result within export_timeout_s ({timeout:g} s)"
+        left = []
+        for m in todo:
+            rec = read_record(job, fw, m)
+            if rec is not None and rec.get("key") == export_key(job, fw, m) \
+                    and rec["status"] != "started":
+                continue
+            if rec is not None and rec.get("status") == "started":  # the one it died in
+                status = "timeout" if why.startswith("no result") else "error"
+                _write_record(job, fw, m, dict(rec, status=status, message=(
+                    f"the export process stopped ({why}): {log_tail(log, 1200)}")))
+            else:
+                left.append(m)
+        if left == todo:  # nothing was started: do not loop
+            for m in left:
+                _write_record(job, fw, m, {"key": export_key(job, fw, m), "status": "error",
+                                           "message": f"the export process stopped before "
+                                                      f"{m} ({why}): {log_tail(log, 1200)}"})
             left = []
-            for m in todo:
-                rec = read_record(job, fw, m)
-                if rec is not None and rec.get("key") == export_key(job, fw, m) \
-                        and rec["status"] != "started":
-                    continue
-                if rec is not None and rec.get("status") == "started":  # the one it died in
-                    status = "timeout" if why.startswith("no result") else "error"
-                    _write_record(job, fw, m, dict(rec, status=status, message=(
-                        f"the export process stopped ({why}): {log_tail(log, 1200)}")))
-                else:
-                    left.append(m)
-            if left == todo:  # nothing was started: do not loop
-                for m in left:
-                    _write_record(job, fw, m, {"key": export_key(job, fw, m), "status": "error",
-                                               "message": f"the export process stopped before "
-                                                          f"{m} ({why}): {log_tail(log, 1200)}"})
-                left = []
-            todo = left
+        todo = left
 
 
 def export_main(job_path: str, framework: str) -> int:
@@ -236,29 +247,39 @@ def export_main(job_path: str, framework: str) -> int:
     modes = os.environ["FWCOMPARE_EXPORT_MODES"].split(",")
     exporter = {"torch": TorchExporter, "tensorflow": TensorFlowExporter,
                 "jax": JaxExporter}[framework](job, backend, gate)
-    for mode in modes:
-        key = export_key(job, framework, mode)
-        out = artifact_dir(job, framework, mode)
-        if out.exists():
-            import shutil
+    try:
+        for mode in modes:
+            export_one(job, framework, mode, exporter)
+    finally:
+        import shutil
 
-            shutil.rmtree(out)
-        _write_record(job, framework, mode, {"key": key, "status": "started",
-                                             "exporter_pid": os.getpid()})
-        print(f"fwcompare: exporting {framework}/{mode} of {job.model}", file=sys.stderr,
-              flush=True)
-        t0 = time.perf_counter()
-        try:
-            setup = exporter.export(mode, out) or ""
-            record = {"status": "ok", "message": "", "export_s": time.perf_counter() - t0,
-                      "artifact_bytes": _dir_bytes(out), "setup": setup}
-        except Exception as exc:
-            import traceback
-
-            traceback.print_exc()
-            record = {"status": converter_status(exc), "message": converter_message(exc)}
-        _write_record(job, framework, mode, dict(record, key=key, exporter_pid=os.getpid()))
+        shutil.rmtree(exporter.tmp, ignore_errors=True)
     return 0
+
+
+def export_one(job, framework: str, mode: str, exporter) -> None:
+    """One path's artifact and its record (the converter's message if it fails)."""
+    key = export_key(job, framework, mode)
+    out = artifact_dir(job, framework, mode)
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    _write_record(job, framework, mode, {"key": key, "status": "started",
+                                         "exporter_pid": os.getpid()})
+    print(f"fwcompare: exporting {framework}/{mode} of {job.model}", file=sys.stderr,
+          flush=True)
+    t0 = time.perf_counter()
+    try:
+        setup = exporter.export(mode, out) or ""
+        record = {"status": "ok", "message": "", "export_s": time.perf_counter() - t0
+                  + exporter.reused_s, "artifact_bytes": _dir_bytes(out), "setup": setup}
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        record = {"status": converter_status(exc), "message": converter_message(exc)}
+    _write_record(job, framework, mode, dict(record, key=key, exporter_pid=os.getpid()))
 
 
 class ExportUnsupported(Exception):
@@ -286,6 +307,22 @@ class _Exporter:
         self.job, self.backend, self.gate = job, backend, gate
         self.model = backend.load(gate.info["weights_dir"], job.device, job.head)
         self.example = gate.ids
+        self.steps: dict[str, tuple[Path, float]] = {}
+        self.reused_s = 0.0
+        import tempfile
+
+        root = Path(job.gate_dir).parent / "deploy" / job.model_key
+        root.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix="steps-", dir=root))  # removed at the end
+
+    def sentence_shape(self) -> tuple[int, int] | None:
+        """The sentence-pair batch's shape, where the model has one (its
+        static-shape artifacts need it too)."""
+        path = sentences_path(self.job)
+        if not path.is_file():
+            return None
+        with np.load(path) as s:
+            return tuple(s["ids"].shape)
 
     def shapes(self) -> list[tuple[int, int]]:
         maxpos = self.gate.info["max_positions"]
@@ -301,8 +338,27 @@ class _Exporter:
             yield token_ids(self.job.seed + 1000 + i, b, s, vocab).astype(np.int32)
 
     def export(self, mode: str, out: Path) -> str:
+        """``mode``'s artifact in ``out``; its setup in words. A step another
+        path of this process already made (the ONNX export under its fused
+        and quantized models, the SavedModel under TFLite) is reused, and
+        its time is added to this path's (``reused_s``): a path's export time
+        is what it takes from the model."""
         out.mkdir(parents=True, exist_ok=True)
+        self.reused_s = 0.0
         return getattr(self, "export_" + mode.replace("-", "_"))(out)
+
+    def step(self, name: str, make) -> Path:
+        """A shared step's output (``make(dir) -> path``), made once per process."""
+        import tempfile
+
+        if name in self.steps:
+            path, seconds = self.steps[name]
+            self.reused_s += seconds
+            return path
+        t0 = time.perf_counter()
+        path = make(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.tmp)))
+        self.steps[name] = (path, time.perf_counter() - t0)
+        return path
 
 
 class TorchExporter(_Exporter):
@@ -351,49 +407,52 @@ class TorchExporter(_Exporter):
         return (f"quantize_dynamic(Linear, qint8, engine {torch.backends.quantized.engine}), "
                 "torch.jit.trace, torch.jit.save")
 
-    def _onnx(self, path: Path) -> None:
-        import torch
+    def onnx(self) -> Path:
+        """The dynamo exporter's ONNX model (batch and sequence dynamic)."""
+        def make(d: Path) -> Path:
+            import torch
 
-        batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
-        torch.onnx.export(self.module(), (self.ids(),), str(path), dynamo=True,
-                          input_names=["input_ids"], output_names=["output"],
-                          dynamic_shapes={"input_ids": {0: batch, 1: seq}},
-                          opset_version=self.job.params["onnx_opset"], external_data=False,
-                          verbose=False)
+            batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+            torch.onnx.export(self.module(), (self.ids(),), str(d / "model.onnx"), dynamo=True,
+                              input_names=["input_ids"], output_names=["output"],
+                              dynamic_shapes={"input_ids": {0: batch, 1: seq}},
+                              opset_version=self.job.params["onnx_opset"],
+                              external_data=False, verbose=False)
+            return d / "model.onnx"
+        return self.step("onnx", make)
+
+    def fused(self) -> Path:
+        """The ONNX model after ONNX Runtime's transformer optimizer."""
+        def make(d: Path) -> Path:
+            from onnxruntime.transformers.optimizer import optimize_model
+
+            kind = ORT_MODEL_TYPES.get(self.model.config.model_type, "bert")
+            opt = optimize_model(str(self.onnx()), model_type=kind, num_heads=0, hidden_size=0,
+                                 opt_level=0)
+            opt.save_model_to_file(str(d / "model.onnx"))
+            fused = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
+            self.fusions = (f"optimizer model_type {kind}: " + (", ".join(
+                f"{k} {v}" for k, v in fused.items()) or "no fusion applied"))
+            return d / "model.onnx"
+        return self.step("fused", make)
 
     def export_onnxruntime(self, out):
-        self._onnx(out / "model.onnx")
+        import shutil
+
+        shutil.copy(self.onnx(), out / "model.onnx")
         return f"torch.onnx.export(dynamo=True, opset {self.job.params['onnx_opset']})"
 
-    def _fused(self, out: Path) -> str:
-        from onnxruntime.transformers.optimizer import optimize_model
-
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            plain = Path(tmp) / "plain.onnx"
-            self._onnx(plain)
-            kind = ORT_MODEL_TYPES.get(self.model.config.model_type, "bert")
-            opt = optimize_model(str(plain), model_type=kind, num_heads=0, hidden_size=0,
-                                 opt_level=0)
-            opt.save_model_to_file(str(out / "model.onnx"))
-        fused = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
-        return (f"optimizer model_type {kind}: "
-                + (", ".join(f"{k} {v}" for k, v in fused.items()) or "no fusion applied"))
-
     def export_onnxruntime_fused(self, out):
-        return self._fused(out)
+        import shutil
+
+        shutil.copy(self.fused(), out / "model.onnx")
+        return self.fusions
 
     def export_onnxruntime_int8(self, out):
-        import tempfile
-
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        with tempfile.TemporaryDirectory() as tmp:
-            setup = self._fused(Path(tmp))
-            quantize_dynamic(str(Path(tmp) / "model.onnx"), str(out / "model.onnx"),
-                             weight_type=QuantType.QInt8)
-        return f"{setup}; quantize_dynamic(weight_type QInt8)"
+        quantize_dynamic(str(self.fused()), str(out / "model.onnx"), weight_type=QuantType.QInt8)
+        return f"{self.fusions}; quantize_dynamic(weight_type QInt8)"
 
 
 # onnxruntime.transformers.optimizer's model types, by transformers' model_type.
@@ -419,20 +478,27 @@ class TensorFlowExporter(_Exporter):
             return {"output": out.last_hidden_state if head == "base" else out.logits}
         return serve
 
-    def export_savedmodel(self, out):
-        import tensorflow as tf
+    def saved(self) -> Path:
+        """The model as a SavedModel with a serving signature."""
+        def make(d: Path) -> Path:
+            import tensorflow as tf
 
-        tf.saved_model.save(self.model, str(out / "savedmodel"),
-                            signatures={"serving_default": self.serve().get_concrete_function()})
+            tf.saved_model.save(self.model, str(d / "savedmodel"), signatures={
+                "serving_default": self.serve().get_concrete_function()})
+            return d / "savedmodel"
+        return self.step("savedmodel", make)
+
+    def export_savedmodel(self, out):
+        import shutil
+
+        shutil.copytree(self.saved(), out / "savedmodel")
         return "tf.saved_model.save(signatures=serving_default: int32 ids [None, None])"
 
     def _tflite(self, out: Path, kind: str) -> str:
         import tensorflow as tf
 
-        fn = self.serve()
-        converter = tf.lite.TFLiteConverter.from_concrete_functions(
-            [fn.get_concrete_function()], self.model)
-        setup = "TFLiteConverter.from_concrete_functions"
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(self.saved()))
+        setup = "TFLiteConverter.from_saved_model"
         if kind != "float32":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             setup += ", Optimize.DEFAULT"
@@ -496,28 +562,40 @@ class JaxExporter(_Exporter):
         return forward
 
     def export_jax_export(self, out):
+        import flax.serialization
         import jax
         import jax.numpy as jnp
         from jax import export
 
+        model, head = self.model, self.job.head
+
+        def forward(params, ids):
+            out = model(ids, params=params, train=False)
+            return out.last_hidden_state if head == "base" else out.logits
         b, s = export.symbolic_shape("b, s")
-        exp = export.export(jax.jit(self.apply()))(jax.ShapeDtypeStruct((b, s), jnp.int32))
+        shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                        model.params)
+        exp = export.export(jax.jit(forward))(shapes, jax.ShapeDtypeStruct((b, s), jnp.int32))
         (out / "model.jaxexport").write_bytes(exp.serialize())
+        (out / "params.msgpack").write_bytes(flax.serialization.msgpack_serialize(
+            jax.tree_util.tree_map(np.asarray, model.params)))
         return (f"jax.export (symbolic b, s; platforms {', '.join(exp.platforms)}), "
-                "weights as constants")
+                "parameters as an argument, saved with flax.serialization (msgpack)")
 
     def export_jax2tf_tflite(self, out):
         import tensorflow as tf
         from jax.experimental import jax2tf
 
         fn = jax2tf.convert(self.apply(), with_gradient=False)
-        for b, s in self.shapes():
+        extra = self.sentence_shape()
+        for b, s in dict.fromkeys([*self.shapes(), *([extra] if extra else [])]):
             tff = tf.function(fn, input_signature=[tf.TensorSpec([b, s], tf.int32)],
                               autograph=False)
             converter = tf.lite.TFLiteConverter.from_concrete_functions(
                 [tff.get_concrete_function()], tff)
             (out / f"model-{b}x{s}.tflite").write_bytes(converter.convert())
-        return "jax2tf.convert (native serialization), TFLiteConverter, static shapes"
+        return ("jax2tf.convert (native serialization), TFLiteConverter, static shapes "
+                "(the grid's and the sentence pairs'), weights as constants")
 
 
 # -- runtimes (worker side: a fresh process per path) ---------------------------------
@@ -651,16 +729,21 @@ class JaxExport(Runtime):
         import jax
         from jax import export
 
+        import flax.serialization
+
         self.jax = jax
         exp = export.deserialize(bytearray((path / "model.jaxexport").read_bytes()))
+        self.params = jax.device_put(flax.serialization.msgpack_restore(
+            (path / "params.msgpack").read_bytes()))
         self.fn = jax.jit(exp.call)
-        self.setup = f"jax.export.deserialize, jax.jit(exported.call), JAX {jax.__version__}"
+        self.setup = (f"jax.export.deserialize, flax.serialization.msgpack_restore, "
+                      f"jax.jit(exported.call), JAX {jax.__version__}")
 
     def inputs(self, ids):
         return self.jax.device_put(np.asarray(ids, dtype=np.int32))
 
     def run(self, x):
-        return self.fn(x)
+        return self.fn(self.params, x)
 
 
 RUNTIMES = {"onnx": OnnxRuntime, "tflite": LiteRT, "torchscript": TorchScript,
@@ -781,6 +864,89 @@ def plan_path(ctx: WorkerContext, spec) -> CellPlan:
                                 "runtime_pid": os.getpid()})
 
 
+# -- tables (the notebook's) ------------------------------------------------------------
+PATH_KEYS = ["device", "model", "framework", "batch_size", "seq_len"]
+
+
+def deployment_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: how the path was made and run, its median with CI,
+    its speed-up over its framework's baseline at the same model and shape
+    (baseline time / path time, CI from the paired samples), its errors
+    against float64, the sentence-pair agreement, and the artifact's size,
+    export and cold-load times."""
+    if summary.empty:
+        return pd.DataFrame()
+    by_cell = samples_by_cell(samples)
+    base = summary["mode"] == summary["framework"].map(BASELINE)
+    rows = []
+    for r, b, status in baseline_pairs(summary, PATH_KEYS, base):
+        p = path_of(r["framework"], r["mode"])
+        row = {"model": r["model"], "framework": r["framework"], "path": r["variant"],
+               "runtime": p.runtime, "weights": p.precision, "batch_size": r["batch_size"],
+               "seq_len": r["seq_len"], "device": r["device"], "status": status,
+               "median_s": r["median_s"], "ci_low_s": r["ci_low_s"], "ci_high_s": r["ci_high_s"],
+               "speedup": math.nan, "speedup_low": math.nan, "speedup_high": math.nan,
+               **{c: r.get(c, math.nan) for c in (*FP64_COLUMNS, *STS_COLUMNS)},
+               "artifact_mb": r["artifact_bytes"] / 1e6, "export_s": r["export_s"],
+               "load_s": r["load_s"], "first_call_s": r["first_call_s"],
+               "peak_mem_mb": r["peak_mem_bytes"] / 1e6, "cell_id": r["cell_id"],
+               "baseline_cell_id": b["cell_id"] if b is not None else "",
+               "error": r["error"]}
+        if b is not None and b["cell_id"] == r["cell_id"]:
+            row["speedup"] = 1.0 if r["status"] in MEASURED else math.nan
+        elif both_measured(r, b, by_cell):
+            row["speedup"], row["speedup_low"], row["speedup_high"] = geomean_ratio_ci(
+                [(by_cell[b["cell_id"]], by_cell[r["cell_id"]])])
+        rows.append(row)
+    order = {m: i for fw in PATHS for i, m in enumerate(PATHS[fw])}
+    out = pd.DataFrame(rows)
+    out["_o"] = [(list(PATHS).index(fw), order[v.split("/", 1)[1]])
+                 for fw, v in zip(out["framework"], out["path"])]
+    return out.sort_values(["model", "_o", "batch_size", "seq_len"]).drop(columns="_o") \
+        .reset_index(drop=True)
+
+
+def paths_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Which paths worked on which models: per path and model, the status
+    of its cells (ok, not_equivalent, or the failure) and the first message."""
+    if table.empty:
+        return pd.DataFrame()
+    rows = []
+    for (path, model), g in table.groupby(["path", "model"], sort=False):
+        statuses = g["status"].value_counts()
+        msg = next((e for e, st in zip(g["error"], g["status"]) if e and st != "ok"), "")
+        rows.append({"path": path, "runtime": g["runtime"].iloc[0], "model": model,
+                     "result": ", ".join(f"{k} {n}" if len(g) > 1 else k
+                                         for k, n in statuses.items()),
+                     "message": msg.splitlines()[0][:300] if msg else ""})
+    return pd.DataFrame(rows)
+
+
+def path_summary(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """Per path: geometric-mean speed-up over its framework's baseline with a
+    CI over the cells both ran, the worst error against float64, the lowest
+    sentence-pair agreement, the artifact's size and its times."""
+    by_cell = samples_by_cell(samples)
+    rows = []
+    for path, g in table.groupby("path", sort=False):
+        ok = g[g["status"].isin(MEASURED)]
+        pairs = [(by_cell[b], by_cell[c]) for c, b in zip(ok["cell_id"], ok["baseline_cell_id"])
+                 if b and b != c and b in by_cell and c in by_cell]
+        if len(ok) and (ok["cell_id"] == ok["baseline_cell_id"]).all():
+            gm, lo, hi = 1.0, math.nan, math.nan  # the baseline itself
+        else:
+            gm, lo, hi = geomean_ratio_ci(pairs) if pairs else (math.nan,) * 3
+        rows.append({"path": path, "runtime": g["runtime"].iloc[0],
+                     "weights": g["weights"].iloc[0], "cells": len(g), "cells_ok": len(ok),
+                     "geomean_speedup": gm, "speedup_low": lo, "speedup_high": hi,
+                     "max_fp64_rel_l2_err": ok["fp64_rel_l2_err"].max(),
+                     "min_sts_spearman": ok["sts_spearman"].min(),
+                     "artifact_mb": ok["artifact_mb"].max(), "export_s": ok["export_s"].max(),
+                     "load_s": ok["load_s"].max(),
+                     "statuses": ", ".join(sorted(set(g["status"]) - {"ok"})) or "ok"})
+    return pd.DataFrame(rows)
+
+
 class Deployment(Study):
     name = "deployment"
     title = "Deployment: export, runtimes and quantization"
@@ -794,6 +960,7 @@ class Deployment(Study):
             "mp_equiv_rtol": Param("float", 1.0, "relative L2 error against float64 on the gate batch above which a float16 or INT8 path is flagged not_equivalent: a bound against a broken conversion (an unrelated output of the same size scores about 1.4), not a judgement of accuracy (see the sentence-pair agreement)", positive),
             "onnx_opset": Param("int", 18, "ONNX opset of torch.onnx.export and tf2onnx", positive),
             "representative_batches": Param("int", 8, "calibration batches of full-integer TFLite quantization (seeded token ids at the smallest shape)", positive),
+            "export_jobs": Param("int", 1, "frameworks exporting at once in the prepare job (each export is mostly one thread: 2 on a 2-core machine halves the wait, and each export time then shares the machine with another framework's)", positive),
             "export_timeout_s": Param("float", 900.0, "seconds one framework's exports of one model may take before the path in progress is stopped as timeout", positive),
             "sentence_len": Param("int", 16, "tokens per sentence of the sentence-pair check (real weights with a tokenizer; each sentence cut to this length, so every path sees one batch of one shape); 0: no check", non_negative),
             **TIMING,
@@ -884,4 +1051,202 @@ def write_sentences(job) -> None:
     write_atomic(path, write)
 
 
+# -- claim metrics (params/claims.yaml names them) ------------------------------------
+def _rows(data: StudyData, devices, variant: str, claim: Claim) -> pd.DataFrame:
+    s = data.summary
+    s = s[s["device"].isin(devices) & (s["variant"] == variant)]
+    if claim.models:
+        s = s[s["model"].isin(claim.models)]
+    return s
+
+
+def size_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Artifact size of path a / of path b, geometric mean over the models
+    both exported. A size is exact: no CI."""
+    from ..stats import geomean
+
+    a, b = claim.cells["a"], claim.cells["b"]
+    m = Measurement(unit=f"{a} artifact bytes / {b} artifact bytes")
+    ra = _rows(data, devices, a, claim).drop_duplicates("model").set_index("model")
+    rb = _rows(data, devices, b, claim).drop_duplicates("model").set_index("model")
+    both = [k for k in ra.index.intersection(rb.index)
+            if ra.loc[k, "artifact_bytes"] > 0 and rb.loc[k, "artifact_bytes"] > 0]
+    if not both:
+        m.note = (f"no model where both {a} and {b} exported an artifact "
+                  f"({a}: {', '.join(sorted(set(ra['status']))) or 'no cells'}; "
+                  f"{b}: {', '.join(sorted(set(rb['status']))) or 'no cells'})")
+        return m
+    ratios = [ra.loc[k, "artifact_bytes"] / rb.loc[k, "artifact_bytes"] for k in both]
+    m.value = geomean(ratios)
+    m.cells = [f"{k}: {ra.loc[k, 'artifact_bytes'] / 1e6:.1f} MB / "
+               f"{rb.loc[k, 'artifact_bytes'] / 1e6:.1f} MB" for k in both]
+    m.points = list(zip(both, ratios))
+    m.devices = set(ra.loc[both, "device"])
+    m.note = "artifact sizes are exact: no CI"
+    return m
+
+
+def sentence_agreement_metric(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Spearman correlation of path a's sentence-pair similarities with
+    PyTorch float32's, the lowest over the models with a tokenizer (real
+    weights); one figure per cell, no CI."""
+    a = claim.cells["a"]
+    m = Measurement(unit=f"Spearman correlation of {a}'s pair similarities with float32's")
+    rows = _rows(data, devices, a, claim)
+    rows = rows[rows["status"].isin(MEASURED) & rows["sts_spearman"].notna()]
+    if rows.empty:
+        m.note = (f"no {a} cell with a sentence-pair check (real weights with a tokenizer)"
+                  if len(_rows(data, devices, a, claim)) else f"{a} did not run")
+        return m
+    worst = rows.loc[rows["sts_spearman"].idxmin()]
+    m.value = float(worst["sts_spearman"])
+    m.cells = [cell_label(r) for _, r in rows.iterrows()]
+    m.points = list(zip(m.cells, rows["sts_spearman"]))
+    m.devices = set(rows["device"])
+    m.note = (f"lowest of {len(rows)} cell(s): {cell_label(worst)}; largest change of a pair's "
+              f"similarity {worst['sts_max_abs_diff']:.3f}; one figure per cell: no CI")
+    return m
+
+
+def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Share of path a's cells that ran and matched the reference (status
+    ok): 1 when the path exports, loads and computes the same function on
+    every model tried. A share of cells: no CI."""
+    a = claim.cells["a"]
+    m = Measurement(unit=f"share of {a} cells ok")
+    rows = _rows(data, devices, a, claim)
+    if rows.empty:
+        m.note = f"{a} did not run"
+        return m
+    m.value = float((rows["status"] == "ok").mean())
+    m.cells = [f"{cell_label(r)}: {r['status']}" for _, r in rows.iterrows()]
+    m.points = [(cell_label(r), float(r["status"] == "ok")) for _, r in rows.iterrows()]
+    m.devices = set(rows["device"])
+    bad = rows[rows["status"] != "ok"]
+    m.note = "; ".join(f"{r['model']}: {r['status']}: {r['error'].splitlines()[0][:160]}"
+                       for _, r in bad.drop_duplicates("model").iterrows()
+                       if r["error"]) or "every cell ok"
+    return m
+
+
+Deployment.metrics = {
+    "size_ratio": Metric(size_ratio, ("a", "b"), check_cells),
+    "sentence_agreement": Metric(sentence_agreement_metric, ("a",), check_cells),
+    "path_works": Metric(path_works, ("a",), check_cells),
+}
 STUDY = register(Deployment())
+
+
+# -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
+WEIGHTS_MARKER = {"float32": "o", "float16": "^", "int8": "s"}
+
+
+def speed_vs_error(table: pd.DataFrame, manifest: dict):
+    """Per model: each path's cells as points, x the speed-up over its
+    framework's baseline (95% CI as a bar), y the relative L2 error against
+    float64 (log). Colour: path; marker: the weights' precision. Paths that
+    did not run are listed under the panels."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import NO_LABEL, SHORT, footer, palette
+
+    if table.empty:
+        from ..plots import no_data
+
+        return no_data("no deployment cells")
+    models_ = list(dict.fromkeys(table["model"]))
+    colors = palette(table["framework"])
+    fig, axes = plt.subplots(1, len(models_), squeeze=False,
+                             figsize=(6.0 * len(models_) + 2.4, 5.2))
+    failed = []
+    shapes = {m: min(zip(g["batch_size"], g["seq_len"]), key=lambda t: (t[0] * t[1], t[0]))
+              for m, g in table.groupby("model")}
+    for j, model in enumerate(models_):
+        ax = axes[0, j]
+        for _, r in table[table["model"] == model].iterrows():
+            if not (math.isfinite(r["speedup"]) and r["fp64_rel_l2_err"] > 0):
+                failed.append(f"{r['path']} ({r['status']})")
+                continue
+            lo, hi = r["speedup_low"], r["speedup_high"]
+            xerr = ([[r["speedup"] - lo], [hi - r["speedup"]]]
+                    if math.isfinite(lo) and math.isfinite(hi) else None)
+            ax.errorbar(r["speedup"], r["fp64_rel_l2_err"], xerr=xerr,
+                        marker=WEIGHTS_MARKER.get(r["weights"], "o"), ms=7, ls="", capsize=2,
+                        color=colors[r["framework"]],
+                        mfc="none" if r["status"] == "not_equivalent" else colors[r["framework"]])
+            if (r["batch_size"], r["seq_len"]) == shapes[model]:  # one label per path
+                ax.annotate(r["path"].split("/", 1)[1], (r["speedup"], r["fp64_rel_l2_err"]),
+                            xytext=(4, 4), textcoords="offset points", fontsize=7,
+                            color=colors[r["framework"]])
+        ax.axvline(1.0, color="0.5", lw=1, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(SHORT)
+        lo, hi = ax.get_xlim()
+        ax.xaxis.set_minor_formatter(SHORT if hi / lo < 4 else NO_LABEL)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("speed-up over the framework's baseline (> 1: faster)")
+        if j == 0:
+            ax.set_ylabel("relative L2 error vs float64")
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
+    handles += [plt.Line2D([], [], color="0.3", marker=mk, ls="", label=f"{w} weights")
+                for w, mk in WEIGHTS_MARKER.items() if w in set(table["weights"])]
+    handles.append(plt.Line2D([], [], color="0.3", marker="o", mfc="none", ls="",
+                              label="not equivalent (hollow)"))
+    fig.legend(handles=handles, loc="center right", fontsize=8)
+    fig.suptitle("Deployment paths: speed-up against error", x=0.02, ha="left")
+    note = ("baselines: PyTorch eager, tf.function, jax.jit; bars: 95% CI of the speed-up; "
+            "labels at each model's smallest shape")
+    if failed:
+        note += "; not drawn: " + ", ".join(dict.fromkeys(failed))
+    footer(fig, manifest, note)
+    fig.tight_layout(rect=(0, 0.08, 0.8, 0.95))
+    return fig
+
+
+def size_and_load(table: pd.DataFrame, manifest: dict):
+    """Per path (rows) and model (colour): the artifact's size, its export
+    time from the model, and its cold load in a fresh process. Paths with no
+    artifact (the baselines load the shared weights) show only a load time;
+    paths that did not export are marked."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import footer, palette
+
+    if table.empty:
+        from ..plots import no_data
+
+        return no_data("no deployment cells")
+    t = table.drop_duplicates(["model", "path"])
+    paths = list(dict.fromkeys(t["path"]))
+    models_ = list(dict.fromkeys(t["model"]))
+    colors = palette(models_)
+    fig, axes = plt.subplots(1, 3, sharey=True, figsize=(13, 0.38 * len(paths) + 2.2))
+    h = 0.8 / len(models_)
+    for k, (col, label) in enumerate([("artifact_mb", "artifact size (MB)"),
+                                      ("export_s", "export time from the model (s)"),
+                                      ("load_s", "cold load in a fresh process (s)")]):
+        ax = axes[k]
+        for i, model in enumerate(models_):
+            g = t[t["model"] == model].set_index("path")
+            for y, path in enumerate(paths):
+                if path not in g.index:
+                    continue
+                v = g.loc[path, col]
+                pos = y + (i - (len(models_) - 1) / 2) * h
+                if math.isfinite(v):
+                    ax.barh(pos, v, height=h, color=colors[model],
+                            label=model if y == 0 or k else None)
+                elif g.loc[path, "status"] not in MEASURED and col == "artifact_mb":
+                    ax.text(0, pos, f" {g.loc[path, 'status']}", va="center", fontsize=7,
+                            color="firebrick")
+        ax.set_xlabel(label)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(paths)), paths, fontsize=8)
+    axes[0].invert_yaxis()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[m], label=m) for m in models_]
+    fig.legend(handles=handles, loc="upper right", fontsize=8)
+    fig.suptitle("What each path costs before its first call", x=0.02, ha="left")
+    footer(fig, manifest, "baselines have no artifact: they load the shared safetensors weights")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.93))
+    return fig
