@@ -8,7 +8,7 @@ import pytest
 from fwcompare import claims, load_results, report, tables
 from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
-from fwcompare.studies import acceleration, distributed
+from fwcompare.studies import acceleration, deployment, distributed
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,8 @@ def test_report_files_exist_and_link(smoke):
                "mixed_precision": ("speed_vs_error", "loss_by_precision", "loss_scale"),
                "acceleration": ("speedup_heatmaps", "time_to_first_result", "breakeven",
                                 "recompilations"),
-               "distributed": ("scaling_throughput", "scaling_efficiency", "allreduce_share")}
+               "distributed": ("scaling_throughput", "scaling_efficiency", "allreduce_share"),
+               "deployment": ("speed_vs_error", "size_and_load")}
     for name, pngs in figures.items():
         study = out / name
         for fig in pngs:
@@ -319,7 +320,7 @@ def test_every_measured_cell_has_its_share_of_the_measured_peak(smoke):
     achieved FLOP/s / its precision's ceiling, and every study drew a roofline."""
     out, _, _ = smoke
     for study in ("inference_sweep", "training", "mixed_precision", "acceleration",
-                  "distributed"):
+                  "distributed", "deployment"):
         res = load_results(out / study)
         peak = res.manifest["peak"]
         assert peak["flops_per_s"]["float32"] > 1e9, (study, peak)  # a real CPU's matmul
@@ -333,3 +334,53 @@ def test_every_measured_cell_has_its_share_of_the_measured_peak(smoke):
             (study, df["pct_of_peak"].describe())
         assert (df["bytes_per_call"] > 0).all(), study
         assert (out / study / "figures" / "roofline.png").stat().st_size > 10_000, study
+
+
+def test_deployment_every_path_exports_loads_and_is_checked(smoke):
+    """Every path of every framework is a row: ok with its error within the
+    bound of its weights' precision (float32 near float32 rounding; INT8 below
+    mp_equiv_rtol and above float32's error), or a failure with its message.
+    Artifacts shrink with their weights; each was loaded in a process of its
+    own that did not export it; every runtime got the run's threads."""
+    out, _, _ = smoke
+    res, p = results_and_params(out, "deployment")
+    df = res.results.assign(variant=res.results["framework"] + "/" + res.results["mode"])
+    assert len(df) == sum(len(deployment.PATHS[fw]) for fw in p["frameworks"])
+    assert set(df["framework"]) == {"torch", "tensorflow", "jax"}
+    weights = [deployment.path_of(fw, m).precision for fw, m in zip(df["framework"], df["mode"])]
+    df = df.assign(weights=weights, artifact=[bool(deployment.path_of(fw, m).artifact)
+                                              for fw, m in zip(df["framework"], df["mode"])])
+    failed = df[~df["status"].isin(["ok", "not_equivalent"])]
+    assert (failed["error"].str.len() > 10).all(), failed[["mode", "error"]]
+    assert set(failed["status"]) <= {"unsupported", "error"}
+    ok = df[df["status"] == "ok"]
+    baselines = ok[~ok["artifact"]]
+    assert len(baselines) == 3  # eager, tf.function, jax.jit: the references of the speed-ups
+    f32 = ok[ok["weights"] == "float32"]
+    assert (f32["fp64_rel_l2_err"] < 1e-5).all(), f32[["mode", "fp64_rel_l2_err"]]
+    assert (f32["equiv_max_abs_err"] <= p.get("equiv_tol", 1e-4)).all()
+    int8 = df[(df["weights"] == "int8") & df["status"].isin(["ok", "not_equivalent"])]
+    assert len(int8) >= 3, df[["mode", "status", "error"]]
+    assert (int8[int8["status"] == "ok"]["fp64_rel_l2_err"] < 1.0).all()
+    assert (int8["fp64_rel_l2_err"] > 10 * f32["fp64_rel_l2_err"].max()).all()
+    # What a user notices: float32 paths rank the sentence pairs as PyTorch float32 does.
+    assert (f32["sts_spearman"] > 0.999).all(), f32[["mode", "sts_spearman"]]
+    assert ok["sts_spearman"].between(-1, 1).all()
+    # Sizes follow the weights' precision.
+    size = ok[ok["artifact"]].set_index("variant")["artifact_bytes"]
+    assert size["tensorflow/tflite-dynamic-int8"] < size["tensorflow/tflite-float16"] \
+        < size["tensorflow/tflite-float32"]
+    assert size["torch/onnxruntime-int8"] < size["torch/onnxruntime"] / 3
+    arts = ok[ok["artifact"]]
+    assert ((arts["export_s"] > 0) & (arts["load_s"] > 0) & (arts["artifact_bytes"] > 0)).all()
+    # A fresh process: loaded where it was not exported, one process per path.
+    assert (arts["exporter_pid"] > 0).all() and (arts["runtime_pid"] > 0).all()
+    assert not set(arts["exporter_pid"]) & set(ok["runtime_pid"])
+    assert ok["runtime_pid"].is_unique
+    threads = int(df["threads"].iloc[0])
+    setup = ok.set_index("variant")["mode_setup"]
+    assert f"intra_op_num_threads={threads}" in setup["torch/onnxruntime"]
+    assert f"num_threads={threads}" in setup["tensorflow/tflite-float32"]
+    table = deployment.deployment_table(tables.summarize(res.results, res.samples), res.samples)
+    assert table.loc[~table["path"].isin(baselines["variant"]) & (table["status"] == "ok"),
+                     "speedup"].gt(0).all()

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .. import models
-from ..cell import CellFailure, CellPlan, WorkerContext
+from ..cell import CellFailure, CellPlan, WorkerContext, inject_fault
 from ..claims import Claim, Measurement, Metric, StudyData, cell_label, check_cells
 from ..gate import REF_ROWS, fp64_key, token_ids
 from ..params import TIMING, Param, grid_params, non_negative, positive
@@ -271,6 +271,7 @@ def export_one(job, framework: str, mode: str, exporter) -> None:
           flush=True)
     t0 = time.perf_counter()
     try:
+        inject_fault(f"export {framework}/{mode}")
         setup = exporter.export(mode, out) or ""
         record = {"status": "ok", "message": "", "export_s": time.perf_counter() - t0
                   + exporter.reused_s, "artifact_bytes": _dir_bytes(out), "setup": setup}

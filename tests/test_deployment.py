@@ -1,0 +1,65 @@
+"""The deployment study's pieces: the sentence-pair check, params, and an
+export process that dies (the smoke report runs every path end to end)."""
+import numpy as np
+import pytest
+
+from fwcompare import params, run_study
+from fwcompare.studies import deployment
+
+
+def test_sentence_pairs_ship_long_enough_and_split_in_pairs():
+    pairs = deployment.read_pairs()
+    assert len(pairs) >= 20
+    assert all(len(a.split()) >= 14 and len(b.split()) >= 14 for a, b in pairs)
+
+
+def test_pair_similarities_and_agreement_see_a_reordering():
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(2 * 12, 5, 8))
+    sims = deployment.pair_similarities(emb)
+    assert sims.shape == (12,) and np.all(np.abs(sims) <= 1)
+    # Mean pooling then cosine: one pair's rows made identical gives 1.
+    emb[1] = emb[0]
+    assert np.isclose(deployment.pair_similarities(emb)[0], 1.0)
+    same = deployment.sentence_agreement(sims, sims)
+    assert same["sts_spearman"] == 1.0 and same["sts_max_abs_diff"] == 0.0
+    shuffled = deployment.sentence_agreement(sims[::-1].copy(), sims)
+    assert shuffled["sts_spearman"] < 0.9 and shuffled["sts_max_abs_diff"] > 0
+    assert np.isnan(deployment.sentence_agreement(sims * np.nan, sims)["sts_spearman"])
+
+
+def test_every_framework_keeps_its_baseline_and_modes_are_checked():
+    with pytest.raises(params.ParamsError, match="must include 'eager'"):
+        params.validate("deployment", {"frameworks": ["torch"],
+                                       "modes": {"torch": ["onnxruntime"]}})
+    with pytest.raises(params.ParamsError, match="unknown mode 'tflite-int4'"):
+        params.validate("deployment", {"frameworks": ["tensorflow"],
+                                       "modes": {"tensorflow": ["graph", "tflite-int4"]}})
+
+
+def test_converter_message_keeps_the_lines_that_say_what_failed():
+    exc = RuntimeError("Conversion failed.\n" + "note: called from\n" * 50
+                       + "error: 'tfl.reshape' op requires at most one dynamic dimension")
+    msg = deployment.converter_message(exc)
+    assert msg.startswith("RuntimeError: Conversion failed.")
+    assert "tfl.reshape" in msg and msg.count("called from") <= 1
+    assert deployment.converter_status(deployment.ExportUnsupported("x")) == "unsupported"
+    assert deployment.converter_status(ValueError("x")) == "error"
+
+
+@pytest.mark.slow
+def test_an_export_process_that_dies_costs_its_path_only(tmp_path, monkeypatch, no_orphans):
+    """The export process is killed inside one path's export: that path is an
+    error row with the exit named, a fresh process exports the next one."""
+    monkeypatch.setenv("FWCOMPARE_FAULT", "crash:export torch/torchscript")
+    res = run_study("deployment", {
+        "models": ["tiny-bert"], "frameworks": ["torch"],
+        "modes": {"torch": ["eager", "torchscript", "dynamic-int8"]},
+        "batch_sizes": [1], "seq_lens": [8], "warmup_iters": 1, "warmup_s": 0.01,
+        "min_iters": 6, "min_time_s": 0.05, "max_time_s": 0.3},
+        profile="test", output_dir=tmp_path, progress=False)
+    rows = res.results.set_index("mode")
+    assert rows.loc["torchscript", "status"] == "error"
+    assert "exit code 3" in rows.loc["torchscript", "error"]
+    assert rows.loc["eager", "status"] == "ok" and rows.loc["dynamic-int8", "status"] == "ok"
+    assert rows.loc["dynamic-int8", "artifact_bytes"] > 0
