@@ -177,7 +177,10 @@ def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.
     add("report, other (params checks, index)", max(0.0, total - sum(times.values())))
     df = pd.DataFrame({"phase": list(phases), "seconds": list(phases.values())})
     df["share"] = df["seconds"] / total
-    df["figures"] = df["phase"].isin(FIGURE_PHASES)
+    from .studies import STUDIES
+
+    df["figures"] = df["phase"].isin(
+        [*FIGURE_PHASES, *(ph for st in STUDIES.values() for ph in st.figure_phases)])
     return df.sort_values("seconds", ascending=False, ignore_index=True)
 
 

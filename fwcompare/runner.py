@@ -342,7 +342,7 @@ class Runner:
                        fp64_shapes=self.study.fp64_shapes(self.task, [c.spec for c in cells]))
         w = self._worker(job, f"prepare-{self.model_key(model)}", "prepare")
         try:
-            with self.phase("weights and gate references"):
+            with self.phase(self.study.prepare_phase):
                 w.proc.wait(timeout=self.params["group_timeout_s"])
         except subprocess.TimeoutExpired:
             return f"preparing weights timed out after {self.params['group_timeout_s']:g} s"

@@ -94,6 +94,12 @@ class Study:
     # The time breakdown's phase of the steps a training cell takes on its own
     # batch after its first call (agreement steps: the gate's, and its warm-up).
     first_steps_phase: str = "warm-up and block size"
+    # The time breakdown's phase of the prepare job (weights, gate references,
+    # and whatever else the study's ``prepare`` measures), and the phases of
+    # this study that produce figures (the report's share of time producing
+    # figures counts them beside the timing samples).
+    prepare_phase: str = "weights and gate references"
+    figure_phases: tuple[str, ...] = ()
 
     @property
     def notebook(self) -> str:

@@ -58,6 +58,10 @@ class DeployPath:
     runtime: str
     precision: str = "float32"
     artifact: str = ""
+    # The export process it shares with its framework's other paths (""), or
+    # one of its own: a path that builds on no other's step and is slow to
+    # export runs beside them when ``export_jobs`` allows.
+    process: str = ""
 
 
 PATHS: dict[str, dict[str, DeployPath]] = {
@@ -76,7 +80,8 @@ PATHS: dict[str, dict[str, DeployPath]] = {
         "tflite-float16": DeployPath("TFLiteConverter, Optimize.DEFAULT, float16 weights", "LiteRT", "float16", "tflite"),
         "tflite-dynamic-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT (dynamic-range INT8 weights)", "LiteRT", "int8", "tflite"),
         "tflite-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT, representative dataset, TFLITE_BUILTINS_INT8 only (full integer)", "LiteRT", "int8", "tflite"),
-        "tf2onnx": DeployPath("tf2onnx.convert.from_function", "ONNX Runtime", artifact="onnx"),
+        "tf2onnx": DeployPath("tf2onnx.convert.from_function", "ONNX Runtime", artifact="onnx",
+                              process="tf2onnx"),
     },
     "jax": {
         "jit": DeployPath("jax.jit (the baseline)", "JAX"),
@@ -132,9 +137,11 @@ def export_key(job, framework: str, mode: str) -> str:
     """What an artifact depends on: the weights, the path, the shapes, the
     export settings and the library versions."""
     p = job.params
-    blob = json.dumps([job.model_key, framework, mode, p["batch_sizes"], p["seq_lens"],
-                       p["onnx_opset"], p["representative_batches"], job.seed,
-                       dict(job.provenance.get("versions", {}))], sort_keys=True)
+    blob = json.dumps([job.model_key, framework, mode, job.device, p["batch_sizes"],
+                       p["seq_lens"], p["sentence_len"], p["onnx_opset"],
+                       p["representative_batches"], job.seed,
+                       dict(job.provenance.get("versions", {})),
+                       job.provenance.get("git_commit", "")], sort_keys=True)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
@@ -170,29 +177,40 @@ def export_modes(job, framework: str) -> list[str]:
 
 def export_all(job, threads: int) -> None:
     """Every artifact path of the job's model, one process per framework
-    (imports of one framework only); an artifact whose record matches its
+    (imports of one framework only; a path with a ``process`` of its own
+    apart); an artifact whose record matches its
     :func:`export_key` is kept. A process that dies marks the path it was
     exporting ``error`` with its message, and a fresh one takes the rest.
-    ``export_jobs`` frameworks export at once (each process mostly one
-    thread of Python and converter passes)."""
+    ``export_jobs`` processes export at once (each mostly one thread of
+    Python and converter passes), the framework groups first in PATHS order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    frameworks = [fw for fw in PATHS if export_modes(job, fw)]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for fw in PATHS:
+        for m in export_modes(job, fw):
+            groups.setdefault((fw, path_of(fw, m).process), []).append(m)
     with ThreadPoolExecutor(max_workers=job.params["export_jobs"]) as pool:
-        for done in [pool.submit(_export_framework, job, fw, threads) for fw in frameworks]:
+        for done in [pool.submit(_export_group, job, fw, name, modes, threads)
+                     for (fw, name), modes in groups.items()]:
             done.result()
 
 
-def _export_framework(job, fw: str, threads: int) -> None:
-    """One framework's paths of a model, in processes of that framework."""
+def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> None:
+    """Paths of one framework that share an export process (see DeployPath.process)."""
     from ..launch import log_tail
     from ..runner import _ONLY, worker_env
 
     timeout = job.params["export_timeout_s"]
-    log = Path(job.gate_dir).parent / "jobs" / f"export-{fw}-{job.model_key}.log"
+    log = Path(job.gate_dir).parent / "jobs" / f"export-{fw}{'-' + name if name else ''}-" \
+                                               f"{job.model_key}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    todo = [m for m in export_modes(job, fw)
+    todo = [m for m in modes
             if (read_record(job, fw, m) or {}).get("key") != export_key(job, fw, m)]
+    if job.device == "gpu":
+        for m in [m for m in todo if path_of(fw, m).runtime in CPU_ONLY]:
+            _write_record(job, fw, m, {"key": export_key(job, fw, m), "status": "unsupported",
+                                       "message": CPU_ONLY[path_of(fw, m).runtime]})
+            todo.remove(m)
     while todo:
         env = worker_env(threads, job.device, fw)
         for name in ("USE_TF", "USE_FLAX", "USE_TORCH"):  # the prepare job's, not fw's
@@ -617,11 +635,14 @@ class OnnxRuntime(Runtime):
     def __init__(self, path: Path, threads: int, device: str):
         import onnxruntime as ort
 
-        if device == "gpu":
-            raise CellFailure("unsupported", "onnxruntime is the CPU build here; a GPU run "
-                                             "needs onnxruntime-gpu (CUDAExecutionProvider)")
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        # ONNX Runtime's idle threads spin for tens of ms after a call by
+        # default: beside it in the interleaved schedule, PyTorch eager then
+        # ran MiniLM 1 x 128 in 54 ms instead of 26 ms (5 ms after an ORT
+        # call; 44 ms after 20 ms), while ORT itself took 22.3 ms without
+        # spinning against 25.4 ms with it (2-core AMD EPYC, 2026-11-24).
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path / "model.onnx"), so,
                                             providers=["CPUExecutionProvider"])
         inp = self.session.get_inputs()[0]
@@ -629,6 +650,7 @@ class OnnxRuntime(Runtime):
         self.dtype = np.int64 if "int64" in inp.type else np.int32
         self.setup = (f"onnxruntime {ort.__version__} CPUExecutionProvider, "
                       f"intra_op_num_threads={threads}, inter_op_num_threads=1, "
+                      "intra-op spinning off, "
                       f"graph_optimization_level {so.graph_optimization_level.name}")
 
     def inputs(self, ids):
@@ -647,9 +669,6 @@ class LiteRT(Runtime):
     def __init__(self, path: Path, threads: int, device: str):
         from ai_edge_litert import interpreter
 
-        if device == "gpu":
-            raise CellFailure("unsupported", "LiteRT's GPU delegate targets mobile GPUs "
-                                             "(OpenCL/OpenGL), not a CUDA device")
         self.path, self.threads = path, threads
         self._interpreter = interpreter.Interpreter
         self.interpreters: dict = {}
@@ -747,6 +766,14 @@ class JaxExport(Runtime):
         return self.fn(self.params, x)
 
 
+# Runtimes of this suite's pins that have no GPU path: their cells on a GPU
+# are unsupported rows with the reason, and nothing is exported for them.
+CPU_ONLY = {
+    "ONNX Runtime": "the pinned onnxruntime is the CPU build; a GPU run needs onnxruntime-gpu "
+                    "(CUDAExecutionProvider)",
+    "LiteRT": "LiteRT's GPU delegate targets mobile GPUs (OpenCL, OpenGL), not a CUDA device",
+}
+
 RUNTIMES = {"onnx": OnnxRuntime, "tflite": LiteRT, "torchscript": TorchScript,
             "savedmodel": SavedModel, "jax-export": JaxExport}
 
@@ -789,7 +816,7 @@ def load_artifact(ctx: WorkerContext, framework: str, mode: str) -> Loaded:
     if record is None:
         raise CellFailure("error", f"{framework}/{mode}: the prepare job left no export record")
     if record["status"] != "ok":
-        raise CellFailure(record["status"], f"export failed: {record['message']}")
+        raise CellFailure(record["status"], f"not exported: {record['message']}")
     release_freed_heap()
     ctx.baseline_rss = current_rss_bytes()  # memory counts from the artifact's load
     t0 = time.perf_counter()
@@ -952,6 +979,10 @@ class Deployment(Study):
     name = "deployment"
     title = "Deployment: export, runtimes and quantization"
     modes = DEPLOY_MODES
+    # Its prepare job is mostly the exports, which are measured (export_s,
+    # artifact_bytes); the weights and gate references are a few seconds of it.
+    prepare_phase = "exports (export_s, artifact sizes), weights and gate references"
+    figure_phases = (prepare_phase,)
 
     def schema(self):
         return {
@@ -961,7 +992,7 @@ class Deployment(Study):
             "mp_equiv_rtol": Param("float", 1.0, "relative L2 error against float64 on the gate batch above which a float16 or INT8 path is flagged not_equivalent: a bound against a broken conversion (an unrelated output of the same size scores about 1.4), not a judgement of accuracy (see the sentence-pair agreement)", positive),
             "onnx_opset": Param("int", 18, "ONNX opset of torch.onnx.export and tf2onnx", positive),
             "representative_batches": Param("int", 8, "calibration batches of full-integer TFLite quantization (seeded token ids at the smallest shape)", positive),
-            "export_jobs": Param("int", 1, "frameworks exporting at once in the prepare job (each export is mostly one thread: 2 on a 2-core machine halves the wait, and each export time then shares the machine with another framework's)", positive),
+            "export_jobs": Param("int", 1, "export processes at once in the prepare job (one per framework, and one per path that has a process of its own); each is mostly one thread, so 2 on a 2-core machine nearly halves the wait, and each export time then shares the machine with another's", positive),
             "export_timeout_s": Param("float", 900.0, "seconds one framework's exports of one model may take before the path in progress is stopped as timeout", positive),
             "sentence_len": Param("int", 16, "tokens per sentence of the sentence-pair check (real weights with a tokenizer; each sentence cut to this length, so every path sees one batch of one shape); 0: no check", non_negative),
             **TIMING,
@@ -1140,6 +1171,10 @@ STUDY = register(Deployment())
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
 WEIGHTS_MARKER = {"float32": "o", "float16": "^", "int8": "s"}
+# Where the labels of successive points go (points offset, alignment), so
+# that paths with the same error (float32 rounding) do not print over each other.
+_LABEL_OFFSETS = ((4, 5, "left"), (4, -11, "left"), (-4, 5, "right"), (-4, -11, "right"),
+                  (4, 14, "left"), (-4, -20, "right"))
 
 
 def speed_vs_error(table: pd.DataFrame, manifest: dict):
@@ -1163,7 +1198,7 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     shapes = {m: min(zip(g["batch_size"], g["seq_len"]), key=lambda t: (t[0] * t[1], t[0]))
               for m, g in table.groupby("model")}
     for j, model in enumerate(models_):
-        ax = axes[0, j]
+        ax, labelled = axes[0, j], 0
         for _, r in table[table["model"] == model].iterrows():
             if not (math.isfinite(r["speedup"]) and r["fp64_rel_l2_err"] > 0):
                 failed.append(f"{r['path']} ({r['status']})")
@@ -1176,8 +1211,10 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
                         color=colors[r["framework"]],
                         mfc="none" if r["status"] == "not_equivalent" else colors[r["framework"]])
             if (r["batch_size"], r["seq_len"]) == shapes[model]:  # one label per path
+                dx, dy, ha = _LABEL_OFFSETS[labelled % len(_LABEL_OFFSETS)]
+                labelled += 1
                 ax.annotate(r["path"].split("/", 1)[1], (r["speedup"], r["fp64_rel_l2_err"]),
-                            xytext=(4, 4), textcoords="offset points", fontsize=7,
+                            xytext=(dx, dy), textcoords="offset points", fontsize=7, ha=ha,
                             color=colors[r["framework"]])
         ax.axvline(1.0, color="0.5", lw=1, ls=":")
         ax.set_xscale("log", base=2)
