@@ -87,7 +87,8 @@ class Study:
     name: str = ""
     title: str = ""
     tasks: tuple[str, ...] = ("inference",)
-    # Modes its cells may name, per framework (params validation, claims' cells).
+    # Modes its cells may name, per framework: what a claim's cells may name
+    # (its params' ``modes`` check takes the same table through grid_params).
     modes: Mapping[str, tuple[str, ...]] = MappingProxyType(MODES)
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
