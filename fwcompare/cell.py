@@ -96,7 +96,9 @@ class CellPlan:
     before warm-up; ``after(fn)`` -> figures from the warm
     callable after timing (e.g. precision errors); ``skip``: why the cell
     cannot run at all (status unsupported); ``provenance``: columns of the
-    row that say how this cell was set up (``mode_setup``)."""
+    row that say how this cell was set up (``mode_setup``); ``tokens``:
+    tokens one call handles, where not batch x sequence (text generation:
+    the tokens it generates)."""
 
     call: Callable[[], Callable[[], Any]]
     known: dict = field(default_factory=dict)
@@ -107,18 +109,21 @@ class CellPlan:
     after: Callable[[Callable[[], Any]], dict] | None = None
     skip: str = ""
     provenance: dict = field(default_factory=dict)
+    tokens: int | None = None
 
 
 def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float = 0.95,
                     flops: float = float("nan"), peak: float = float("nan"),
-                    traffic: float = float("nan")) -> dict:
+                    traffic: float = float("nan"), tokens: int | None = None) -> dict:
     """A cell's figures derived from its raw seconds-per-call samples: the one
     place median, CI, spread, throughput and achieved FLOP/s are computed
     (workers, data-parallel ranks and the tables that pool rounds use it).
     ``samples_s``: one sampling window's samples, or a ``stats.CellSamples``
     of several rounds (the CI is then two-level: rounds, then blocks).
     ``peak``: the machine's FLOP/s ceiling for the cell's precision
-    (fwcompare.peak); ``pct_of_peak`` is the achieved share of it, in %."""
+    (fwcompare.peak); ``pct_of_peak`` is the achieved share of it, in %.
+    ``tokens``: tokens per call (``spec.tokens_per_call``; default batch x
+    sequence)."""
     import numpy as np
 
     from .peak import pct_of_peak
@@ -131,7 +136,7 @@ def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float 
                 iqr_s=iqr(samples_s), mean_s=float(np.mean(samples_s)),
                 p90_s=float(np.percentile(samples_s, 90)),
                 throughput_samples_per_s=batch_size / med,
-                tokens_per_s=batch_size * seq_len / med,
+                tokens_per_s=(tokens or batch_size * seq_len) / med,
                 flops_per_call=flops, achieved_flops_per_s=flops / med,
                 pct_of_peak=pct_of_peak(flops / med, peak), bytes_per_call=traffic)
 
@@ -217,7 +222,7 @@ class CellRun:
         samples = list(timing.samples_s)
         figures = dict(self.figures, **derived_figures(
             self.spec.batch_size, self.spec.seq_len, samples, self.config.confidence,
-            self.plan.flops, traffic=self.plan.traffic))
+            self.plan.flops, traffic=self.plan.traffic, tokens=self.plan.tokens))
         figures.update(calls_per_sample=timing.calls_per_sample, rel_ci=timing.rel_ci,
                        first_call_s=timing.first_call_s, converged=timing.converged)
         if self.plan.after is not None:

@@ -53,6 +53,7 @@ from . import env, protocol
 from .host import BUSY_HOST, host_load
 from .job import CELLS, CellRef
 from .runner import BUSY_PHASE, _Stop  # the runner imports this module only when it runs it
+from .spec import shape_text
 from .timing import StoppingRule
 
 
@@ -120,11 +121,11 @@ class Lane:
                 why = str(stop)
 
     # -- requests --------------------------------------------------------------------
-    def cell(self, shape: tuple[int, int]) -> CellRef | None:
+    def cell(self, shape: tuple) -> CellRef | None:
         if self.worker is None:
             return None
         for ref in self.remaining.values():
-            if (ref.spec.batch_size, ref.spec.seq_len) == shape:
+            if ref.spec.shape == shape:
                 return ref
         return None
 
@@ -213,7 +214,7 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
             by_variant.setdefault(variant_key(ref), []).append(ref)
     lanes = [Lane(runner, model, cells) for cells in by_variant.values()]
     rng = np.random.default_rng([runner.params["seed"], rnd, zlib.crc32(model.encode())])
-    shapes = sorted({(c.spec.batch_size * c.spec.seq_len, c.spec.batch_size, c.spec.seq_len)
+    shapes = sorted({(c.spec.batch_size * c.spec.seq_len, *c.spec.shape)
                      for cells in by_variant.values() for c in cells})
     try:
         runner.bar.set_postfix_str(f"starting {len(lanes)} workers for {model}", refresh=True)
@@ -224,9 +225,9 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
                 lane.wait_ready()
             except _Stop as stop:
                 lane.stopped(str(stop))
-        _build(lanes, [(batch, seq) for _, batch, seq in shapes])
-        for _, batch, seq in shapes:
-            _run_set(runner, lanes, (batch, seq), rng)
+        _build(lanes, [s[1:] for s in shapes])
+        for s in shapes:
+            _run_set(runner, lanes, s[1:], rng)
     finally:
         with runner.phase("process exits"):
             for lane in lanes:  # every one told first: they exit side by side
@@ -235,7 +236,7 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
                 lane.close()
 
 
-def _build(lanes: list[Lane], shapes: list[tuple[int, int]]) -> None:
+def _build(lanes: list[Lane], shapes: list[tuple]) -> None:
     """Every lane's variant built at once, for the first cell it will prepare."""
     asked = []
     for lane in lanes:
@@ -251,7 +252,7 @@ def _build(lanes: list[Lane], shapes: list[tuple[int, int]]) -> None:
         lane.answer(ref, protocol.BUILT)
 
 
-def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
+def _run_set(runner, lanes: list[Lane], shape: tuple, rng) -> None:
     """One shape: prepare each lane's cell, sample them in turns, then memory and rows."""
     config = runner.timing
     members: list[_Member] = []
@@ -264,7 +265,7 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
             members.append(_Member(lane, ref, int(ev.get("calls_per_sample") or 1),
                                    StoppingRule(config)))
     if len(members) > 1:
-        runner.bar.set_postfix_str(f"{members[0].ref.spec.model} {shape[0]}x{shape[1]}: "
+        runner.bar.set_postfix_str(f"{members[0].ref.spec.model} {shape_text(shape)}: "
                                    f"{len(members)} variants interleaved", refresh=True)
     retakes, limit = 0, runner.params.get("busy_retakes", 0)
     while True:
@@ -279,7 +280,7 @@ def _run_set(runner, lanes: list[Lane], shape: tuple[int, int], rng) -> None:
         # the set is sampled again (the worker drops its own at the next block).
         retakes += 1
         runner.bar.set_postfix_str(f"machine busy ({load:.0%} of the CPU went to other "
-                                   f"work): sampling {shape[0]}x{shape[1]} again",
+                                   f"work): sampling {shape_text(shape)} again",
                                    refresh=True)
         for phase in ("timing samples", "settle between blocks"):
             runner.recharge(phase, BUSY_PHASE, runner.phases.get(phase, 0.0)

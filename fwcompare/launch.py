@@ -145,6 +145,16 @@ def log_tail(path: Path, chars: int = 1500) -> str:
     return "\n".join(lines[-15:])[-chars:]
 
 
+def last_error_line(text: str) -> str:
+    """The line of a log that names what failed: the last line of the form
+    ``SomeError: message`` (a traceback's last), else the last line."""
+    import re
+
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    named = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b", ln)]
+    return (named or lines or [""])[-1]
+
+
 def describe_exit(returncode: int | None) -> str:
     if returncode is not None and returncode < 0:
         return f"killed by signal {signal.Signals(-returncode).name}"

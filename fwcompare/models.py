@@ -32,12 +32,33 @@ ZOO: dict[str, tuple[str, dict]] = {
         vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072)),
     "xlm-mlm-en-2048": ("XLMConfig", dict(
         vocab_size=30145, emb_dim=2048, n_layers=12, n_heads=16)),
+    # A modern decoder at a size this CPU runs (Mistral's architecture: rotary
+    # positions, grouped-query attention with 2 key/value heads for 8 query
+    # heads, SwiGLU, RMSNorm; 57M parameters), and Mistral 7B's own config
+    # for a GPU (28 GB of float32 weights). The sliding window spans every
+    # position: with sliding_window=None, Flax's Mistral computes another
+    # function than PyTorch's and TensorFlow's (logits 0.6-0.8 apart, 2 layers).
+    "mistral-small": ("MistralConfig", dict(
+        vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048,
+        sliding_window=2048)),
+    "mistral-7b": ("MistralConfig", dict(max_position_embeddings=4096, sliding_window=4096)),
+    # An encoder-decoder (generation only): t5-small's config (its checkpoint
+    # starts decoding from the padding id).
+    "t5-small": ("T5Config", dict(decoder_start_token_id=0)),
     # Smoke-sized: 2 layers, hidden 64.
     "tiny-bert": ("BertConfig", dict(
         vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=128, max_position_embeddings=256)),
     "tiny-gpt2": ("GPT2Config", dict(
         vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=256)),
+    "tiny-mistral": ("MistralConfig", dict(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        sliding_window=256)),
+    "tiny-t5": ("T5Config", dict(
+        vocab_size=1000, d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2,
+        decoder_start_token_id=0)),
 }
 
 WEIGHTS_FILE = "model.safetensors"
@@ -60,10 +81,10 @@ def local_path(model: str) -> Path | None:
 
 # Model heads, with transformers' Auto class of each: "base" (hidden states,
 # inference), "seq_cls" (sequence classification, 2 labels) for encoders,
-# "causal_lm" for decoders.
-DECODERS = ("gpt2",)
+# "causal_lm" for decoders, "seq2seq_lm" for encoder-decoders (generation).
+DECODERS = ("gpt2", "mistral")
 AUTO_CLASS = {"base": "AutoModel", "seq_cls": "AutoModelForSequenceClassification",
-              "causal_lm": "AutoModelForCausalLM"}
+              "causal_lm": "AutoModelForCausalLM", "seq2seq_lm": "AutoModelForSeq2SeqLM"}
 
 
 def train_head(model: str) -> str:
@@ -73,7 +94,9 @@ def train_head(model: str) -> str:
 
 # The zoo's config classes' ``model_type`` (a test checks them against transformers).
 ZOO_TYPES = {"BertConfig": "bert", "RobertaConfig": "roberta", "DistilBertConfig": "distilbert",
-             "GPT2Config": "gpt2", "XLNetConfig": "xlnet", "XLMConfig": "xlm"}
+             "GPT2Config": "gpt2", "XLNetConfig": "xlnet", "XLMConfig": "xlm",
+             "MistralConfig": "mistral", "T5Config": "t5"}
+ENCODER_DECODER_TYPES = ("t5",)
 
 
 def model_type(model: str) -> str:
@@ -81,12 +104,43 @@ def model_type(model: str) -> str:
     importing transformers: the runner's process (a notebook's kernel) only
     names cells and files, and importing transformers there took 7 s of CPU
     beside the fork servers' own imports."""
-    import json
-
     check_model(model)
     if model in ZOO:
         return ZOO_TYPES[ZOO[model][0]]
-    return json.loads((local_path(model) / "config.json").read_text())["model_type"]
+    return _local_config(model)["model_type"]
+
+
+def _local_config(model: str) -> dict:
+    import json
+
+    return json.loads((local_path(model) / "config.json").read_text())
+
+
+def is_encoder_decoder(model: str) -> bool:
+    """Whether a model is an encoder-decoder (T5, BART...), read like :func:`model_type`."""
+    if model in ZOO:
+        return model_type(model) in ENCODER_DECODER_TYPES
+    return bool(_local_config(model).get("is_encoder_decoder"))
+
+
+def is_decoder(model: str) -> bool:
+    """Whether a model is a decoder with a language-model head (GPT-2, Mistral,
+    or a local checkpoint whose architecture is a causal LM)."""
+    if model in ZOO:
+        return model_type(model) in DECODERS
+    config = _local_config(model)
+    return config.get("model_type") in DECODERS or any(
+        a.endswith(("ForCausalLM", "LMHeadModel")) for a in config.get("architectures") or ())
+
+
+def forward_problem(model: str) -> str:
+    """Why a study of forward calls (hidden states, logits, a training step)
+    cannot run ``model``, or "": an encoder-decoder's forward needs decoder
+    inputs too."""
+    if is_encoder_decoder(model):
+        return (f"{model_type(model)} is an encoder-decoder: its forward needs decoder inputs, "
+                f"which this study does not give; the generation study runs it")
+    return ""
 
 
 def without_dropout(config):

@@ -56,6 +56,9 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share",
            # deployment: the artifact's export and size; sentence-pair agreement with float32
            "export_s", "artifact_bytes", "sts_spearman", "sts_max_abs_diff",
+           # generation: greedy tokens that match PyTorch eager's, PyTorch's smallest
+           # top-2 logit margin over them, the analytic KV cache, the padded prompt
+           "tokens_agreed", "ref_min_margin", "kv_cache_bytes", "padded_len",
            # what else the machine did while the cell was sampled (host.py)
            "host_other_cpu", "host_steal", "host_retakes"]
 PROVENANCE = {"schedule": "string",
@@ -72,11 +75,12 @@ PROVENANCE = {"schedule": "string",
 # measured figure of a failed row is NaN, whatever the worker knew (a gate's
 # load time and equivalence error belong to the variant, not to this cell).
 ANALYTIC = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "flops_per_call",
-            "bytes_per_call", "per_worker_batch")
+            "bytes_per_call", "per_worker_batch", "kv_cache_bytes", "padded_len")
 
 DTYPES: dict[str, str] = {
     "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
-    **{c: ("int64" if c in ("batch_size", "seq_len", "threads", "workers") else "string")
+    **{c: ("int64" if c in ("batch_size", "seq_len", "threads", "workers",
+                                        "new_tokens") else "string")
        for c in SPEC_COLUMNS},
     **OUTCOME, **{c: "float64" for c in FIGURES}, **PROVENANCE,
 }

@@ -49,7 +49,8 @@ from .forkserver import ForkServerError, ForkServers, kill_group
 from .frameworks import Unsupported, check_precision
 from .host import HostMeter
 from .job import CELLS, PREPARE, CellRef, Job
-from .launch import describe_exit, fresh_compile_cache, log_tail, use_compile_cache
+from .launch import (describe_exit, fresh_compile_cache, last_error_line, log_tail,
+                     use_compile_cache)
 from .params import timing_config
 from .paths import ROOT
 from .results import ResultStore, make_row
@@ -349,7 +350,9 @@ class Runner:
         finally:
             w.kill()  # on every way out, an interrupt included
         if w.proc.returncode != 0:
-            return f"preparing weights failed ({w.exit_description()}): {w.stderr_tail()}"
+            tail = w.stderr_tail()
+            return (f"preparing weights failed ({w.exit_description()}): "
+                    f"{last_error_line(tail)}\n{tail}")
         return None
 
     # -- one group ----------------------------------------------------------------------
@@ -586,6 +589,11 @@ class Runner:
                 for model in dict.fromkeys(s.model for s in specs):  # a task's own models
                     mine = [c for c in todo if c.round == rnd and c.spec.model == model]
                     if not mine:
+                        continue
+                    problem = self.study.model_problem(model)
+                    if problem:  # nothing to prepare: every cell says why
+                        for c in mine:
+                            self.fail(c, "unsupported", problem)
                         continue
                     if model not in prepared:
                         self.bar.set_postfix_str(f"preparing {model}", refresh=True)

@@ -31,7 +31,7 @@ DTYPES = ("float32", "tf32", "bfloat16", "float16")
 TASKS = ("inference", "train")
 
 
-_LATER_FIELDS = ("workers", "scaling")
+_LATER_FIELDS = ("workers", "scaling", "new_tokens")
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class RunSpec:
     # or strong (global batch fixed) scaling; batch_size is the global batch.
     workers: int = 1
     scaling: str = ""
+    # Text generation: tokens generated per call (seq_len is then the prompt's
+    # length); 0 for a forward or training step.
+    new_tokens: int = 0
 
     @property
     def cell_id(self) -> str:
@@ -70,8 +73,15 @@ class RunSpec:
         precision = "" if self.dtype == "float32" else f" {self.dtype}"
         task = " train" if self.task == "train" else ""
         workers = f" {self.scaling} x{self.workers}" if self.scaling else ""
+        new = f" new={self.new_tokens}" if self.new_tokens else ""
         return (f"{self.model}{task} {self.framework}/{self.mode}{precision}{workers} "
-                f"b={self.batch_size} s={self.seq_len}")
+                f"b={self.batch_size} s={self.seq_len}{new}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """What the variants of one model share in a set of the interleaved
+        schedule: batch, sequence (a prompt's length) and tokens generated."""
+        return (self.batch_size, self.seq_len, self.new_tokens)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -80,3 +90,15 @@ class RunSpec:
     def from_dict(cls, d: dict) -> "RunSpec":
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def tokens_per_call(batch_size: int, seq_len: int, new_tokens: int = 0) -> int:
+    """Tokens one call handles: each sequence's tokens for a forward or a
+    training step, the generated tokens for text generation."""
+    return int(batch_size) * int(new_tokens or seq_len)
+
+
+def shape_text(shape: tuple) -> str:
+    """A set's shape in words: ``8x128``, or ``1x32+16`` (16 tokens generated)."""
+    b, s, *rest = shape
+    return f"{b}x{s}" + (f"+{rest[0]}" if rest and rest[0] else "")

@@ -12,9 +12,10 @@ import pandas as pd
 from .cell import derived_figures
 from .host import host_load
 from .results import FAILED_STATUSES, MEASURED
+from .spec import tokens_per_call
 from .stats import CellSamples, geomean_ratio_ci
 
-CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
+CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len", "new_tokens"]
 BASELINE = ("torch", "eager")
 
 
@@ -58,11 +59,12 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:
+            toks = tokens_per_call(first["batch_size"], first["seq_len"],
+                                   first.get("new_tokens", 0))
             pooled = derived_figures(first["batch_size"], first["seq_len"], x,
                                      flops=first.get("flops_per_call", math.nan),
-                                     peak=first.get("peak_flops_per_s", math.nan))
+                                     peak=first.get("peak_flops_per_s", math.nan), tokens=toks)
             first.update({k: pooled[k] for k in _POOLED})
-            toks = first["batch_size"] * first["seq_len"]
             first.update(tokens_per_s_low=toks / pooled["ci_high_s"],
                          tokens_per_s_high=toks / pooled["ci_low_s"])
         else:
@@ -75,7 +77,7 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    return out.sort_values(["model", "framework", "mode", "batch_size", "seq_len"],
+    return out.sort_values(["model", "framework", "mode", "batch_size", "seq_len", "new_tokens"],
                            ignore_index=True)
 
 

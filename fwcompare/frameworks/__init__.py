@@ -115,7 +115,7 @@ def looks_like_oom(exc: BaseException) -> bool:
 
 
 _MAPPING_SUFFIX = {"base": "", "seq_cls": "_FOR_SEQUENCE_CLASSIFICATION",
-                   "causal_lm": "_FOR_CAUSAL_LM"}
+                   "causal_lm": "_FOR_CAUSAL_LM", "seq2seq_lm": "_FOR_SEQ_TO_SEQ_CAUSAL_LM"}
 
 
 def auto_class(prefix: str, weights_dir, head: str):

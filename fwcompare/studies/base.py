@@ -11,7 +11,9 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``check``: problems between keys (each a message naming its key)
 - ``cells``: the RunSpecs of a params set
 - ``notebook``: its notebook (default ``<name>.ipynb``)
-- ``head``: the model head a task runs (base, causal_lm, seq_cls)
+- ``model_problem``: why the study cannot run a model at all (its cells are
+  then ``unsupported`` rows with that sentence, and nothing is prepared)
+- ``head``: the model head a task runs (base, causal_lm, seq_cls, seq2seq_lm)
 - ``model_key``: the name of a model's weights and gate files
 - ``gate_shape``: the gate batch (rows must split as the study needs)
 - ``fp64_shapes``: shapes that need float64 references (precision errors)
@@ -64,7 +66,8 @@ def by_size(ref: CellRef) -> tuple:
     """Ascending batch x sequence, so a cell's peak RSS is not inflated by a
     larger cell's allocator caches; float32 first (every speed-up's baseline)."""
     s = ref.spec
-    return (DTYPES.index(s.dtype), s.batch_size * s.seq_len, s.batch_size, s.mode)
+    return (DTYPES.index(s.dtype), s.batch_size * s.seq_len, s.batch_size, s.new_tokens,
+            s.mode)
 
 
 def smallest_shape(batch_sizes, seq_lens) -> tuple[int, int]:
@@ -116,6 +119,11 @@ class Study:
     # -- cells and processes (parent side) --------------------------------------------
     def cells(self, params: dict) -> list[RunSpec]:
         return grid_cells(params, self.name, self.tasks[0])
+
+    def model_problem(self, model: str) -> str:
+        """Default: a forward needs only token ids (an encoder-decoder is left
+        to the generation study)."""
+        return models.forward_problem(model)
 
     def head(self, task: str, model: str) -> str:
         if task == "train":

@@ -1,0 +1,675 @@
+"""Generation: time to first token and per-token decode speed of text
+generation, with token-exact agreement across frameworks.
+
+A cell is one ``generate()`` call as a user makes it: greedy decoding, KV
+cache on, the same prompt token ids (``seq_len`` tokens, seeded) and the same
+``new_tokens`` in every framework, and no early stop (the end-of-sequence id
+is set to one no logit has, so every call generates exactly ``new_tokens``).
+For each prompt the study also times a one-token call: its time is the **time
+to first token** (prefill and the first token). The decode time per output
+token is (generation time - time to first token) / (new_tokens - 1), with an
+interval from the two cells' intervals (:func:`generation_table`); both cells
+of a variant run in its one worker process, the one-token call first.
+
+Modes (:data:`GEN_MODES`): PyTorch ``eager`` (the default dynamic cache) and
+``static-compile`` (a static cache, the decode steps' forward compiled by
+``torch.compile``: transformers' own auto-compile); TensorFlow ``eager`` and
+``xla`` (``tf.function(model.generate, jit_compile=True)`` with the prompt
+left-padded to a fixed bucket, the recipe of Hugging Face's "Faster Text
+Generation with TensorFlow and XLA", so a new prompt length within a bucket
+does not retrace); JAX ``jit`` (``jax.jit`` of Flax's ``generate`` with the
+parameters passed as arguments: closed over, they become XLA constants and the
+compile took 29 s instead of 3 s for distilgpt2 here).
+
+**Agreement before speed.** The prepare job runs PyTorch eager's greedy
+generation of every prompt and keeps its tokens and, per step, the margin
+between its two highest logits. Each cell's first output is compared with
+them: ``tokens_agreed`` is the number of leading generated tokens that match
+(the smallest over the batch); a cell that departs is ``not_equivalent``, its
+message naming the position and PyTorch's margin there (a near tie of
+random-init logits shows as a margin close to float32 rounding).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .. import models
+from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
+from ..claims import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
+from ..gate import token_ids
+from ..params import TIMING, Param, grid_params, positive, replace_param
+from ..results import MEASURED
+from . import register
+from .base import Study
+
+GEN_MODES = {"torch": ("eager", "static-compile"), "tensorflow": ("eager", "xla"),
+             "jax": ("jit",)}
+# The mode each compiled mode is compared with (its compile's breakeven).
+UNCOMPILED = {("torch", "static-compile"): "eager", ("tensorflow", "xla"): "eager"}
+KEYS = ["model", "device", "batch_size", "seq_len"]
+
+
+def tokens_key(batch: int, prompt: int) -> str:
+    return f"tokens_{batch}x{prompt}"
+
+
+def margins_key(batch: int, prompt: int) -> str:
+    return f"margins_{batch}x{prompt}"
+
+
+def reference_tokens(params: dict, prompt: int, max_positions: int) -> int:
+    """How many tokens the reference generates for a prompt: the most any
+    cell asks, within the model's positions."""
+    n = max(params["new_tokens"])
+    return min(n, max_positions - prompt) if max_positions else n
+
+
+def greedy_config(model, vocab_size: int):
+    """The model's generation config set for these measurements: greedy, one
+    beam, and an end-of-sequence id no logit has (``vocab_size``), so no
+    call stops early (Flax's generate needs an integer id there)."""
+    gc = copy.deepcopy(model.generation_config)
+    pad = gc.pad_token_id
+    if pad is None:
+        eos = gc.eos_token_id
+        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    gc.update(do_sample=False, num_beams=1, eos_token_id=vocab_size, pad_token_id=pad,
+              forced_eos_token_id=None, min_length=0, min_new_tokens=None)
+    return gc
+
+
+def kv_bytes_per_token(config) -> tuple[int, int]:
+    """Float32 bytes the KV cache holds per sequence and token: keys and
+    values of every decoder layer's self-attention (grouped-query attention:
+    its key/value heads only), and of the cross-attention per encoder token
+    (encoder-decoders; 0 otherwise)."""
+    layers = getattr(config, "num_decoder_layers", None) or config.num_hidden_layers
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = (getattr(config, "head_dim", None) or getattr(config, "d_kv", None)
+                or config.hidden_size // heads)
+    self_attn = 2 * layers * kv_heads * head_dim * 4
+    cross = 2 * layers * heads * head_dim * 4 if config.is_encoder_decoder else 0
+    return self_attn, cross
+
+
+# -- the prepare job (PyTorch): weights, the gate file, the reference tokens -----------
+def prepare(job) -> None:
+    """The shared weights with the generation head, and the gate file: the
+    gate prompt, model facts, and PyTorch eager's greedy tokens and top-2
+    logit margins for every (batch, prompt) of the params."""
+    import json
+
+    import torch
+
+    from ..atomic import write_atomic
+    from ..frameworks import get_backend
+
+    wdir = models.weights_dir(job.model, job.seed, head=job.head)
+    tb = get_backend("torch")
+    tb.configure(job.threads, "cpu")
+    net = tb.load(wdir, "cpu", job.head)
+    config = net.config
+    vocab = config.vocab_size
+    maxpos = models.max_positions(config) or 0
+    gc = greedy_config(net, vocab)
+    kv, cross = kv_bytes_per_token(config)
+    info = models.param_counts(config, tb.n_params(net), models.embedding_params(net))
+    info.update(vocab_size=vocab, max_positions=maxpos, weights_dir=str(wdir),
+                kv_bytes_per_token=kv, cross_kv_bytes_per_token=cross,
+                encoder_decoder=bool(config.is_encoder_decoder))
+    p = job.params
+    refs = {}
+    for b in p["batch_sizes"]:
+        for s in p["seq_lens"]:
+            n = reference_tokens(p, s, maxpos)
+            if n < 1:
+                continue
+            ids = torch.as_tensor(token_ids(job.seed, b, s, vocab))
+            with torch.inference_mode():
+                out = net.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc,
+                                   max_new_tokens=n, output_scores=True,
+                                   return_dict_in_generate=True)
+            top2 = torch.stack(out.scores, 1).topk(2, dim=-1).values.double()
+            refs[tokens_key(b, s)] = out.sequences[:, -n:].numpy()
+            refs[margins_key(b, s)] = (top2[..., 0] - top2[..., 1]).numpy()
+    gb, gs = job.gate_shape
+    ids = token_ids(job.seed, gb, gs, vocab)
+    reference = refs.get(tokens_key(gb, gs), np.zeros((gb, 0), np.int64))
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, ids=ids, labels=ids, reference=reference, info=json.dumps(info), **refs)
+    write_atomic(job.gate_path, write)
+
+
+# -- generators (worker side) ---------------------------------------------------------
+@dataclass
+class Generator:
+    """One mode's generation, built but not called: ``call(ids, n)`` makes
+    the inputs and returns the timed callable; ``tokens(out, n)`` the
+    generated ids as numpy; ``compiles()`` the traces or compilations the
+    framework counted so far (None where it exposes none); ``padded(p)`` the
+    prompt length the model is given (a bucket, for TensorFlow's XLA)."""
+
+    call: Callable[[np.ndarray, int], Callable[[], Any]]
+    tokens: Callable[[Any, int], np.ndarray]
+    setup: str
+    compiles: Callable[[], int | None] = lambda: None
+    padded: Callable[[int], int] = lambda p: p
+    load_s: float = math.nan
+
+
+def bucket(prompt: int, buckets: list[int]) -> int:
+    """The smallest bucket that holds a prompt (past the largest: the prompt's
+    own length, which then traces a program of its own)."""
+    return min((b for b in buckets if b >= prompt), default=prompt)
+
+
+def torch_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
+    import torch
+
+    gc = greedy_config(model, model.config.vocab_size)
+    extra: dict = {}
+    setup = "generate(), greedy, dynamic KV cache"
+    compiles = lambda: None  # noqa: E731
+    if mode == "static-compile":
+        import torch._dynamo.utils as dynamo_utils
+        from transformers import CompileConfig
+
+        cc = CompileConfig(fullgraph=True, dynamic=False,
+                           mode="reduce-overhead" if device == "gpu" else "default")
+        if device != "gpu":  # transformers auto-compiles on CUDA only unless told
+            cc._compile_all_devices = True
+        extra = dict(cache_implementation="static", compile_config=cc)
+        setup = (f"generate(), greedy, static KV cache, the decode steps' forward compiled by "
+                 f"torch.compile(fullgraph=True, dynamic=False, mode={cc.mode!r}) "
+                 f"(transformers' auto-compile; the prefill runs uncompiled)")
+        compiles = lambda: int(dynamo_utils.counters["stats"]["unique_graphs"])  # noqa: E731
+    elif mode != "eager":
+        from ..frameworks import Unsupported
+
+        raise Unsupported(f"torch generation mode {mode!r} is not implemented")
+
+    def call(ids, n):
+        x = inputs(ids)
+        mask = torch.ones_like(x)
+
+        def fn():
+            with torch.inference_mode():
+                return model.generate(x, attention_mask=mask, generation_config=gc,
+                                      max_new_tokens=n, **extra)
+        return fn
+    return Generator(call, lambda out, n: out[:, -n:].cpu().numpy(), setup, compiles)
+
+
+def tf_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
+    import tensorflow as tf
+
+    model.generation_config = greedy_config(model, model.config.vocab_size)
+    pad = model.generation_config.pad_token_id
+
+    def tokens(out, n):
+        return out[:, -n:].numpy()
+    if mode == "eager":
+        def call(ids, n):
+            x = inputs(ids.astype(np.int32))
+            mask = inputs(np.ones_like(ids, dtype=np.int32))
+            return lambda: model.generate(x, attention_mask=mask, max_new_tokens=n)
+        return Generator(call, tokens, "generate() eager, greedy")
+    if mode == "xla":
+        xla = tf.function(model.generate, jit_compile=True)
+        first = tf.function(lambda x, mask: first_token_tf(model, x, mask), jit_compile=True)
+        buckets = params["prompt_buckets"]
+
+        def call(ids, n):
+            b, p = ids.shape
+            length = bucket(p, buckets)
+            x = np.full((b, length), pad, np.int32)
+            x[:, length - p:] = ids
+            mask = np.zeros((b, length), np.int32)
+            mask[:, length - p:] = 1
+            x, mask = inputs(x), inputs(mask)
+            if n == 1:
+                return lambda: first(x, mask)
+            return lambda: xla(x, attention_mask=mask, max_new_tokens=n)
+        return Generator(call, tokens,
+                         f"tf.function(generate, jit_compile=True), greedy, the prompt left-padded "
+                         f"to the smallest of {buckets} tokens that holds it; one token: the "
+                         f"prefill forward and argmax in tf.function(jit_compile=True) "
+                         f"(generate with XLA fails for max_new_tokens=1)",
+                         lambda: (xla.experimental_get_tracing_count()
+                                  + first.experimental_get_tracing_count()),
+                         lambda p: bucket(p, buckets))
+    from ..frameworks import Unsupported
+
+    raise Unsupported(f"tensorflow generation mode {mode!r} is not implemented")
+
+
+def first_token_tf(model, x, mask):
+    """The first generated token as TensorFlow's generate computes it: the
+    prompt's forward with generate's own inputs (positions from the attention
+    mask, a cache), then the argmax of the last position's logits; an
+    encoder-decoder's first decoder step from its start id. transformers
+    4.57's XLA generate cannot make a single token (a negative padding size
+    in ``_initialize_attention``)."""
+    import tensorflow as tf
+
+    if model.config.is_encoder_decoder:
+        start = tf.fill((tf.shape(x)[0], 1), model.generation_config.decoder_start_token_id)
+        out = model(input_ids=x, attention_mask=mask, decoder_input_ids=start, use_cache=True)
+    else:
+        out = model(**model.prepare_inputs_for_generation(x, attention_mask=mask,
+                                                          use_cache=True))
+    return tf.argmax(out.logits[:, -1], axis=-1, output_type=tf.int32)[:, None]
+
+
+def jax_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
+    import jax
+
+    from ..frameworks import Unsupported
+
+    if mode != "jit":
+        raise Unsupported(f"jax generation mode {mode!r} is not implemented")
+    model.generation_config = greedy_config(model, model.config.vocab_size)
+
+    def generate(weights, x, mask, n):
+        return model.generate(x, attention_mask=mask, params=weights, max_new_tokens=n).sequences
+    jitted = jax.jit(generate, static_argnames=("n",))
+
+    def call(ids, n):
+        x, mask = inputs(ids), inputs(np.ones_like(ids))
+        return lambda: jitted(model.params, x, mask, n=n)
+    return Generator(call, lambda out, n: np.asarray(out)[:, -n:],
+                     "jax.jit(generate), greedy, the parameters passed as arguments (not "
+                     "constants); one program per prompt shape and new_tokens",
+                     getattr(jitted, "_cache_size", lambda: None))
+
+
+GENERATORS = {"torch": torch_generator, "tensorflow": tf_generator, "jax": jax_generator}
+
+
+def build_generator(ctx: WorkerContext, mode: str) -> Generator:
+    """The model loaded with the shared weights and this mode's generation."""
+    try:
+        model, load_s = ctx.load("float32")
+        g = GENERATORS[ctx.framework](model, mode, ctx.device, ctx.params,
+                                      lambda a: ctx.backend.make_inputs(a, ctx.device))
+    except Exception as exc:
+        raise CellFailure(failure_status(ctx.backend, exc), describe(exc)) from exc
+    g.load_s = load_s
+    return g
+
+
+def agreement(tokens: np.ndarray, ref: np.ndarray, margins: np.ndarray) -> tuple[dict, str]:
+    """Generated tokens against PyTorch eager's: the leading tokens that
+    match (fewest over the batch), PyTorch's smallest top-2 logit margin over
+    the compared steps, and the not-equivalent reason ("" if none)."""
+    n = ref.shape[1]
+    same = tokens[:, :n] == ref
+    agreed = int(min(np.argmin(row) if not row.all() else n for row in same))
+    figures = {"tokens_agreed": float(agreed),
+               "ref_min_margin": float(margins[:, :n].min()) if n else math.nan}
+    if agreed == n:
+        return figures, ""
+    row = int(next(i for i, r in enumerate(same) if not r[agreed]))
+    return figures, (f"greedy tokens depart from PyTorch eager's at generated token {agreed} "
+                     f"(row {row}: {int(tokens[row, agreed])} vs {int(ref[row, agreed])}; "
+                     f"PyTorch's top-2 logit margin there {margins[row, agreed]:.3g})")
+
+
+def generation_flops(info: dict, batch: int, prompt: int, new: int) -> float:
+    """FLOPs of one generation (decoders): the prompt's forward, then one
+    token per step over a growing cache (``models.forward_flops``'s count).
+    NaN for an encoder-decoder (encoder and decoder sizes differ)."""
+    if info.get("encoder_decoder"):
+        return math.nan
+    n = info["n_params"] - info["n_embedding_params"]
+    steps = sum(batch * (2 * n + 4 * info["n_layers"] * (prompt + t) * info["hidden_size"])
+                for t in range(1, new))
+    return models.forward_flops(info, batch, prompt) + float(steps)
+
+
+def plan_generation(ctx: WorkerContext, spec) -> CellPlan:
+    """One generation cell: the variant's generator, this prompt and length;
+    the first call's tokens checked against PyTorch eager's."""
+    g = ctx.variant(("generate", spec.mode), lambda: build_generator(ctx, spec.mode))
+    info = ctx.info
+    b, p, n = spec.batch_size, spec.seq_len, spec.new_tokens
+    padded = g.padded(p)
+    known = {"load_s": g.load_s, "padded_len": float(padded),
+             "kv_cache_bytes": float(b * ((p + n) * info["kv_bytes_per_token"]
+                                          + p * info["cross_kv_bytes_per_token"]))}
+    maxpos = info["max_positions"]
+    if maxpos and padded + n > maxpos:
+        return CellPlan(lambda: None, known=known,
+                        skip=f"prompt {padded} + {n} new tokens exceed the model's {maxpos} positions")
+    ids = token_ids(ctx.job.seed, b, p, info["vocab_size"])
+    ref = ctx.gate.fp64(tokens_key(b, p))
+    margins = ctx.gate.fp64(margins_key(b, p))
+    before = g.compiles()
+
+    def first(out):
+        after = g.compiles()
+        figures = {"recompiles": math.nan if after is None else float(after - before)}
+        problem = ""
+        if ref is None:
+            problem = "no PyTorch reference tokens for this prompt"
+        else:
+            checked, problem = agreement(g.tokens(out, n), ref[:, :n], margins)
+            figures.update(checked)
+        return figures, problem, []
+    traffic = models.weight_traffic_bytes(info, "inference") * n  # a forward per token
+    return CellPlan(lambda: g.call(ids, n), known=known,
+                    flops=generation_flops(info, b, p, n), traffic=traffic, first=first,
+                    tokens=b * n, provenance={"mode_setup": g.setup})
+
+
+class Generation(Study):
+    name = "generation"
+    title = "Generation: time to first token, decode speed and token agreement"
+    modes = GEN_MODES
+
+    def schema(self):
+        grid = grid_params(["distilgpt2"], {fw: list(m) for fw, m in GEN_MODES.items()},
+                           GEN_MODES, [1], [32], 1800.0)
+        grid = replace_param(grid, "seq_lens", help="prompt lengths in tokens (seeded token ids)")
+        return {
+            **grid,
+            "new_tokens": Param("list[int]", [16], "tokens generated per call (greedy, KV cache, no early stop); each must be at least 2, and a one-token call of every prompt is timed too (time to first token)", lambda v: None if v and all(isinstance(x, int) and x >= 2 for x in v) else f"must be a non-empty list of integers >= 2, got {v!r}"),
+            "prompt_buckets": Param("list[int]", [16, 32, 64, 128, 256, 512, 1024], "tensorflow/xla: the prompt is left-padded to the smallest of these lengths that holds it (the recipe of the TF-XLA post), so a new prompt length within a bucket does not retrace", positive),
+            **TIMING,
+        }
+
+    def model_problem(self, model):
+        if models.is_decoder(model) or models.is_encoder_decoder(model):
+            return ""
+        return (f"{models.model_type(model)} has no language-model head to generate text with "
+                f"(a decoder or an encoder-decoder is needed)")
+
+    def head(self, task, model):
+        return "seq2seq_lm" if models.is_encoder_decoder(model) else "causal_lm"
+
+    def cells(self, params):
+        from dataclasses import replace
+
+        from .base import grid_cells
+
+        grid = grid_cells(params, self.name, "inference")
+        return [replace(s, new_tokens=n) for s in grid for n in sorted({1, *params["new_tokens"]})]
+
+    def prepare(self, job):
+        prepare(job)
+
+    def plan(self, ctx, spec):
+        return plan_generation(ctx, spec)
+
+
+# -- tables (the notebook's) ----------------------------------------------------------
+def generation_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per generation cell (new_tokens > 1) beside its variant's
+    one-token cell of the same prompt: time to first token, generation time,
+    decode time per token = (generation - first token) / (new_tokens - 1)
+    with an interval from the two cells' intervals (the ends apart: wider
+    than a joint interval, never narrower), tokens/s, the first calls, the
+    compile cost (first call - steady call) and its breakeven in generated
+    tokens against the framework's uncompiled mode, memory beside the
+    analytic KV cache, and the token agreement."""
+    if summary.empty:
+        return pd.DataFrame()
+    one = summary[summary["new_tokens"] == 1].set_index(["variant", *KEYS])
+    rows = []
+    for _, r in summary[summary["new_tokens"] > 1].iterrows():
+        key = (r["variant"], *(r[k] for k in KEYS))
+        t = one.loc[key] if key in one.index else None
+        n = int(r["new_tokens"])
+        ok = r["status"] in MEASURED and t is not None and t["status"] in MEASURED
+        row = {"model": r["model"], "variant": r["variant"], "framework": r["framework"],
+               "mode": r["mode"], "device": r["device"], "batch_size": r["batch_size"],
+               "prompt": r["seq_len"], "padded_prompt": r["padded_len"], "new_tokens": n,
+               "status": r["status"] if t is None or t["status"] == "ok" or r["status"] != "ok"
+               else f"first token {t['status']}",
+               "ttft_s": t["median_s"] if ok else math.nan,
+               "ttft_low_s": t["ci_low_s"] if ok else math.nan,
+               "ttft_high_s": t["ci_high_s"] if ok else math.nan,
+               "generate_s": r["median_s"], "generate_low_s": r["ci_low_s"],
+               "generate_high_s": r["ci_high_s"]}
+        if ok:
+            row.update(decode_s_per_token=(r["median_s"] - t["median_s"]) / (n - 1),
+                       decode_low_s=(r["ci_low_s"] - t["ci_high_s"]) / (n - 1),
+                       decode_high_s=(r["ci_high_s"] - t["ci_low_s"]) / (n - 1))
+        else:
+            row.update(decode_s_per_token=math.nan, decode_low_s=math.nan,
+                       decode_high_s=math.nan)
+        row.update(tokens_per_s=r["batch_size"] * n / r["median_s"],
+                   first_call_s=r["first_call_s"],
+                   ttft_first_call_s=t["first_call_s"] if t is not None else math.nan,
+                   compile_s=r["first_call_s"] - r["median_s"],
+                   recompiles=r["recompiles"],
+                   ttft_recompiles=t["recompiles"] if t is not None else math.nan,
+                   peak_mem_mb=r["peak_mem_bytes"] / 1e6, kv_cache_mb=r["kv_cache_bytes"] / 1e6,
+                   tokens_agreed=r["tokens_agreed"], ref_min_margin=r["ref_min_margin"],
+                   load_s=r["load_s"], error=r["error"])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["breakeven_tokens"] = [breakeven(out, r) for _, r in out.iterrows()]
+    order = {v: i for i, v in enumerate(f"{fw}/{m}" for fw, ms in GEN_MODES.items() for m in ms)}
+    out["_o"] = out["variant"].map(order)
+    return out.sort_values(["model", "_o", "batch_size", "prompt", "new_tokens"]) \
+        .drop(columns="_o").reset_index(drop=True)
+
+
+def breakeven(table: pd.DataFrame, r) -> float:
+    """Generated tokens after which a compiled mode's compile has paid for
+    itself against its framework's uncompiled mode at the same shape: the
+    extra first-call seconds over the decode seconds saved per token. NaN
+    for an uncompiled mode, and inf when it saves nothing per token."""
+    base_mode = UNCOMPILED.get((r["framework"], r["mode"]))
+    if base_mode is None:
+        return math.nan
+    b = table[(table["variant"] == f"{r['framework']}/{base_mode}")
+              & (table["model"] == r["model"]) & (table["batch_size"] == r["batch_size"])
+              & (table["prompt"] == r["prompt"]) & (table["new_tokens"] == r["new_tokens"])]
+    if b.empty:
+        return math.nan
+    b = b.iloc[0]
+    saved = b["decode_s_per_token"] - r["decode_s_per_token"]
+    extra = (r["first_call_s"] - r["generate_s"]) - (b["first_call_s"] - b["generate_s"])
+    if not (math.isfinite(saved) and math.isfinite(extra)):
+        return math.nan
+    return extra / saved if saved > 0 else math.inf
+
+
+def agreement_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per model, variant and prompt: generated tokens that match PyTorch
+    eager's greedy tokens out of those compared, PyTorch's smallest top-2
+    logit margin over them (a margin near float32 rounding is a near tie),
+    the status and the first line of the message."""
+    if summary.empty:
+        return pd.DataFrame()
+    g = summary[summary["new_tokens"] > 0].copy()
+    g["agreed"] = [f"{a:.0f}/{n}" if np.isfinite(a) else "-"
+                   for a, n in zip(g["tokens_agreed"], g["new_tokens"])]
+    g["message"] = [e.splitlines()[0][:200] if e else "" for e in g["error"]]
+    return g[["model", "variant", "batch_size", "seq_len", "new_tokens", "status", "agreed",
+              "ref_min_margin", "message"]].rename(columns={"seq_len": "prompt"}) \
+        .reset_index(drop=True)
+
+
+# -- claim metrics (params/claims.yaml names them) ------------------------------------
+class _Cells:
+    """A StudyData whose summary keeps only some generation cells."""
+
+    def __init__(self, data: StudyData, keep):
+        self.__dict__.update(vars(data))
+        if data.present and not data.summary.empty:
+            self.summary = data.summary[keep(data.summary)]
+
+
+def generation_time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """time_ratio over the cells that generate ``new_tokens`` > 1 tokens: the
+    whole ``generate()`` call, prefill and decode, as a user waits for it."""
+    m = time_ratio(_Cells(data, lambda s: s["new_tokens"] > 1), claim, devices)
+    m.unit = f"{claim.cells['a']} generation time / {claim.cells['b']} generation time"
+    return m
+
+
+def first_token_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """time_ratio over the one-token cells: time to first token."""
+    m = time_ratio(_Cells(data, lambda s: s["new_tokens"] == 1), claim, devices)
+    m.unit = f"{claim.cells['a']} time to first token / {claim.cells['b']} time to first token"
+    return m
+
+
+def new_prompt_compiles(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Compilations that variant a's first call made for a prompt length it
+    had not seen, after its first prompt of the same batch and new_tokens
+    (the most over such cells). A count: no CI."""
+    a = claim.cells["a"]
+    m = Measurement(unit=f"compilations of a {a} first call for a new prompt length")
+    s = data.summary
+    s = s[s["device"].isin(devices) & (s["variant"] == a) & s["status"].isin(MEASURED)]
+    if claim.models:
+        s = s[s["model"].isin(claim.models)]
+    later = []
+    for _, g in s.groupby(["model", "batch_size", "new_tokens"]):
+        g = g.sort_values("seq_len")
+        later += [r for _, r in g.iloc[1:].iterrows() if np.isfinite(r["recompiles"])]
+    if not later:
+        m.note = (f"no {a} cell with a second prompt length (params seq_lens needs two)"
+                  if len(s) else f"{a} did not run")
+        return m
+    worst = max(later, key=lambda r: r["recompiles"])
+    m.value = float(worst["recompiles"])
+    m.cells = [f"{r['model']} {r['batch_size']}x{r['seq_len']}+{r['new_tokens']} "
+               f"(padded to {r['padded_len']:.0f})" for r in later]
+    m.points = [(c, float(r["recompiles"])) for c, r in zip(m.cells, later)]
+    m.devices = {r["device"] for r in later}
+    m.note = "a count of compilations the framework reports: no CI"
+    return m
+
+
+Generation.metrics = {
+    "generation_time_ratio": Metric(generation_time_ratio, ("a", "b"), check_cells),
+    "first_token_ratio": Metric(first_token_ratio, ("a", "b"), check_cells),
+    "new_prompt_compiles": Metric(new_prompt_compiles, ("a",), check_cells, count=True),
+}
+STUDY = register(Generation())
+
+
+# -- figures (matplotlib is imported when a figure is drawn, never in a worker) -------
+def latency(table: pd.DataFrame, manifest: dict):
+    """Per model (rows) and batch size: time to first token (left) and
+    decode time per generated token (right) per variant and prompt, with
+    their 95% intervals; a failed or flagged cell says so in its label."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import footer, no_data, palette
+
+    if table.empty:
+        return no_data("no generation cells")
+    keys = list(table.groupby(["model", "batch_size"]).groups)
+    fig, axes = plt.subplots(len(keys), 2, squeeze=False,
+                             figsize=(11, 0.45 * table.groupby(["model", "batch_size"]).size().max()
+                                      * 1 + 2.2 * len(keys)))
+    colors = palette(table["variant"])
+    for i, (model, batch) in enumerate(keys):
+        g = table[(table["model"] == model) & (table["batch_size"] == batch)].iloc[::-1]
+        labels = [f"{v}  p={p}+{n}" + ("" if st == "ok" else f" ({st})")
+                  for v, p, n, st in zip(g["variant"], g["prompt"], g["new_tokens"], g["status"])]
+        for ax, (y, lo, hi, title) in zip(axes[i], [
+                ("ttft_s", "ttft_low_s", "ttft_high_s", "time to first token (ms)"),
+                ("decode_s_per_token", "decode_low_s", "decode_high_s",
+                 "decode time per generated token (ms)")]):
+            v = g[y].to_numpy(float) * 1e3
+            err = np.array([v - g[lo].to_numpy(float) * 1e3, g[hi].to_numpy(float) * 1e3 - v])
+            ax.barh(range(len(g)), np.nan_to_num(v), xerr=np.nan_to_num(np.abs(err)),
+                    color=[colors[x] for x in g["variant"]], capsize=3)
+            ax.set_yticks(range(len(g)), labels if ax is axes[i, 0] else [""] * len(g),
+                          fontsize=8)
+            ax.set_xscale("log")
+            ax.set_xlabel(title)
+            ax.set_title(f"{model}, batch {batch}", fontsize=9, loc="left")
+            for k, val in enumerate(v):
+                if np.isfinite(val):
+                    ax.annotate(f"{val:.3g}", (val, k), xytext=(3, -3),
+                                textcoords="offset points", fontsize=7)
+    fig.suptitle("Text generation: time to first token and per-token decode time "
+                 "(greedy, KV cache; bars: 95% CI)", x=0.02, ha="left")
+    footer(fig, manifest, "decode per token = (generation - first token) / (new tokens - 1); "
+                          "its interval spans the two cells' intervals")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig
+
+
+def throughput(table: pd.DataFrame, manifest: dict):
+    """Generated tokens per second (batch x new tokens / generation time)
+    against batch size, per variant, one panel per model and prompt."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import legend_right, no_data, palette
+
+    ok = table[table["status"].isin(MEASURED)] if not table.empty else table
+    if ok.empty:
+        return no_data("no measured generation cells")
+    keys = list(ok.groupby(["model", "prompt", "new_tokens"]).groups)
+    fig, axes = plt.subplots(1, len(keys), squeeze=False, figsize=(4.2 * len(keys) + 2.6, 3.6))
+    colors = palette(ok["variant"])
+    for j, (model, prompt, n) in enumerate(keys):
+        ax = axes[0, j]
+        g = ok[(ok["model"] == model) & (ok["prompt"] == prompt) & (ok["new_tokens"] == n)]
+        for var, h in g.groupby("variant"):
+            h = h.sort_values("batch_size")
+            tps = h["tokens_per_s"].to_numpy(float)
+            lo = h["batch_size"] * h["new_tokens"] / h["generate_high_s"]
+            hi = h["batch_size"] * h["new_tokens"] / h["generate_low_s"]
+            ax.errorbar(h["batch_size"], tps, yerr=[tps - lo, hi - tps], marker="o", ms=5,
+                        capsize=3, color=colors[var], label=var)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("generated tokens / s")
+        ax.set_title(f"{model}, prompt {prompt}, {n} new tokens", fontsize=9)
+    return legend_right(fig, axes, "Generation throughput (95% CI)", manifest,
+                        "one batch size: a point per variant", 0.8)
+
+
+def compile_cost(table: pd.DataFrame, manifest: dict):
+    """Each variant's first call against its steady-state call (log scale),
+    for the one-token call and the full generation: what tracing and
+    compiling cost before the first token a user sees."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import footer, no_data
+
+    if table.empty:
+        return no_data("no generation cells")
+    g = table.iloc[::-1]
+    labels = [f"{m}  {v}  {b}x{p}+{n}" for m, v, b, p, n in
+              zip(g["model"], g["variant"], g["batch_size"], g["prompt"], g["new_tokens"])]
+    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(g) + 1.8))
+    y = np.arange(len(g))
+    h = 0.27
+    for k, (col, name, color) in enumerate([
+            ("ttft_first_call_s", "first call, one token", "#cc79a7"),
+            ("first_call_s", "first call, all tokens", "#d55e00"),
+            ("generate_s", "steady call, all tokens", "#0072b2")]):
+        v = g[col].to_numpy(float)
+        ax.barh(y + (1 - k) * h, np.nan_to_num(v), height=h, color=color, label=name)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("First call (trace and compile) against the steady state", loc="left")
+    footer(fig, manifest, "breakeven: the generated tokens after which the compile has paid "
+                          "for itself (table below)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
