@@ -45,6 +45,8 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     (two-level when the cell ran in several rounds)."""
     rows = []
     by_cell = samples_by_cell(samples)
+    if "new_tokens" not in results:  # a store from before text generation
+        results = results.assign(new_tokens=0)
     for cid, g in results.groupby("cell_id", sort=False):
         # Round 0's row first: its first call is the cold one (later rounds
         # reuse its compile cache, Runner.compile_cache).

@@ -103,7 +103,7 @@ def fake_study(cells, present=True, losses=None):
         fw, mode = var.split("/")
         rows.append(dict(cell_id=cid, model=model, framework=fw, mode=mode, variant=var,
                          device=device, dtype="float32", batch_size=b, seq_len=s,
-                         status=status, median_s=np.median(x) if x is not None else math.nan,
+                         new_tokens=0, status=status, median_s=np.median(x) if x is not None else math.nan,
                          peak_mem_bytes=mem, task="inference"))
         if x is not None:
             by_cell[cid] = np.asarray(x)
