@@ -572,7 +572,7 @@ def latency(table: pd.DataFrame, manifest: dict):
     their 95% intervals; a failed or flagged cell says so in its label."""
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, no_data, palette
+    from ..plots import PLAIN, PLAIN_MINOR, footer, no_data, palette
 
     if table.empty:
         return no_data("no generation cells")
@@ -596,12 +596,17 @@ def latency(table: pd.DataFrame, manifest: dict):
             ax.set_yticks(range(len(g)), labels if ax is axes[i, 0] else [""] * len(g),
                           fontsize=8)
             ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(PLAIN)
+            ax.xaxis.set_minor_formatter(PLAIN_MINOR)
+            ax.tick_params(axis="x", which="minor", labelsize=7)
             ax.set_xlabel(title)
             ax.set_title(f"{model}, batch {batch}", fontsize=9, loc="left")
-            for k, val in enumerate(v):
+            ends = g[hi].to_numpy(float) * 1e3
+            for k, val in enumerate(v):  # the value right of its interval
                 if np.isfinite(val):
-                    ax.annotate(f"{val:.3g}", (val, k), xytext=(3, -3),
+                    ax.annotate(f"{val:.3g}", (np.nanmax([val, ends[k]]), k), xytext=(4, -3),
                                 textcoords="offset points", fontsize=7)
+            ax.set_xlim(right=np.nanmax([*v, *ends, 1e-3]) * 1.6)
     fig.suptitle("Text generation: time to first token and per-token decode time "
                  "(greedy, KV cache; bars: 95% CI)", x=0.02, ha="left")
     footer(fig, manifest, "decode per token = (generation - first token) / (new tokens - 1); "
@@ -648,7 +653,7 @@ def compile_cost(table: pd.DataFrame, manifest: dict):
     compiling cost before the first token a user sees."""
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, no_data
+    from ..plots import PLAIN, footer, no_data
 
     if table.empty:
         return no_data("no generation cells")
@@ -666,6 +671,7 @@ def compile_cost(table: pd.DataFrame, manifest: dict):
         ax.barh(y + (1 - k) * h, np.nan_to_num(v), height=h, color=color, label=name)
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(PLAIN)
     ax.set_xlabel("seconds")
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title("First call (trace and compile) against the steady state", loc="left")
