@@ -136,7 +136,13 @@ def is_decoder(model: str) -> bool:
 def forward_problem(model: str) -> str:
     """Why a study of forward calls (hidden states, logits, a training step)
     cannot run ``model``, or "": an encoder-decoder's forward needs decoder
-    inputs too."""
+    inputs too. "" for a name that is no model of the zoo, a real checkpoint
+    or a local directory (a study of its own, such as a test's toy study,
+    names its inputs as it likes)."""
+    try:
+        check_model(model)
+    except ModelError:
+        return ""
     if is_encoder_decoder(model):
         return (f"{model_type(model)} is an encoder-decoder: its forward needs decoder inputs, "
                 f"which this study does not give; the generation study runs it")
