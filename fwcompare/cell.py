@@ -29,7 +29,7 @@ from . import protocol
 from .job import CellRef, Job
 from .protocol import DONE, emit
 from .results import MEASURED
-from .spec import RunSpec
+from .spec import RunSpec, tokens_per_call
 from .timing import Sampler, TimingConfig, prepare
 
 
@@ -96,9 +96,7 @@ class CellPlan:
     before warm-up; ``after(fn)`` -> figures from the warm
     callable after timing (e.g. precision errors); ``skip``: why the cell
     cannot run at all (status unsupported); ``provenance``: columns of the
-    row that say how this cell was set up (``mode_setup``); ``tokens``:
-    tokens one call handles, where not batch x sequence (text generation:
-    the tokens it generates)."""
+    row that say how this cell was set up (``mode_setup``)."""
 
     call: Callable[[], Callable[[], Any]]
     known: dict = field(default_factory=dict)
@@ -109,7 +107,6 @@ class CellPlan:
     after: Callable[[Callable[[], Any]], dict] | None = None
     skip: str = ""
     provenance: dict = field(default_factory=dict)
-    tokens: int | None = None
 
 
 def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float = 0.95,
@@ -222,7 +219,9 @@ class CellRun:
         samples = list(timing.samples_s)
         figures = dict(self.figures, **derived_figures(
             self.spec.batch_size, self.spec.seq_len, samples, self.config.confidence,
-            self.plan.flops, traffic=self.plan.traffic, tokens=self.plan.tokens))
+            self.plan.flops, traffic=self.plan.traffic,
+            tokens=tokens_per_call(self.spec.batch_size, self.spec.seq_len,
+                                   self.spec.new_tokens)))
         figures.update(calls_per_sample=timing.calls_per_sample, rel_ci=timing.rel_ci,
                        first_call_s=timing.first_call_s, converged=timing.converged)
         if self.plan.after is not None:

@@ -68,26 +68,47 @@ def fp64_key(batch: int, seq: int) -> str:
     return f"ref64_{batch}x{seq}"
 
 
+def reference_model(job: Job):
+    """The prepare job's PyTorch model with the shared weights of
+    ``job.model`` and ``job.head`` (made on first use), the torch backend, and
+    the model facts every worker reads from the gate file (``Gate.info``)."""
+    from . import models
+    from .frameworks import get_backend
+
+    wdir = models.weights_dir(job.model, job.seed, head=job.head)
+    torch_backend = get_backend("torch")
+    torch_backend.configure(job.threads, "cpu")
+    net = torch_backend.load(wdir, "cpu", job.head)
+    config = net.config
+    info = models.param_counts(config, torch_backend.n_params(net),
+                               models.embedding_params(net))
+    info.update(vocab_size=config.vocab_size, max_positions=models.max_positions(config) or 0,
+                weights_dir=str(wdir))
+    return torch_backend, net, info
+
+
+def write_gate(path: Path, ids, labels, reference, info: dict, arrays: dict) -> Path:
+    """The gate file, written atomically: the gate batch, its reference, the
+    model facts and the study's other reference arrays (by name)."""
+    import numpy as np
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, ids=ids, labels=labels, reference=reference, info=json.dumps(info),
+                     **arrays)
+    return write_atomic(path, write)
+
+
 def prepare(job: Job, train: TrainSettings | None = None) -> Path:
     """Weights of ``job.model`` with ``job.head`` and the gate file; its path."""
     import numpy as np
 
-    from . import models
-    from .frameworks import get_backend
-
     head = job.head
-    wdir = models.weights_dir(job.model, job.seed, head=head)
-    torch_backend = get_backend("torch")
-    torch_backend.configure(job.threads, "cpu")
-    net = torch_backend.load(wdir, "cpu", head)
-    config = net.config
+    torch_backend, net, info = reference_model(job)
+    vocab, maxpos = info["vocab_size"], info["max_positions"]
     b, s = job.gate_shape
-    maxpos = models.max_positions(config)
     s = min(s, maxpos) if maxpos else s
-    ids = token_ids(job.seed, b, s, config.vocab_size)
-    info = models.param_counts(config, torch_backend.n_params(net),
-                               models.embedding_params(net))
-    info.update(vocab_size=config.vocab_size, max_positions=maxpos or 0, weights_dir=str(wdir))
+    ids = token_ids(job.seed, b, s, vocab)
     labels = train_labels(job.seed, ids, head)
     if train is not None:
         step = torch_backend.make_train_step(net, "eager", "cpu", train.optimizer, head,
@@ -104,15 +125,10 @@ def prepare(job: Job, train: TrainSettings | None = None) -> Path:
         fp64["ref64_gate"] = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
         for b, s in job.fp64_shapes:
             if not maxpos or s <= maxpos:
-                cell_ids = token_ids(job.seed, b, s, config.vocab_size)[:REF_ROWS]
+                cell_ids = token_ids(job.seed, b, s, vocab)[:REF_ROWS]
                 x = torch_backend.make_inputs(cell_ids, "cpu")
                 fp64[fp64_key(b, s)] = torch_backend.to_numpy(forward(x))
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, ids=ids, labels=labels, reference=reference, info=json.dumps(info),
-                     **fp64)
-    return write_atomic(job.gate_path, write)
+    return write_gate(job.gate_path, ids, labels, reference, info, fp64)
 
 
 class Gate:
@@ -129,9 +145,13 @@ class Gate:
         self.reference = self._npz["reference"]
         self.info = json.loads(str(self._npz["info"]))
 
+    def array(self, key: str):
+        """A reference array the study wrote beside the gate batch, or None."""
+        return self._npz[key] if key in self._npz else None
+
     def fp64(self, key: str):
         """A float64 reference (``ref64_gate`` or ``fp64_key(b, s)``), or None."""
-        return self._npz[key] if key in self._npz else None
+        return self.array(key)
 
 
 def make_forwards(backend, model, modes, device: str, head: str, dtype: str,

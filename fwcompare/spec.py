@@ -100,5 +100,5 @@ def tokens_per_call(batch_size: int, seq_len: int, new_tokens: int = 0) -> int:
 
 def shape_text(shape: tuple) -> str:
     """A set's shape in words: ``8x128``, or ``1x32+16`` (16 tokens generated)."""
-    b, s, *rest = shape
-    return f"{b}x{s}" + (f"+{rest[0]}" if rest and rest[0] else "")
+    b, s, n = shape
+    return f"{b}x{s}" + (f"+{n}" if n else "")

@@ -61,8 +61,7 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:
-            toks = tokens_per_call(first["batch_size"], first["seq_len"],
-                                   first.get("new_tokens", 0))
+            toks = tokens_per_call(first["batch_size"], first["seq_len"], first["new_tokens"])
             pooled = derived_figures(first["batch_size"], first["seq_len"], x,
                                      flops=first.get("flops_per_call", math.nan),
                                      peak=first.get("peak_flops_per_s", math.nan), tokens=toks)

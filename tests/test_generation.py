@@ -70,7 +70,7 @@ def test_cells_add_the_first_token_call_and_params_are_checked():
 def _row(variant, prompt, new, median, lo, hi, first, status="ok", **extra):
     fw, mode = variant.split("/")
     return dict(model="m", variant=variant, framework=fw, mode=mode, device="cpu",
-                batch_size=1, seq_len=prompt, new_tokens=new, padded_len=prompt,
+                dtype="float32", batch_size=1, seq_len=prompt, new_tokens=new, padded_len=prompt,
                 status=status, median_s=median, ci_low_s=lo, ci_high_s=hi,
                 first_call_s=first, recompiles=extra.get("recompiles", math.nan),
                 peak_mem_bytes=1e6, kv_cache_bytes=2e5, tokens_agreed=float(new),

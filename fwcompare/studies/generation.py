@@ -45,6 +45,7 @@ from ..claims import Claim, Measurement, Metric, StudyData, check_cells, time_ra
 from ..gate import token_ids
 from ..params import TIMING, Param, grid_params, positive, replace_param
 from ..results import MEASURED
+from ..tables import CELL_KEYS
 from . import register
 from .base import Study
 
@@ -52,7 +53,8 @@ GEN_MODES = {"torch": ("eager", "static-compile"), "tensorflow": ("eager", "xla"
              "jax": ("jit",)}
 # The mode each compiled mode is compared with (its compile's breakeven).
 UNCOMPILED = {("torch", "static-compile"): "eager", ("tensorflow", "xla"): "eager"}
-KEYS = ["model", "device", "batch_size", "seq_len"]
+# What a generation cell shares with its one-token cell (CELL_KEYS but new_tokens).
+KEYS = [k for k in CELL_KEYS if k != "new_tokens"]
 
 
 def tokens_key(batch: int, prompt: int) -> str:
@@ -104,25 +106,16 @@ def prepare(job) -> None:
     """The shared weights with the generation head, and the gate file: the
     gate prompt, model facts, and PyTorch eager's greedy tokens and top-2
     logit margins for every (batch, prompt) of the params."""
-    import json
-
     import torch
 
-    from ..atomic import write_atomic
-    from ..frameworks import get_backend
+    from ..gate import reference_model, write_gate
 
-    wdir = models.weights_dir(job.model, job.seed, head=job.head)
-    tb = get_backend("torch")
-    tb.configure(job.threads, "cpu")
-    net = tb.load(wdir, "cpu", job.head)
+    _, net, info = reference_model(job)
     config = net.config
-    vocab = config.vocab_size
-    maxpos = models.max_positions(config) or 0
+    vocab, maxpos = info["vocab_size"], info["max_positions"]
     gc = greedy_config(net, vocab)
     kv, cross = kv_bytes_per_token(config)
-    info = models.param_counts(config, tb.n_params(net), models.embedding_params(net))
-    info.update(vocab_size=vocab, max_positions=maxpos, weights_dir=str(wdir),
-                kv_bytes_per_token=kv, cross_kv_bytes_per_token=cross,
+    info.update(kv_bytes_per_token=kv, cross_kv_bytes_per_token=cross,
                 encoder_decoder=bool(config.is_encoder_decoder))
     p = job.params
     refs = {}
@@ -142,11 +135,7 @@ def prepare(job) -> None:
     gb, gs = job.gate_shape
     ids = token_ids(job.seed, gb, gs, vocab)
     reference = refs.get(tokens_key(gb, gs), np.zeros((gb, 0), np.int64))
-
-    def write(tmp):
-        with open(tmp, "wb") as f:
-            np.savez(f, ids=ids, labels=ids, reference=reference, info=json.dumps(info), **refs)
-    write_atomic(job.gate_path, write)
+    write_gate(job.gate_path, ids, ids, reference, info, refs)
 
 
 # -- generators (worker side) ---------------------------------------------------------
@@ -351,8 +340,8 @@ def plan_generation(ctx: WorkerContext, spec) -> CellPlan:
         return CellPlan(lambda: None, known=known,
                         skip=f"prompt {padded} + {n} new tokens exceed the model's {maxpos} positions")
     ids = token_ids(ctx.job.seed, b, p, info["vocab_size"])
-    ref = ctx.gate.fp64(tokens_key(b, p))
-    margins = ctx.gate.fp64(margins_key(b, p))
+    ref = ctx.gate.array(tokens_key(b, p))
+    margins = ctx.gate.array(margins_key(b, p))
     before = g.compiles()
 
     def first(out):
@@ -368,7 +357,7 @@ def plan_generation(ctx: WorkerContext, spec) -> CellPlan:
     traffic = models.weight_traffic_bytes(info, "inference") * n  # a forward per token
     return CellPlan(lambda: g.call(ids, n), known=known,
                     flops=generation_flops(info, b, p, n), traffic=traffic, first=first,
-                    tokens=b * n, provenance={"mode_setup": g.setup})
+                    provenance={"mode_setup": g.setup})
 
 
 class Generation(Study):
@@ -482,7 +471,7 @@ def breakeven(table: pd.DataFrame, r) -> float:
         return math.nan
     b = b.iloc[0]
     saved = b["decode_s_per_token"] - r["decode_s_per_token"]
-    extra = (r["first_call_s"] - r["generate_s"]) - (b["first_call_s"] - b["generate_s"])
+    extra = r["compile_s"] - b["compile_s"]
     if not (math.isfinite(saved) and math.isfinite(extra)):
         return math.nan
     return extra / saved if saved > 0 else math.inf
