@@ -136,6 +136,25 @@ def test_jax_gpu_memory_on_a_fake_allocator(monkeypatch):
                     "xla_plan_bytes": 41_800}
 
 
+def test_jax_hold_allocates_its_buffer_without_running_a_program():
+    """The lift's buffer must be the only allocation: a buffer made by a
+    compiled program (``jnp.zeros``) left a 256-byte argument's peak above the
+    bytes in use at every try on an H100, so no JAX cell could be lifted. On
+    this CPU: the buffer has its size and no XLA program is compiled for it."""
+    import jax
+    import jax.monitoring
+
+    from fwcompare.frameworks import jax as backend
+
+    compiled = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: compiled.append(name) if "backend_compile" in name else None)
+    held = backend._hold(jax.devices("cpu")[0], 123_457)
+    assert held.nbytes == 123_457 and held.dtype == np.uint8
+    assert compiled == []
+    jax.numpy.zeros((123_459,), np.uint8).block_until_ready()  # the check itself can see a compile
+    assert compiled
+
 def test_torch_gpu_memory_on_a_fake_allocator_adds_the_cuda_graph_pool(monkeypatch):
     """PyTorch's peak is reset before the call; a CUDA-graph replay allocates
     nothing, so its pool's reserved bytes are added (seen on an H100:

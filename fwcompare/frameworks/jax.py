@@ -319,10 +319,15 @@ def gpu_memory(run) -> dict:
 
 
 def _hold(dev, nbytes: int):
-    """A buffer of ``nbytes`` on ``dev``, allocated before this returns."""
-    import jax.numpy as jnp
+    """A buffer of ``nbytes`` on ``dev``, allocated before this returns: a
+    host array copied over, which allocates the buffer and nothing else.
+    (``jnp.zeros(..., device=dev)`` runs a program whose 256-byte scalar
+    argument lifted the peak past the bytes in use at every try: on an H100,
+    2026-11-24, no JAX cell could be lifted and the doctor failed.)"""
+    import jax
+    import numpy as np
 
-    return jnp.zeros((int(nbytes),), jnp.uint8, device=dev).block_until_ready()
+    return jax.device_put(np.zeros(int(nbytes), np.uint8), dev).block_until_ready()
 
 
 def is_oom(exc: BaseException) -> bool:
