@@ -7,19 +7,38 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup report test test-fast lab validate env clean browser gpu-deps
+.PHONY: help setup report test test-fast lab validate env clean browser gpu-deps lock
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 	@echo "  PROFILE=smoke|quick|full (default quick)"
 
-$(STAMP): pyproject.toml
+# Every package from the lock (runtime and the test and lab groups, each at its
+# pinned version), then fwcompare itself without resolving anything again; its
+# build backend is the lock's setuptools (no isolated build that fetches another).
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
-setup: $(STAMP) ## create .venv and install the pinned dependencies
+setup: $(STAMP) ## create .venv and install the locked dependencies (requirements.lock)
+
+# requirements.lock: pip-compile (pip-tools, in a venv of its own under build/) resolves
+# pyproject.toml's pins with the groups `test` and `lab` and pins every package under
+# them. A pin already in the lock stays unless pyproject.toml's pins call for another;
+# UPGRADE=1 moves every unpinned package under them to its newest version. The command
+# (written into the lock's header too):
+#   pip-compile --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
+#     --extra test --extra lab --output-file requirements.lock pyproject.toml
+LOCK_TOOLS := build/pip-tools
+lock: ## regenerate requirements.lock from pyproject.toml (UPGRADE=1: newest versions)
+	@test -x $(LOCK_TOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_TOOLS) && \
+		$(LOCK_TOOLS)/bin/pip install --quiet pip==23.2.1 pip-tools==7.6.2; }
+	$(LOCK_TOOLS)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url \
+		--no-emit-find-links --extra test --extra lab $(if $(UPGRADE),--upgrade) \
+		--output-file requirements.lock pyproject.toml
 
 report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.html)
 	$(PY) -m fwcompare report --profile $(PROFILE)
@@ -55,7 +74,8 @@ validate: $(STAMP) ## check every params file
 env: $(STAMP) ## print the environment and fairness manifest
 	$(PY) -m fwcompare env
 
-lab: $(STAMP) ## open JupyterLab on the notebooks
+lab: $(STAMP) ## open JupyterLab on the notebooks (kernel "fwcompare"; results go to outputs/lab/)
+	$(PY) -c "from fwcompare.report import ensure_kernel; print('kernel:', ensure_kernel())"
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean: ## remove generated outputs and caches (keeps .venv)

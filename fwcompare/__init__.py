@@ -23,6 +23,11 @@ class StudyResults:
         return self.output_dir / "figures"
 
 
+# The profile folder of notebooks run by hand (JupyterLab, nothing injected):
+# outputs/lab/<study>, never a report's results (params.RUNTIME_KEYS).
+LAB = "lab"
+
+
 def study_dir(study: str, profile: str, output_dir: str | Path | None = None) -> Path:
     from .paths import OUTPUTS
 
@@ -41,8 +46,10 @@ def load_results(output_dir: str | Path) -> StudyResults:
 
 
 def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
-              output_dir: str | Path | None = None, progress: bool = True) -> StudyResults:
-    """Validate params, run (or resume) every cell of ``study``, return its results."""
+              output_dir: str | Path | None = None, progress: bool = True,
+              cells: list | None = None) -> StudyResults:
+    """Validate params, run (or resume) every cell of ``study`` (or only
+    ``cells``, a subset of them: a shard, fwcompare.shard), return its results."""
     from .forkserver import ForkServers
     from .params import study_named, validate
     from .runner import Runner
@@ -54,8 +61,11 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
         require(list(params["frameworks"]), "gpu")
     out = study_dir(study, profile, output_dir)
     st = study_named(study)
-    cells = st.cells(params)
-    if progress:  # what it will take, before it starts (``run --dry-run`` stops here)
+    whole = cells is None
+    cells = st.cells(params) if whole else list(cells)
+    # What it will take, before it starts (``run --dry-run`` stops here); a subset
+    # (a shard) prints its own plan instead.
+    if progress and whole:
         from .estimate import estimate
 
         print(estimate(study, params, out / "results").text(), flush=True)

@@ -328,7 +328,7 @@ class WorkerContext:
         self.framework, self.device, self.head = job.framework, job.device, job.head
         self.params = job.params
         self.config = job.timing
-        self.store = ResultStore(job.store_dir)
+        self.store = ResultStore(job.store_dir, run_id=job.run_id)
         self.provenance = dict(job.provenance)
         self.baseline_rss = current_rss_bytes()  # imports done, no model yet
         self._variant: tuple[Any, Any] | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -34,6 +35,8 @@ from .results import MEASURED
 from .tables import CELL_KEYS, baseline_pairs, both_measured, samples_by_cell, summarize
 
 CLAIMS_FILE = PARAMS / "claims.yaml"
+# A claim id names its figure file (claim_<id>.png) and its anchor in the report.
+CLAIM_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,70}$")
 VERDICTS = ("supported", "contradicted", "inconclusive", "not measured here")
 HARDWARE = ("cpu", "gpu", "any")
 DIRECTIONS = ("about", "above", "below")
@@ -168,6 +171,9 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
         if raw["id"] in seen:
             problems.append(f"{where}: duplicate id")
         seen.add(raw["id"])
+        if not (isinstance(raw["id"], str) and CLAIM_ID.match(raw["id"])):
+            problems.append(f"{where}: key 'id': must be lower-case letters, digits and '-' "
+                            f"(it names the claim's figure file and its link in the report)")
         if raw["direction"] in ("above", "below") and "reference" not in raw:
             problems.append(f"{where}: direction {raw['direction']!r} needs a 'reference' "
                             f"(the no-effect value the claim is above or below)")

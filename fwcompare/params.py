@@ -17,11 +17,14 @@ import yaml
 
 from . import models
 from .host import BUSY_HOST
+from . import LAB
 from .spec import DEVICES, DTYPES, FRAMEWORKS, SCHEDULES
 from .timing import TimingConfig
 
-# Set by `fwcompare report` for each notebook; not part of a params file.
-RUNTIME_KEYS = {"profile": "quick", "output_dir": ""}
+# Set by `fwcompare report` in every study notebook; not part of a params file.
+# A notebook run by hand (JupyterLab, nothing injected) keeps these defaults:
+# profile LAB, so its results go to outputs/lab/<study>, never to a report's.
+RUNTIME_KEYS = {"profile": LAB, "output_dir": ""}
 
 
 class ParamsError(ValueError):
@@ -287,8 +290,10 @@ def collect(study: str, namespace: dict) -> dict:
 def parameters_cell(study: str) -> str:
     """The source of a study notebook's parameters cell: every schema key with
     its default and help, then the keys `fwcompare report` sets."""
-    lines = [f"# Parameters: papermill injects params/{study}/<profile>.yaml after this cell."]
+    lines = [f"# Parameters: `fwcompare report` injects params/{study}/<profile>.yaml after this "
+             f"cell. Run by hand (JupyterLab): these values, results in outputs/lab/{study}."]
     lines += [f"{key} = {p.default!r}  # {p.help}" for key, p in schema(study).items()]
-    lines += ["profile = 'quick'  # set by `fwcompare report`: names the output folder",
+    lines += [f"profile = {RUNTIME_KEYS['profile']!r}  # set by `fwcompare report`: names the "
+              f"output folder ('lab': run by hand, never a report's folder)",
               f"output_dir = ''  # set by `fwcompare report`; empty: outputs/<profile>/{study}"]
     return "\n".join(lines)

@@ -27,10 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import ROOT
+from .paths import CACHE as CACHE_ROOT
 from .spec import FRAMEWORKS
 
-CACHE = ROOT / ".cache" / "peak"
+CACHE = CACHE_ROOT / "peak"
 # n of the n x n matmul: 2.1 GFLOP a call on a CPU in float32, 0.27 GFLOP in the
 # precisions a CPU may only emulate (bfloat16 and float16 without AMX or
 # AVX512-FP16 run tens of times slower), 1100 GFLOP on a GPU.

@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pandas as pd
@@ -73,6 +74,38 @@ SUMMARY_NOTEBOOK = "summary.ipynb"
 SUMMARY_PARAMETERS = ("profile", "results_dir", "claims_file", "output_dir")
 
 
+# The Jupyter kernel of this environment's interpreter: papermill runs every
+# notebook in it, the notebooks name it, `make lab` offers it.
+KERNEL = "fwcompare"
+
+
+def ensure_kernel() -> str:
+    """Register KERNEL for this interpreter (``<sys.prefix>/share/jupyter``)
+    unless it already points here; return its name. Without it, papermill's
+    ``python3`` ran whatever interpreter a user's own kernelspec named."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    def found():
+        try:
+            return KernelSpecManager().get_kernel_spec(KERNEL)
+        except NoSuchKernel:
+            return None
+    spec = found()
+    if spec is not None and spec.argv[0] == sys.executable:
+        return KERNEL
+    from ipykernel.kernelspec import install
+
+    install(kernel_name=KERNEL, display_name=f"fwcompare ({Path(sys.prefix).name})",
+            prefix=sys.prefix)
+    spec = found()
+    if spec is None or spec.argv[0] != sys.executable:  # one earlier on Jupyter's path
+        raise ReportError(
+            f"the Jupyter kernel {KERNEL!r} at {spec.resource_dir if spec else '?'} runs "
+            f"{spec.argv[0] if spec else '?'}, not this environment's {sys.executable}: "
+            f"remove it (jupyter kernelspec remove {KERNEL}) and run again")
+    return KERNEL
+
+
 class ReportError(RuntimeError):
     """One or more studies failed; the others and the index were still written."""
 
@@ -88,7 +121,7 @@ def run_notebook(study: str, profile: str, params: dict, out: Path,
     nb_in = NOTEBOOKS / (notebook or STUDIES[study].notebook)
     tmp = out / f".{study}.running.ipynb"
     try:
-        pm.execute_notebook(str(nb_in), str(tmp), cwd=str(ROOT), kernel_name="python3",
+        pm.execute_notebook(str(nb_in), str(tmp), cwd=str(ROOT), kernel_name=ensure_kernel(),
                             parameters={**params, "profile": profile, "output_dir": str(out)},
                             log_output=True, progress_bar=False)
     except BaseException:
@@ -245,6 +278,27 @@ def _run_one(name: str, profile: str, out: Path, digest: str, params: dict, note
     return True
 
 
+def _href(path: str) -> str:
+    """A relative link, quoted for a URL and escaped for an attribute."""
+    return html.escape(urllib.parse.quote(path), quote=True)
+
+
+def _figure_html(folder: str, png: Path) -> str:
+    """One figure of the index: the PNG, its caption (``<name>.caption.txt``,
+    plots.save_figure: what it shows, the hardware, the versions; the file
+    name where a figure has none) and links to its SVG and its data (CSV)."""
+    stem = png.name[:-len(".png")]
+    cap = png.with_name(f"{stem}.caption.txt")
+    text = cap.read_text().strip() if cap.is_file() else stem
+    alts = " · ".join(f'<a href="{_href(f"{folder}/{stem}{ext}")}">{label}</a>'
+                      for ext, label in ((".svg", "SVG"), (".csv", "data (CSV)"))
+                      if png.with_name(stem + ext).is_file())
+    src = _href(f"{folder}/{png.name}")
+    return (f'<figure><a href="{src}"><img src="{src}" alt="{html.escape(text)}"></a>'
+            f"<figcaption>{html.escape(text)}{' · ' + alts if alts else ''}</figcaption>"
+            f"</figure>")
+
+
 def _table(rows: dict) -> str:
     cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
                     for k, v in rows.items())
@@ -268,7 +322,7 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
     rows = []
     for r in card["claims"]:
         fig = f"{SUMMARY}/figures/claim_{r['id']}.png"
-        fig_link = f' <a href="{fig}">figure</a>' if (out_root / fig).is_file() else ""
+        fig_link = f' <a href="{_href(fig)}">figure</a>' if (out_root / fig).is_file() else ""
         rows.append(
             f'<tr id="claim-{html.escape(r["id"])}"><td><b>{html.escape(r["claim"])}</b>'
             f'<br><span class="src" title="{html.escape(r["source_text"])}">'
@@ -290,10 +344,10 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
             ("scorecard.csv", "scorecard (CSV)"), ("points.csv", "per-cell values (CSV)")]
         if (out / fn).exists())
     figs = "".join(
-        f'<figure><a href="{SUMMARY}/figures/claim_{r["id"]}.png"><img '
-        f'src="{SUMMARY}/figures/claim_{r["id"]}.png" alt="{html.escape(r["claim"])}"></a>'
+        f'<figure><a href="{src}"><img src="{src}" alt="{html.escape(r["claim"])}"></a>'
         f'<figcaption>{html.escape(r["id"])}: {html.escape(r["verdict"])}</figcaption></figure>'
-        for r in card["claims"] if (out / "figures" / f"claim_{r['id']}.png").is_file())
+        for r in card["claims"] if (out / "figures" / f"claim_{r['id']}.png").is_file()
+        for src in [_href(f"{SUMMARY}/figures/claim_{r['id']}.png")])
     figs = (f'<details open><summary>Each claim beside its measurement (green: where the '
             f'claim holds; dashed: the claimed figure; dots: each cell; diamond: the summary '
             f'with its 95% CI)</summary><div class="figs">{figs}</div></details>'
@@ -334,10 +388,7 @@ def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = 
         status = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no cells"
         # In the order the notebook saved them, which is the order it explains them.
         figs = sorted((out / "figures").glob("*.png"), key=lambda f: f.stat().st_mtime_ns)
-        imgs = "".join(
-            f'<figure><a href="{name}/figures/{f.name}"><img src="{name}/figures/{f.name}" '
-            f'alt="{html.escape(f.stem)}"></a><figcaption>{html.escape(f.stem)}</figcaption></figure>'
-            for f in figs)
+        imgs = "".join(_figure_html(f"{name}/figures", f) for f in figs)
         links = " · ".join(
             f'<a href="{name}/{fn}">{label}</a>' for fn, label in [
                 (f"{name}.html", "report (code hidden)"), (f"{name}.ipynb", "executed notebook"),

@@ -8,6 +8,10 @@ Layout under a study's results directory::
     losses/<model>-<framework>-<mode>.parquet   training: loss per agreement step
     results.parquet, samples.parquet     consolidated copies (after a run)
 
+Every row, sample and loss carries the ``run_id`` of the run that made it and
+the ``hostname`` of its machine, so the stores of two runs or machines can be
+concatenated without mixing (``fwcompare compare`` keeps them apart).
+
 Each finished cell is written to its own file through a temporary file and an
 atomic rename, so an interrupted run loses at most the cell in flight and a
 restarted run resumes. Failed cells are rows with a status and NaN figures,
@@ -20,6 +24,7 @@ import datetime as _dt
 import json
 import math
 import shutil
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -124,6 +129,23 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df[COLUMNS]
 
 
+# Where a sample or a loss came from (the results rows carry the same two columns).
+ORIGIN = {"run_id": "string", "hostname": "string"}
+
+
+def _with_origin(df: pd.DataFrame, run_id: str, hostname: str) -> pd.DataFrame:
+    return df.assign(run_id=pd.Series([run_id] * len(df), index=df.index, dtype="string"),
+                     hostname=pd.Series([hostname] * len(df), index=df.index, dtype="string"))
+
+
+def _fill_origin(df: pd.DataFrame) -> pd.DataFrame:
+    """Stores from before the columns: empty strings, never NaN."""
+    for col, dtype in ORIGIN.items():
+        df[col] = (df[col].fillna("") if col in df else pd.Series([""] * len(df), index=df.index)
+                   ).astype(dtype)
+    return df
+
+
 def losses_frame(model: str, framework: str, mode: str, losses, reference,
                  dtype: str = "float32", loss_scale=None, skipped=None) -> pd.DataFrame:
     """Loss per training step of one framework/mode/precision beside PyTorch's
@@ -156,10 +178,12 @@ def _read_all(directory: Path, empty) -> pd.DataFrame:
 
 
 class ResultStore:
-    def __init__(self, directory: Path | str):
+    def __init__(self, directory: Path | str, run_id: str = "", hostname: str | None = None):
         self.dir = Path(directory)
         self.cells_dir = self.dir / "cells"
         self.samples_dir = self.dir / "samples"
+        # Of the losses this process appends (rows and their samples carry their own).
+        self.run_id, self.hostname = run_id, hostname or socket.gethostname()
 
     def archive(self) -> Path | None:
         """Move every result here to previous/<timestamp>/ (never overwrite)."""
@@ -197,14 +221,18 @@ class ResultStore:
                               "calls_per_sample": calls,
                               "schedule": pd.Series([row.get("schedule") or "sequential"]
                                                     * len(samples_s), dtype="string")})
+            s = _with_origin(s, row.get("run_id") or "",
+                             row.get("hostname") or socket.gethostname())
             _write_atomic(s, self.samples_dir / name)
         _write_atomic(_frame([row]), self.cells_dir / name)
 
     def append_losses(self, df: pd.DataFrame, name: str) -> None:
-        _write_atomic(df, self.dir / "losses" / f"{name}.parquet")
+        _write_atomic(_with_origin(df, self.run_id, self.hostname),
+                      self.dir / "losses" / f"{name}.parquet")
 
     def load_losses(self) -> pd.DataFrame:
-        return _read_all(self.dir / "losses", lambda: losses_frame("", "", "", [], []))
+        return _fill_origin(_read_all(self.dir / "losses",
+                                      lambda: losses_frame("", "", "", [], [])))
 
     def load(self) -> pd.DataFrame:
         """Every row; measured rows with the run's FLOP/s ceiling for their
@@ -223,11 +251,11 @@ class ResultStore:
         return df
 
     def load_samples(self) -> pd.DataFrame:
-        return _read_all(self.samples_dir, lambda: pd.DataFrame(
+        return _fill_origin(_read_all(self.samples_dir, lambda: pd.DataFrame(
             {"cell_id": pd.Series(dtype="string"), "round": pd.Series(dtype="int64"),
              "sample": pd.Series(dtype="int64"), "seconds": pd.Series(dtype="float64"),
              "calls_per_sample": pd.Series(dtype="int64"),
-             "schedule": pd.Series(dtype="string")}))
+             "schedule": pd.Series(dtype="string")})))
 
     def finished(self) -> set[tuple[str, int]]:
         """(cell_id, round) of cells a resumed run keeps."""

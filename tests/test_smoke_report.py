@@ -1,11 +1,19 @@
 """The smoke profile end to end through papermill: real runs, real figures."""
+import html
+import io
 import re
+import socket
+import tarfile
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
+from PIL import Image
 
-from fwcompare import claims, load_results, models, report, tables
+import fwcompare
+from fwcompare import claims, export, load_results, models, report, tables
+from fwcompare.compare import compare
 from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
 from fwcompare.studies import acceleration, deployment, distributed, generation
@@ -89,12 +97,25 @@ def test_report_files_exist_and_link(smoke):
                "distributed": ("scaling_throughput", "scaling_efficiency", "allreduce_share"),
                "deployment": ("speed_vs_error", "size_and_load"),
                "generation": ("latency", "throughput", "compile_cost")}
+    page = index.read_text()
     for name, pngs in figures.items():
         study = out / name
         for fig in pngs:
             png = study / "figures" / f"{fig}.png"
             assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
-            assert f"{name}/figures/{fig}.png" in index.read_text()
+            assert f"{name}/figures/{fig}.png" in page
+        # Every figure, the study's own included: PNG, SVG, the CSV of what it draws,
+        # and its caption, which the index shows (hardware and versions, not a file name).
+        for png in (study / "figures").glob("*.png"):
+            stem = png.name[:-4]
+            assert min(Image.open(png).info["dpi"]) >= 199.5, png
+            assert "<svg" in png.with_suffix(".svg").read_text()[:2000], png
+            drawn = pd.read_csv(png.with_suffix(".csv"))
+            assert len(drawn) and drawn[["x", "y", "value", "y_low"]].notna().any().any(), png
+            cap = (study / "figures" / f"{stem}.caption.txt").read_text().strip()
+            assert "torch " in cap and "cores" in cap, (png, cap)
+            assert html.escape(cap) in page, (png, cap)
+            assert f"{name}/figures/{stem}.svg" in page and f"{name}/figures/{stem}.csv" in page
         html = (study / f"{name}.html").read_text()
         assert "run_study(" not in html  # code hidden
         assert not list(study.glob(".*.running.ipynb"))
@@ -449,3 +470,48 @@ def test_generation_tokens_agree_and_prefill_decode_and_compile_are_apart(smoke)
     claim = next(c for c in claims.load_claims() if c.id == "tf-xla-buckets-no-retrace")
     row, _ = claims.evaluate(claim, data)
     assert row["verdict"] == "supported" and row["value"] == 0, row
+
+
+def test_compare_two_real_runs(smoke, tmp_path):
+    """The smoke inference sweep against a second real run of part of it
+    (PyTorch on tiny-bert) minutes later: every shared cell is matched, has a
+    ratio near 1 with an interval around it; the rest is in A only."""
+    out, _, _ = smoke
+    p = load_file(PARAMS / "inference_sweep" / "smoke.yaml")
+    p.update(models=["tiny-bert"], frameworks=["torch"])
+    fwcompare.run_study("inference_sweep", p, profile="smoke", output_dir=tmp_path / "b",
+                        progress=False)
+    c = compare(out / "inference_sweep", tmp_path / "b")
+    a = load_results(out / "inference_sweep").results
+    shared = a[(a["model"] == "tiny-bert") & (a["framework"] == "torch")]
+    assert len(c.cells) == shared["cell_id"].nunique() == 4
+    assert (c.cells["status_a"] == "ok").all() and (c.cells["status_b"] == "ok").all()
+    r = c.cells
+    assert ((r["ci_low"] <= r["time_b_over_a"]) & (r["time_b_over_a"] <= r["ci_high"])).all()
+    assert r["time_b_over_a"].between(0.2, 5).all()  # the same cells on the same machine
+    assert len(c.only) == a["cell_id"].nunique() - 4 and set(c.only["only_in"]) == {"a"}
+    assert not c.env["key"].str.startswith("versions.").any()  # one environment
+    assert "params_hash" in set(c.env["key"])  # the second run's params differ
+    assert len(c.variants) == 1 and c.variants.iloc[0]["cells"] == 4
+
+
+def test_export_of_the_smoke_report_drops_the_host(smoke, tmp_path):
+    out, _, _ = smoke
+    archive = export.export(out, tmp_path / "smoke.tar.gz", drop_host=True)
+    host = socket.gethostname()
+    with tarfile.open(archive) as t:
+        files = {m.name.split("/", 1)[1]: t.extractfile(m).read() for m in t.getmembers()}
+    for study in ("inference_sweep", "training", "generation", "deployment"):
+        for f in ("results/results.parquet", "results/samples.parquet", "results/env.json",
+                  f"{study}.html", "params.yaml"):
+            assert f"{study}/{f}" in files, (study, f)
+        for png in (out / study / "figures").glob("*.png"):
+            for ext in (".png", ".svg", ".csv", ".caption.txt"):
+                assert f"{study}/figures/{png.name[:-4]}{ext}" in files, (png, ext)
+        rows = pd.read_parquet(io.BytesIO(files[f"{study}/results/results.parquet"]))
+        assert len(rows) and set(rows["hostname"]) == {""}
+    assert {"summary/scorecard.json", "summary/scorecard.csv", "index.html"} <= set(files)
+    pattern = re.compile(rf"(?<![A-Za-z0-9+/=_.-]){re.escape(host)}(?![A-Za-z0-9+/=_-])")
+    for name, data in files.items():
+        if name.endswith((".html", ".json", ".csv", ".ipynb", ".txt", ".yaml")):
+            assert not pattern.search(data.decode("utf-8", "replace")), name

@@ -274,7 +274,7 @@ class Rank:
         self.job, self.dp, self.load_s = job, dp, load_s
         self.rank0 = dp.rank == 0
         self.cfg = job.timing
-        self.store = ResultStore(job.store_dir) if self.rank0 else None
+        self.store = ResultStore(job.store_dir, run_id=job.run_id) if self.rank0 else None
         self.gate = Gate(job.gate_path)
         self.info = self.gate.info
         self.provenance = dict(job.provenance, mode_setup=dp.setup)

@@ -1,0 +1,228 @@
+"""``fwcompare compare A B``: two runs of the same studies (two machines, two
+commits, two library versions), cell by cell.
+
+A and B are output folders: one study's (``outputs/quick/inference_sweep``)
+or a profile's (``outputs/quick``, every study folder in it). Cells match on
+what they measure (:data:`MATCH`: the spec without ``threads``, which follows
+the machine's cores when the params say 0), never on the cell id or the row
+order. For each cell measured in both:
+
+- ``time_b_over_a``: median seconds per call in B over A (above 1: B is
+  slower), with a 95% interval from the raw samples (:func:`stats.ratio_ci`:
+  with 2 or more rounds on each side, Student's t over the rounds, which
+  carries the between-process spread; with one, a bootstrap of the sample
+  blocks, which sees one sampling window only and says so in ``interval``).
+  The two runs are independent: their blocks are never paired.
+- per study, task, variant and precision: the geometric mean of those ratios
+  with its interval (:func:`stats.geomean_ratio_ci`).
+- the cells present in one run only, with their status there;
+- the two environment manifests (``results/env.json``) side by side where they
+  differ: versions, CPU/GPU, threads, flags, the measured peak.
+
+Printed as tables, and written as CSV and Markdown (``--out``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import load_results
+from .results import MEASURED
+from .spec import RunSpec
+from .stats import CellSamples, geomean_ratio_ci, ratio_ci
+from .tables import samples_by_cell, variant
+
+MATCH = [f for f in RunSpec.__dataclass_fields__ if f != "threads"]
+GROUP = ["study", "task", "variant", "dtype"]
+
+
+class CompareError(ValueError):
+    """A or B is no output folder, or the two share no study."""
+
+
+def study_folders(path: Path | str) -> dict[str, Path]:
+    """The study folders of an output folder: itself when it holds
+    ``results/``, else each child that does (a profile's folder)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CompareError(f"{path}: no such folder")
+    if (path / "results").is_dir():
+        return {path.name: path}
+    found = {c.name: c for c in sorted(path.iterdir()) if (c / "results").is_dir()}
+    if not found:
+        raise CompareError(f"{path}: no study results here (expected results/ or "
+                           f"<study>/results/, as `fwcompare run` and `make report` write)")
+    return found
+
+
+def _side(samples: CellSamples, rounds: set[int]) -> CellSamples:
+    """The rounds kept apart when both sides have the same 2 or more rounds;
+    otherwise every round pooled into one (never blocks paired across runs)."""
+    if len(samples.rounds) >= 2 and set(samples.rounds) == rounds:
+        return CellSamples(samples.rounds, interleaved=False)
+    return CellSamples({0: samples.pooled}, interleaved=False)
+
+
+def _cells(path: Path) -> tuple[pd.DataFrame, dict[str, CellSamples], dict]:
+    res = load_results(path)
+    df = res.results.copy()
+    if df.empty:
+        return df, {}, res.manifest
+    if "new_tokens" not in df:
+        df["new_tokens"] = 0
+    df["variant"] = [variant(f, m) for f, m in zip(df["framework"], df["mode"])]
+    # One row per cell: the worst status of its rounds, the rounds counted.
+    agg = df.sort_values("round").groupby("cell_id", sort=False).agg(
+        **{k: (k, "first") for k in [*MATCH, "variant", "threads", "run_id", "hostname"]},
+        status=("status", lambda s: next((x for x in s if x != "ok"), "ok")),
+        rounds=("round", "nunique")).reset_index()
+    return agg, samples_by_cell(res.samples), res.manifest
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, list) else v
+    return out
+
+
+def env_diff(a: dict, b: dict) -> pd.DataFrame:
+    """The manifest entries (nested keys dotted) that differ between A and B."""
+    fa, fb = _flat(a), _flat(b)
+    rows = [{"key": k, "a": fa.get(k, ""), "b": fb.get(k, "")} for k in sorted({*fa, *fb})
+            if str(fa.get(k, "")) != str(fb.get(k, ""))]
+    return pd.DataFrame(rows, columns=["key", "a", "b"])
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub Markdown table (pandas' own needs tabulate, which is no dependency)."""
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.4g}"
+        return str(v).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+@dataclass
+class Comparison:
+    a: str
+    b: str
+    cells: pd.DataFrame       # one row per cell present in both
+    variants: pd.DataFrame    # geometric mean per study, task, variant, precision
+    only: pd.DataFrame        # cells present in one run only
+    env: pd.DataFrame         # manifest entries that differ, per study
+
+    def text(self) -> str:
+        """The comparison as plain-text tables (what ``fwcompare compare`` prints)."""
+        def fmt(df: pd.DataFrame) -> str:
+            return df.to_string(index=False, float_format=lambda v: f"{v:.3g}") if len(df) \
+                else "(none)"
+        cols = ["study", "model", "variant", "dtype", "batch_size", "seq_len", "new_tokens",
+                "median_a_s", "median_b_s", "time_b_over_a", "ci_low", "ci_high", "interval"]
+        return "\n\n".join([
+            f"A: {self.a}\nB: {self.b}\ntime_b_over_a above 1: B is slower",
+            "per variant (geometric mean over its cells, 95% CI):\n" + fmt(self.variants),
+            "per cell:\n" + fmt(self.cells[[c for c in cols if c in self.cells]]),
+            "in one run only:\n" + fmt(self.only),
+            "environment, where it differs:\n" + fmt(self.env)])
+
+    def markdown(self) -> str:
+        def md(df: pd.DataFrame) -> str:
+            return markdown_table(df) if len(df) else "(none)"
+        return "\n\n".join([
+            "# fwcompare compare", f"- A: `{self.a}`\n- B: `{self.b}`\n- `time_b_over_a` "
+            "above 1: B is slower. Intervals: 95%; `rounds` when both runs had the same 2+ "
+            "rounds (between-process spread included), `blocks` for one sampling window "
+            "per run (a rerun can fall outside it).",
+            "## Per variant", md(self.variants), "## Per cell", md(self.cells),
+            "## In one run only", md(self.only), "## Environment, where it differs",
+            md(self.env)]) + "\n"
+
+    def write(self, out: Path | str) -> list[Path]:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        files = []
+        for name, df in [("cells", self.cells), ("variants", self.variants),
+                         ("only_in_one", self.only), ("env_diff", self.env)]:
+            df.to_csv(out / f"{name}.csv", index=False)
+            files.append(out / f"{name}.csv")
+        (out / "compare.md").write_text(self.markdown())
+        return [*files, out / "compare.md"]
+
+
+def compare(a: Path | str, b: Path | str, confidence: float = 0.95) -> Comparison:
+    """A against B: see the module's docstring."""
+    fa, fb = study_folders(a), study_folders(b)
+    common = [s for s in fa if s in fb]
+    if not common:
+        raise CompareError(f"{a} and {b} share no study (A: {', '.join(fa)}; "
+                           f"B: {', '.join(fb)})")
+    cells, variants, only, envs = [], [], [], []
+    for study in common:
+        ca, sa, ma = _cells(fa[study])
+        cb, sb, mb = _cells(fb[study])
+        d = env_diff(ma, mb)
+        envs.append(d.assign(study=study)[["study", "key", "a", "b"]])
+        if ca.empty and cb.empty:
+            continue
+        keyed = ca.merge(cb, on=[*MATCH, "variant"], how="outer", suffixes=("_a", "_b"),
+                         indicator=True)
+        for side, tag in (("left_only", "a"), ("right_only", "b")):
+            part = keyed[keyed["_merge"] == side]
+            if len(part):
+                only.append(part[[*MATCH, "variant"]].assign(
+                    only_in=tag, status=part[f"status_{tag}"].to_numpy()))
+        both = keyed[keyed["_merge"] == "both"]
+        rows, pairs = [], {}
+        for _, r in both.iterrows():
+            row = {k: r[k] for k in ["study", "model", "variant", "framework", "mode", "dtype",
+                                     "task", "batch_size", "seq_len", "new_tokens", "workers",
+                                     "scaling"]}
+            row.update(status_a=r["status_a"], status_b=r["status_b"],
+                       threads_a=r["threads_a"], threads_b=r["threads_b"],
+                       rounds_a=r["rounds_a"], rounds_b=r["rounds_b"],
+                       cell_id_a=r["cell_id_a"], cell_id_b=r["cell_id_b"])
+            xa, xb = sa.get(r["cell_id_a"]), sb.get(r["cell_id_b"])
+            ok = (r["status_a"] in MEASURED and r["status_b"] in MEASURED
+                  and xa is not None and xb is not None and len(xa) and len(xb))
+            if ok:
+                rounds = set(xa.rounds) if set(xa.rounds) == set(xb.rounds) else set()
+                pa, pb = _side(xa, rounds), _side(xb, rounds)
+                value, lo, hi = ratio_ci(pb, pa, confidence)
+                row.update(median_a_s=float(np.median(pa.pooled)),
+                           median_b_s=float(np.median(pb.pooled)), time_b_over_a=value,
+                           ci_low=lo, ci_high=hi,
+                           interval="rounds" if len(pa.rounds) >= 2 else "blocks")
+                pairs.setdefault(tuple(row[k] for k in GROUP), []).append((pb, pa))
+            else:
+                row.update(median_a_s=math.nan, median_b_s=math.nan, time_b_over_a=math.nan,
+                           ci_low=math.nan, ci_high=math.nan, interval="")
+            rows.append(row)
+        cells.append(pd.DataFrame(rows))
+        for key, ps in pairs.items():
+            value, lo, hi = geomean_ratio_ci(ps, confidence)
+            variants.append({**dict(zip(GROUP, key)), "cells": len(ps),
+                             "geomean_time_b_over_a": value, "ci_low": lo, "ci_high": hi})
+    cells_df = pd.concat(cells, ignore_index=True) if cells else pd.DataFrame()
+    if len(cells_df):
+        cells_df = cells_df.sort_values(["study", "model", "variant", "dtype", "batch_size",
+                                         "seq_len", "new_tokens"], ignore_index=True)
+    return Comparison(
+        str(a), str(b), cells_df,
+        pd.DataFrame(variants, columns=[*GROUP, "cells", "geomean_time_b_over_a", "ci_low",
+                                        "ci_high"]),
+        pd.concat(only, ignore_index=True) if only else pd.DataFrame(
+            columns=[*MATCH, "variant", "only_in", "status"]),
+        pd.concat(envs, ignore_index=True))
