@@ -45,15 +45,26 @@ class CompareError(ValueError):
     """A or B is no output folder, or the two share no study."""
 
 
+def study_name(folder: Path) -> str:
+    """The study a folder's results belong to (its rows say; a folder can be
+    named anything, as ``--out`` allows), else the folder's name."""
+    cells = sorted((folder / "results" / "cells").glob("*.parquet"))[:1]
+    if cells:
+        study = pd.read_parquet(cells[0], columns=["study"])["study"]
+        if len(study) and study.iloc[0]:
+            return str(study.iloc[0])
+    return folder.name
+
+
 def study_folders(path: Path | str) -> dict[str, Path]:
-    """The study folders of an output folder: itself when it holds
+    """The study folders of an output folder, by study: itself when it holds
     ``results/``, else each child that does (a profile's folder)."""
     path = Path(path)
     if not path.is_dir():
         raise CompareError(f"{path}: no such folder")
     if (path / "results").is_dir():
-        return {path.name: path}
-    found = {c.name: c for c in sorted(path.iterdir()) if (c / "results").is_dir()}
+        return {study_name(path): path}
+    found = {study_name(c): c for c in sorted(path.iterdir()) if (c / "results").is_dir()}
     if not found:
         raise CompareError(f"{path}: no study results here (expected results/ or "
                            f"<study>/results/, as `fwcompare run` and `make report` write)")

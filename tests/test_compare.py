@@ -101,13 +101,25 @@ def test_profile_folders_written_as_csv_and_markdown(two_runs, tmp_path):
     assert "torch/eager" in c.text() and "2.14.0" in c.text()
 
 
+def test_a_study_folder_of_any_name_is_matched_by_its_study(two_runs, tmp_path):
+    import shutil
+
+    renamed = tmp_path / "my-run"
+    shutil.copytree(two_runs[1], renamed)
+    c = cmp.compare(two_runs[0], renamed)
+    assert set(c.cells["study"]) == {"inference_sweep"} and len(c.cells) == 3
+
+
 def test_folders_that_are_no_runs_are_refused(tmp_path, two_runs):
     with pytest.raises(cmp.CompareError, match="no such folder"):
         cmp.compare(tmp_path / "missing", two_runs[1])
     (tmp_path / "empty").mkdir()
     with pytest.raises(cmp.CompareError, match="no study results"):
         cmp.compare(tmp_path / "empty", two_runs[1])
-    other = write_run(tmp_path / "c" / "training", {spec(): ("ok", [0.01] * 8)}, "rc", "h", {})
+    train = RunSpec(study="training", model="tiny-bert", framework="torch", mode="eager",
+                    device="cpu", dtype="float32", batch_size=1, seq_len=8, threads=2,
+                    task="train")
+    other = write_run(tmp_path / "c" / "training", {train: ("ok", [0.01] * 8)}, "rc", "h", {})
     with pytest.raises(cmp.CompareError, match="share no study"):
         cmp.compare(two_runs[0], other)
 

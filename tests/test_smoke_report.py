@@ -1,5 +1,4 @@
 """The smoke profile end to end through papermill: real runs, real figures."""
-import html
 import io
 import re
 import socket
@@ -10,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from html import escape
 
 import fwcompare
 from fwcompare import claims, export, load_results, models, report, tables
@@ -114,7 +114,7 @@ def test_report_files_exist_and_link(smoke):
             assert len(drawn) and drawn[["x", "y", "value", "y_low"]].notna().any().any(), png
             cap = (study / "figures" / f"{stem}.caption.txt").read_text().strip()
             assert "torch " in cap and "cores" in cap, (png, cap)
-            assert html.escape(cap) in page, (png, cap)
+            assert escape(cap) in page, (png, cap)
             assert f"{name}/figures/{stem}.svg" in page and f"{name}/figures/{stem}.csv" in page
         html = (study / f"{name}.html").read_text()
         assert "run_study(" not in html  # code hidden
