@@ -275,7 +275,6 @@ def legend_right(fig, axes, title: str, manifest: dict, note: str, right: float)
 # A figure's name becomes its file names and a link of the report's index.
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,80}$")
 PNG_DPI = 200  # print quality; notebooks show it at screen size (Image(retina=True))
-FIGURE_FILES = (".png", ".svg", ".csv", ".caption.txt")
 
 
 def check_slug(name: str, what: str = "figure name") -> str:
