@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -389,38 +389,6 @@ def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     return m
 
 
-def oom_order(data: StudyData, claim: Claim, devices) -> Measurement:
-    """Which of a and b ran out of memory at a smaller batch x sequence: +1 a
-    first, -1 b first, 0 at the same size. When neither did, nothing can be
-    said (not measured here) and the peak-memory ratio at the largest size
-    both ran is shown."""
-    a, b = claim.cells["a"], claim.cells["b"]
-    s = data.summary[data.summary["device"].isin(devices)]
-    m = Measurement(unit=f"+1: {a} out of memory first, -1: {b} first, 0: same size")
-    if claim.models:
-        s = s[s["model"].isin(claim.models)]
-    first = {}
-    for v in (a, b):
-        oom = s[(s["variant"] == v) & (s["status"] == "oom")]
-        first[v] = (oom["batch_size"] * oom["seq_len"]).min() if len(oom) else math.inf
-    mem = memory_ratio(data, replace(claim, shapes="largest"), devices)
-    m.devices = mem.devices | set(s["device"])
-    if not (math.isfinite(first[a]) or math.isfinite(first[b])):
-        m.cells = mem.cells
-        m.forced = "not measured here"
-        ran = s[s["variant"].isin([a, b])]
-        biggest = (ran["batch_size"] * ran["seq_len"]).max() if len(ran) else 0
-        m.note = (f"no cell ran out of memory (largest batch x sequence {biggest} tokens); "
-                  f"peak memory {a} / {b} at each model's largest size: "
-                  + (f"{mem.value:.2f}" if math.isfinite(mem.value) else "n/a"))
-        return m
-    m.value = float(np.sign(first[b] - first[a]))
-    m.cells = [f"{v}: first out of memory at {first[v]:g} tokens" if math.isfinite(first[v])
-               else f"{v}: never out of memory" for v in (a, b)]
-    m.note = "; ".join(m.cells)
-    return m
-
-
 @dataclass(frozen=True)
 class Metric:
     """A claim metric: ``fn(data, claim, devices) -> Measurement``, the keys its
@@ -466,7 +434,6 @@ SHARED_METRICS = {
     "time_ratio": Metric(time_ratio, ("a", "b"), check_cells),
     "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells),
     "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells),
-    "oom_order": Metric(oom_order, ("a", "b"), check_cells, count=True),
 }
 
 

@@ -62,6 +62,11 @@ class TrainSettings:
     optimizer: dict          # AdamW: learning_rate, weight_decay, beta1, beta2, eps
     accumulation_steps: int
     agreement_steps: int     # steps on the gate batch whose losses are compared
+    # How a step that computes the same function is made another way (the
+    # memory study's techniques): the backend's training mode where the
+    # cell's mode names a technique, and gradient checkpointing.
+    exec_mode: str = ""
+    checkpointing: bool = False
 
 
 def fp64_key(batch: int, seq: int) -> str:

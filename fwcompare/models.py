@@ -28,6 +28,11 @@ ZOO: dict[str, tuple[str, dict]] = {
     "distilbert-base-uncased": ("DistilBertConfig", dict(vocab_size=30522)),
     "gpt2": ("GPT2Config", dict()),
     "distilgpt2": ("GPT2Config", dict(n_layer=6)),
+    # GPT-2 medium, large and XL (355M, 774M, 1.5B parameters: the public
+    # configs); XL is the articles' memory model (6 GB of float32 weights).
+    "gpt2-medium": ("GPT2Config", dict(n_embd=1024, n_layer=24, n_head=16)),
+    "gpt2-large": ("GPT2Config", dict(n_embd=1280, n_layer=36, n_head=20)),
+    "gpt2-xl": ("GPT2Config", dict(n_embd=1600, n_layer=48, n_head=25)),
     "xlnet-base-cased": ("XLNetConfig", dict(
         vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072)),
     "xlm-mlm-en-2048": ("XLMConfig", dict(
@@ -50,6 +55,11 @@ ZOO: dict[str, tuple[str, dict]] = {
     "tiny-bert": ("BertConfig", dict(
         vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=128, max_position_embeddings=256)),
+    # Smoke-sized but 12 layers deep: what a technique that works layer by
+    # layer (gradient checkpointing) saves shows above the runtime's noise.
+    "tiny-bert-deep": ("BertConfig", dict(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=12, num_attention_heads=2,
+        intermediate_size=256, max_position_embeddings=256)),
     "tiny-gpt2": ("GPT2Config", dict(
         vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=256)),
     "tiny-mistral": ("MistralConfig", dict(

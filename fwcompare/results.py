@@ -64,6 +64,8 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            # generation: greedy tokens that match PyTorch eager's, PyTorch's smallest
            # top-2 logit margin over them, the analytic KV cache, the padded prompt
            "tokens_agreed", "ref_min_margin", "kv_cache_bytes", "padded_len",
+           # memory: a largest-batch search's result, its budget and its tries
+           "largest_batch", "oom_batch", "fit_tries", "budget_bytes",
            # what else the machine did while the cell was sampled (host.py)
            "host_other_cpu", "host_steal", "host_retakes"]
 PROVENANCE = {"schedule": "string",
@@ -80,7 +82,8 @@ PROVENANCE = {"schedule": "string",
 # measured figure of a failed row is NaN, whatever the worker knew (a gate's
 # load time and equivalence error belong to the variant, not to this cell).
 ANALYTIC = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "flops_per_call",
-            "bytes_per_call", "per_worker_batch", "kv_cache_bytes", "padded_len")
+            "bytes_per_call", "per_worker_batch", "kv_cache_bytes", "padded_len",
+            "budget_bytes")
 
 DTYPES: dict[str, str] = {
     "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
@@ -256,6 +259,11 @@ class ResultStore:
              "sample": pd.Series(dtype="int64"), "seconds": pd.Series(dtype="float64"),
              "calls_per_sample": pd.Series(dtype="int64"),
              "schedule": pd.Series(dtype="string")})))
+
+    def row(self, cell_id: str, round: int = 0) -> dict | None:
+        """The stored row of one cell and round, or None."""
+        path = self.cells_dir / f"{cell_id}-r{round}.parquet"
+        return pd.read_parquet(path).iloc[0].to_dict() if path.is_file() else None
 
     def finished(self) -> set[tuple[str, int]]:
         """(cell_id, round) of cells a resumed run keeps."""

@@ -603,7 +603,7 @@ class Runner:
                     if prepared[model]:
                         for c in (c for group in groups for c in group):
                             self.fail(c, "error", prepared[model])
-                    elif self.params.get("schedule") == "interleaved":
+                    elif self.study.schedule(self.params, self.task) == "interleaved":
                         from .interleave import run_interleaved
 
                         run_interleaved(self, model, groups, rnd)

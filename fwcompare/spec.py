@@ -28,7 +28,9 @@ SCHEDULES = ("interleaved", "sequential")
 # matmuls: NVIDIA GPUs only), and bfloat16 / float16 as each framework's idiomatic
 # mixed precision (fp32 weights, reduced-precision compute).
 DTYPES = ("float32", "tf32", "bfloat16", "float16")
-TASKS = ("inference", "train")
+# largest_batch: a search for the largest batch that fits a memory budget;
+# fit: one try of it (the memory study).
+TASKS = ("inference", "train", "largest_batch", "fit")
 
 
 _LATER_FIELDS = ("workers", "scaling", "new_tokens")
@@ -71,7 +73,7 @@ class RunSpec:
     @property
     def label(self) -> str:
         precision = "" if self.dtype == "float32" else f" {self.dtype}"
-        task = " train" if self.task == "train" else ""
+        task = f" {self.task}" if self.task != "inference" else ""
         workers = f" {self.scaling} x{self.workers}" if self.scaling else ""
         new = f" new={self.new_tokens}" if self.new_tokens else ""
         return (f"{self.model}{task} {self.framework}/{self.mode}{precision}{workers} "

@@ -197,23 +197,6 @@ def test_memory_ratio_has_no_ci_and_is_judged_on_its_value():
     assert row["verdict"] == "supported" and "no CI" in row["note"]
 
 
-def test_oom_order():
-    c = claim(metric="oom_order", direction="above", reference=0.0, tolerance=0.0, expected=1)
-    none = two_framework_study(1.0)
-    row, _ = claims.evaluate(c, none)
-    assert row["verdict"] == "not measured here" and "no cell ran out of memory" in row["note"]
-    cells = [("m", "torch/eager", "cpu", 8, 512, "oom", None, math.nan),
-             ("m", "tensorflow/graph", "cpu", 8, 512, "ok", noisy(1.0), 9e9),
-             ("m", "torch/eager", "cpu", 1, 32, "ok", noisy(0.01), 1e9),
-             ("m", "tensorflow/graph", "cpu", 1, 32, "ok", noisy(0.01), 1e9)]
-    row, _ = claims.evaluate(c, fake_study(cells))
-    assert row["value"] == 1 and row["verdict"] == "supported"
-    swapped = [(m, {"torch/eager": "tensorflow/graph", "tensorflow/graph": "torch/eager"}[v],
-                *rest) for m, v, *rest in cells]
-    row, _ = claims.evaluate(c, fake_study(swapped))
-    assert row["value"] == -1 and row["verdict"] == "contradicted"
-
-
 def stability_losses(fp16_skips, bf16_skips, steps=10):
     rows = []
     for dtype, skips in [("float32", 0), ("float16", fp16_skips), ("bfloat16", bf16_skips)]:

@@ -15,8 +15,10 @@ Each module (torch.py, tensorflow.py, jax.py) provides:
   compilations the framework has counted so far (None where it exposes none).
   ``options``: mode settings from the params (``torch_compile_mode``,
   ``torch_compile_dynamic``);
-- ``make_train_step(model, mode, device, opt, head, accumulation_steps, dtype)``:
-  ``step((ids, labels)) -> loss``, with ``step.loss_scale()``;
+- ``make_train_step(model, mode, device, opt, head, accumulation_steps, dtype,
+  checkpointing)``: ``step((ids, labels)) -> loss``, with ``step.loss_scale()``;
+  accumulation runs one micro-batch at a time; ``checkpointing``: the model's
+  own gradient checkpointing (Unsupported where transformers offers none);
 - ``precision_setup(dtype, device)``: how that framework runs ``dtype``, in words;
 - ``make_inputs(ids, device)``: framework tensor of int token ids;
 - ``sync(out)``: wait until ``out`` is computed;
@@ -57,7 +59,8 @@ class Backend(Protocol):
     def make_forward(self, model, mode: str, device: str, head: str = "base",
                      dtype: str = "float32", options: dict | None = None): ...
     def make_train_step(self, model, mode: str, device: str, opt: dict, head: str,
-                        accumulation_steps: int = 1, dtype: str = "float32"): ...
+                        accumulation_steps: int = 1, dtype: str = "float32",
+                        checkpointing: bool = False): ...
     def precision_setup(self, dtype: str, device: str) -> str: ...
     def make_inputs(self, ids: np.ndarray, device: str): ...
     def make_batch(self, ids: np.ndarray, labels: np.ndarray, device: str): ...

@@ -174,14 +174,20 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
 
 
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
-                    accumulation_steps: int = 1, dtype: str = "float32"):
+                    accumulation_steps: int = 1, dtype: str = "float32",
+                    checkpointing: bool = False):
     """Forward, loss, gradient and optax AdamW in one jax.jit-compiled function;
     ``step((ids, labels)) -> loss``. Dropout is off in the config, so the
     deterministic call computes the same function as the other frameworks'
     training mode. Mixed precision: the model's compute dtype with fp32
     parameters and optimizer state; float16 adds jmp's dynamic loss scale (a
     step with non-finite gradients keeps the old parameters and halves the
-    scale). ``step.loss_scale()`` is the current scale (NaN without scaling)."""
+    scale). ``step.loss_scale()`` is the current scale (NaN without scaling).
+    Accumulation: the micro-batches' gradients summed in a ``jax.lax.scan``, so
+    XLA runs one micro-batch at a time (an unrolled loop leaves it free to keep
+    every micro-batch's activations at once). ``checkpointing``: the Flax
+    model's own gradient checkpointing (``flax.linen.remat`` of each layer),
+    where transformers offers it."""
     import jax.numpy as jnp
     import jmp
     import optax
@@ -189,10 +195,19 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     jax = _jax()
     if mode != "jit":
         raise Unsupported(f"jax training mode {mode!r} is not implemented")
+    if checkpointing:
+        try:
+            model.enable_gradient_checkpointing()
+        except NotImplementedError:
+            raise Unsupported(
+                f"transformers' Flax {model.config.model_type} has no gradient checkpointing "
+                "(enable_gradient_checkpointing is not implemented for it; its Flax BERT and "
+                "RoBERTa have it)") from None
     tx = optax.adamw(opt["learning_rate"], b1=opt["beta1"], b2=opt["beta2"], eps=opt["eps"],
                      weight_decay=opt["weight_decay"])
 
     scaled = dtype == "float16"
+    tree_map = jax.tree_util.tree_map
 
     def loss_fn(params, scale, ids, labels):
         logits = model(ids, params=params, train=False).logits.astype(jnp.float32)
@@ -201,14 +216,23 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         return scale.scale(loss), loss
 
+    def grads_of(params, scale, ids, labels):
+        g, loss = jax.grad(loss_fn, has_aux=True)(params, scale, ids, labels)
+        return scale.unscale(g), loss
+
     def train(params, opt_state, scale, ids, labels):
-        grads, total = None, 0.0
-        for mids, mlabels in zip(jnp.split(ids, accumulation_steps),
-                                 jnp.split(labels, accumulation_steps)):
-            g, loss = jax.grad(loss_fn, has_aux=True)(params, scale, mids, mlabels)
-            g = jax.tree_util.tree_map(lambda x: x / accumulation_steps, scale.unscale(g))
-            grads = g if grads is None else jax.tree_util.tree_map(jnp.add, grads, g)
-            total = total + loss / accumulation_steps
+        if accumulation_steps == 1:
+            grads, total = grads_of(params, scale, ids, labels)
+        else:
+            def micro(carry, batch):
+                g, loss = grads_of(params, scale, *batch)
+                return (tree_map(jnp.add, carry[0], g), carry[1] + loss), None
+
+            split = [x.reshape(accumulation_steps, -1, *x.shape[1:]) for x in (ids, labels)]
+            zero = (tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
+            (grads, total), _ = jax.lax.scan(micro, zero, tuple(split))
+            grads = tree_map(lambda x: x / accumulation_steps, grads)
+            total = total / accumulation_steps
         updates, new_opt = tx.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         if scaled:  # skip the update when the gradients overflowed

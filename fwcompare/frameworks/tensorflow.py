@@ -170,19 +170,29 @@ def _loss(logits, labels, head: str):
 
 
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
-                    accumulation_steps: int = 1, dtype: str = "float32"):
+                    accumulation_steps: int = 1, dtype: str = "float32",
+                    checkpointing: bool = False):
     """Forward, loss, backward and tf-keras AdamW inside tf.function (XLA with
     mode "xla"); ``step((ids, labels)) -> loss``. Keras' Adam adds epsilon to
     sqrt(v) rather than to sqrt(v_hat) (PyTorch, optax): the same update up to
     epsilon's scale, negligible at epsilon 1e-8. Mixed precision comes from the
     policy the model was built under; float16 wraps the optimizer in tf-keras'
     dynamic LossScaleOptimizer (an overflowing step is skipped and the scale
-    halved). ``step.loss_scale()`` is the current scale (NaN without scaling)."""
+    halved). ``step.loss_scale()`` is the current scale (NaN without scaling).
+    Accumulation: the micro-batches in a ``tf.range`` loop (a while loop in the
+    graph), so one micro-batch runs at a time. ``checkpointing``: transformers'
+    TensorFlow models offer none, so it is Unsupported."""
     import tf_keras
 
     if mode not in ("graph", "xla"):
         raise Unsupported(f"tensorflow training mode {mode!r} is not implemented "
                           "(graph: tf.function, xla: tf.function(jit_compile=True))")
+    if checkpointing:
+        raise Unsupported(
+            f"transformers {transformers.__version__} offers no gradient checkpointing for "
+            f"TensorFlow {model.config.model_type} (TFPreTrainedModel has no "
+            "gradient_checkpointing_enable; of its TF models only Swin, SwiftFormer and "
+            "IDEFICS recompute activations)")
     dev = _device_name(device)
     with tf.device(dev):
         optimizer = tf_keras.optimizers.AdamW(
@@ -193,20 +203,26 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
             optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     variables = model.trainable_variables
 
+    def grads_of(ids, labels):
+        with tf.GradientTape() as tape:
+            logits = model(input_ids=ids, training=True).logits
+            loss = _loss(logits, labels, head) / accumulation_steps
+            target = optimizer.get_scaled_loss(loss) if scaled else loss
+        g = tape.gradient(target, variables)
+        g = [tf.convert_to_tensor(x) for x in g]  # dense: same update as the others
+        return (optimizer.get_unscaled_gradients(g) if scaled else g), loss
+
     def train(ids, labels):
-        grads, total = None, tf.zeros(())
-        for mids, mlabels in zip(tf.split(ids, accumulation_steps),
-                                 tf.split(labels, accumulation_steps)):
-            with tf.GradientTape() as tape:
-                logits = model(input_ids=mids, training=True).logits
-                loss = _loss(logits, mlabels, head) / accumulation_steps
-                target = optimizer.get_scaled_loss(loss) if scaled else loss
-            g = tape.gradient(target, variables)
-            g = [tf.convert_to_tensor(x) for x in g]  # dense: same update as the others
-            if scaled:
-                g = optimizer.get_unscaled_gradients(g)
-            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
-            total += loss
+        if accumulation_steps == 1:
+            grads, total = grads_of(ids, labels)
+        else:
+            n = ids.shape[0] // accumulation_steps
+            grads = [tf.zeros_like(v) for v in variables]
+            total = tf.zeros(())
+            for i in tf.range(accumulation_steps):
+                g, loss = grads_of(ids[i * n:(i + 1) * n], labels[i * n:(i + 1) * n])
+                grads = [a + b for a, b in zip(grads, g)]
+                total += loss
         optimizer.apply_gradients(zip(grads, variables))
         return total
     compiled = tf.function(train, jit_compile=mode == "xla")

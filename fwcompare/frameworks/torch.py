@@ -125,16 +125,26 @@ def _loss(logits, labels, head: str):
 
 
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
-                    accumulation_steps: int = 1, dtype: str = "float32"):
+                    accumulation_steps: int = 1, dtype: str = "float32",
+                    checkpointing: bool = False):
     """Forward, loss, backward and AdamW step; ``step((ids, labels)) -> loss``.
     With accumulation, the batch is split into equal micro-batches whose
-    gradients are averaged before one optimizer step. bfloat16/float16: the
+    gradients are averaged before one optimizer step. ``checkpointing``:
+    transformers' gradient checkpointing (each layer's activations recomputed
+    in the backward pass; the non-reentrant torch.utils.checkpoint). bfloat16/float16: the
     forward and loss under torch.autocast, fp32 weights and optimizer; float16
     adds torch.amp.GradScaler (dynamic loss scaling: a step whose gradients
     overflow is skipped and the scale halved). ``step.loss_scale()`` is the
     current scale (NaN without scaling)."""
     if mode != "eager":
         raise Unsupported(f"torch training mode {mode!r} is not implemented")
+    if checkpointing:
+        if not model.supports_gradient_checkpointing:
+            raise Unsupported(f"transformers' PyTorch {model.config.model_type} has no "
+                              "gradient checkpointing")
+        model.config.use_cache = False  # a cache is incompatible with recomputation
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=opt["learning_rate"],
                                   betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],

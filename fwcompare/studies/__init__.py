@@ -51,4 +51,4 @@ def module_file(study: Study) -> str:
 
 # The built-in studies, in report order; each module registers its study.
 from . import (inference_sweep, training, mixed_precision, acceleration,  # noqa: E402,F401
-               distributed, deployment, generation)
+               distributed, deployment, generation, memory)

@@ -21,6 +21,7 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``worker_threads``: threads of each worker, where not the run's (ranks)
 - ``spawn``: the process(es) that run one group (default: one worker)
 - ``run_group``: how the parent runs one group (default: the runner's)
+- ``schedule``: a task's schedule (default: the ``schedule`` param)
 - ``train_settings``: the training reference's optimizer and steps (training
   tasks)
 - ``backend``: the framework backend of a worker
@@ -156,6 +157,12 @@ class Study:
 
     def run_group(self, runner: "Runner", model: str, group: list[CellRef]) -> None:
         runner.run_group(model, group)
+
+    def schedule(self, params: dict, task: str) -> str:
+        """How a task's cells are timed: interleaved or sequential
+        (``fwcompare.runner``); a task whose groups the study runs itself
+        (``run_group``) needs sequential."""
+        return params.get("schedule", "sequential")
 
     def train_settings(self, params: dict) -> "TrainSettings | None":
         return None

@@ -65,8 +65,10 @@ def trained_variant(ctx: WorkerContext, mode: str, dtype: str,
                  "optimizer_state_bytes": 8.0 * n}  # fp32; AdamW keeps m and v
     try:
         model, load_s = ctx.load(dtype)
-        step = ctx.backend.make_train_step(model, mode, ctx.device, settings.optimizer,
-                                           ctx.head, settings.accumulation_steps, dtype)
+        step = ctx.backend.make_train_step(model, settings.exec_mode or mode, ctx.device,
+                                           settings.optimizer, ctx.head,
+                                           settings.accumulation_steps, dtype,
+                                           settings.checkpointing)
     except Exception as exc:
         raise CellFailure(failure_status(ctx.backend, exc), describe(exc), breakdown) from exc
     return TrainVariant(step, dict(breakdown, load_s=load_s))

@@ -1,0 +1,114 @@
+"""The memory study's pieces: the largest-batch search's next try, the
+techniques' settings and params, the GPT-2 family in the zoo, and one try in
+a fresh process stopped over its budget (the smoke report runs the study end
+to end)."""
+import math
+
+import pytest
+
+from fwcompare import models, params
+from fwcompare.studies import STUDIES, memory
+
+
+def run_search(fits, step=1, cap=512, budget=None):
+    """The tries ``next_batch`` asks for against a known limit: ``fits(b)`` ->
+    (fits, peak bytes)."""
+    tried = {}
+    while (b := memory.next_batch(tried, step, cap, budget)) is not None:
+        assert b not in tried and b % step == 0 and 0 < b <= cap
+        tried[b] = fits(b)
+        assert len(tried) < 30
+    ok = [b for b, (f, _) in tried.items() if f]
+    bad = [b for b, (f, _) in tried.items() if not f]
+    return (max(ok) if ok else 0), (min(bad) if bad else None), tried
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 17, 64, 100, 511])
+def test_search_finds_a_linear_limit_in_a_few_tries(limit):
+    per, base = 10.0, 100.0  # peak = base + per * batch; the budget fits ``limit``
+    budget = base + per * limit + per / 2
+    largest, oom, tried = run_search(lambda b: (base + per * b <= budget, base + per * b),
+                                     budget=budget)
+    assert (largest, oom) == (limit, limit + 1)
+    assert len(tried) <= 5, tried  # step, 2 x step, the line's guess and its neighbour
+
+
+@pytest.mark.parametrize("limit", [5, 40, 300])
+def test_search_bisects_when_the_line_is_wrong(limit):
+    # Peaks grow with the square of the batch: the line from the first tries
+    # overshoots, and the bracket is bisected.
+    budget = 1e3 + limit ** 2 + 0.5
+    largest, oom, tried = run_search(lambda b: (1e3 + b ** 2 <= budget, 1e3 + b ** 2),
+                                     budget=budget)
+    assert (largest, oom) == (limit, limit + 1)
+    assert len(tried) <= 2 + 2 * math.ceil(math.log2(limit + 2)), tried
+
+
+def test_search_in_micro_batch_steps_and_at_the_cap():
+    largest, oom, _ = run_search(lambda b: (b <= 18, 50.0 + b), step=4, budget=68.5)
+    assert (largest, oom) == (16, 20)  # accumulate-4 runs multiples of 4 only
+    largest, oom, tried = run_search(lambda b: (True, 10.0 * b), cap=64, budget=1e9)
+    assert (largest, oom) == (64, None) and 64 in tried  # every try fit: up to the cap
+    largest, oom, tried = run_search(lambda b: (False, math.nan), budget=1e9)
+    assert (largest, oom, list(tried)) == (0, 1, [1])  # not even the smallest batch
+
+
+def test_search_without_a_budget_bisects():
+    largest, oom, tried = run_search(lambda b: (b <= 37, math.nan), cap=256)
+    assert (largest, oom) == (37, 38) and len(tried) <= 12
+
+
+def test_techniques_make_the_same_step_another_way():
+    p = params.validate("memory", {})
+    st = STUDIES["memory"]
+    assert st.settings(p, "torch", "plain").accumulation_steps == 1
+    acc = st.settings(p, "jax", "accumulate-4")
+    assert (acc.accumulation_steps, acc.checkpointing, acc.exec_mode) == (4, False, "jit")
+    ckpt = st.settings(p, "tensorflow", "checkpointing")
+    assert (ckpt.accumulation_steps, ckpt.checkpointing, ckpt.exec_mode) == (1, True, "graph")
+    # The reference is PyTorch's plain step.
+    assert st.train_settings(p).accumulation_steps == 1
+    assert not st.train_settings(p).checkpointing
+
+
+def test_params_are_checked_before_anything_runs():
+    with pytest.raises(params.ParamsError) as e:
+        params.validate("memory", {"batch_sizes": [6], "fit_budget_gib": 1e6,
+                                   "modes": {"torch": ["accumulate-4"],
+                                             "tensorflow": ["plain"], "jax": ["plain"]}})
+    msg = str(e.value)
+    assert "accumulate-4 splits a batch into 4 micro-batches; batch size(s) 6" in msg
+    assert "below this machine's" in msg
+    with pytest.raises(params.ParamsError, match="on a GPU the budget is the device's memory"):
+        params.validate("memory", {"device": "gpu", "fit_budget_gib": 4.0,
+                                   "schedule": "sequential"})
+    with pytest.raises(params.ParamsError, match="one mode each|one training mode"):
+        params.validate("memory", {"train_modes": {"torch": ["eager"],
+                                                   "tensorflow": ["graph", "xla"],
+                                                   "jax": ["jit"]}})
+    with pytest.raises(params.ParamsError, match="unknown mode 'remat'"):
+        params.validate("memory", {"modes": {"torch": ["remat"], "tensorflow": ["plain"],
+                                             "jax": ["plain"]}})
+
+
+def test_cells_are_techniques_and_one_search_per_framework_and_mode():
+    p = params.validate("memory", {"models": ["tiny-bert"], "fit_models": ["tiny-bert"],
+                                   "fit_max_batch": 64, "fit_seq_len": 32})
+    cells = STUDIES["memory"].cells(p)
+    train = [c for c in cells if c.task == "train"]
+    search = [c for c in cells if c.task == memory.SEARCH]
+    assert {c.mode for c in train} == set(memory.TECHNIQUES)
+    assert len(search) == 3 * 2 and {c.mode for c in search} == {"forward", "plain"}
+    assert all(c.batch_size == 64 and c.seq_len == 32 for c in search)
+    assert len({c.cell_id for c in cells}) == len(cells)
+
+
+def test_gpt2_family_has_the_public_sizes():
+    n = {}
+    for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):
+        c = models.config_for(name)
+        # Transformer blocks plus tied embeddings (the public checkpoints' counts).
+        d, layers = c.n_embd, c.n_layer
+        n[name] = layers * (12 * d * d + 13 * d) + (c.vocab_size + c.n_positions) * d + 2 * d
+    assert round(n["gpt2"] / 1e6) == 124 and round(n["gpt2-medium"] / 1e6) == 355
+    assert round(n["gpt2-large"] / 1e6) == 774 and round(n["gpt2-xl"] / 1e6) == 1558
