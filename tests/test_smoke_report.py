@@ -16,7 +16,7 @@ from fwcompare import claims, export, load_results, models, report, tables
 from fwcompare.compare import compare
 from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
-from fwcompare.studies import acceleration, deployment, distributed, generation
+from fwcompare.studies import acceleration, deployment, distributed, generation, memory
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,8 @@ def test_report_files_exist_and_link(smoke):
                                 "recompilations"),
                "distributed": ("scaling_throughput", "scaling_efficiency", "allreduce_share"),
                "deployment": ("speed_vs_error", "size_and_load"),
-               "generation": ("latency", "throughput", "compile_cost")}
+               "generation": ("latency", "throughput", "compile_cost"),
+               "memory": ("memory_breakdown", "memory_vs_time", "largest_batch")}
     page = index.read_text()
     for name, pngs in figures.items():
         study = out / name
@@ -515,3 +516,64 @@ def test_export_of_the_smoke_report_drops_the_host(smoke, tmp_path):
     for name, data in files.items():
         if name.endswith((".html", ".json", ".csv", ".ipynb", ".txt", ".yaml")):
             assert not pattern.search(data.decode("utf-8", "replace")), name
+
+
+def test_memory_techniques_agree_and_the_search_brackets_each_limit(smoke):
+    out, _, _ = smoke
+    res, p = results_and_params(out, "memory")
+    df = res.results
+    summary = tables.summarize(df, res.samples)
+    t = memory.technique_table(summary, res.samples).set_index(["framework", "technique"])
+    # transformers' TensorFlow models have no gradient checkpointing: a row says so.
+    tf_ck = t.loc[("tensorflow", "checkpointing")]
+    assert tf_ck["status"] == "unsupported" and "no gradient checkpointing" in tf_ck["error"]
+    # Every other technique ran, and its losses follow the plain step's (the same
+    # function): checkpointing and accumulation change memory, not the update.
+    ran = t[t["status"] != "unsupported"]
+    assert (ran["status"] == "ok").all(), ran[["status", "error"]]
+    for fw in p["frameworks"]:
+        losses = res.losses[res.losses["framework"] == fw]
+        plain = losses[losses["mode"] == "plain"].sort_values("step")["loss"].to_numpy()
+        assert len(plain) == p["agreement_steps"]
+        for mode in set(losses["mode"]) - {"plain"}:
+            other = losses[losses["mode"] == mode].sort_values("step")["loss"].to_numpy()
+            np.testing.assert_allclose(other, plain, rtol=1e-5, err_msg=f"{fw} {mode}")
+    # Checkpointing lowers the activations (the rest over parameters, gradients
+    # and AdamW state) on the 12-layer model in PyTorch. In JAX, Flax's remat
+    # leaves XLA's compiled plan of the step near the plain step's on a CPU: the
+    # row shows it (plan_ratio), and the measured peak follows the plan.
+    assert t.loc[("torch", "checkpointing"), "rest_mib"] < 0.6 * t.loc[("torch", "plain"), "rest_mib"]
+    jax_ck = t.loc[("jax", "checkpointing")]
+    assert jax_ck["rest_mib"] < 0.8 * t.loc[("jax", "plain"), "rest_mib"] or \
+        jax_ck["plan_ratio"] > 0.9, jax_ck
+    # Accumulating 4 micro-batches lowers PyTorch's and JAX's peak.
+    for fw in ("torch", "jax"):
+        assert t.loc[(fw, "accumulate-4"), "memory_ratio"] < 0.9, fw
+    # The search: every try a row of its own, ok or oom, nothing else lost; each
+    # framework's limit lies between an ok try and an oom try one batch apart,
+    # and every fitting try's whole peak is within the budget.
+    budget = p["fit_budget_gib"] * 2 ** 30
+    tries, searches = df[df["task"] == "fit"], df[df["task"] == "largest_batch"]
+    assert set(tries["status"]) == {"ok", "oom"}, tries[["status", "error"]]
+    assert len(searches) == len(p["frameworks"]) and (searches["status"] == "ok").all()
+    for _, s in searches.iterrows():
+        mine = tries[tries["framework"] == s["framework"]]
+        ok, bad = mine[mine["status"] == "ok"], mine[mine["status"] == "oom"]
+        assert s["largest_batch"] == ok["batch_size"].max() > 1, s["framework"]
+        assert s["oom_batch"] == bad["batch_size"].min() == s["largest_batch"] + 1
+        assert s["fit_tries"] == len(mine) <= 12
+        assert (ok["peak_mem_bytes"] <= budget).all() and (ok["peak_mem_bytes"] > 0).all()
+        assert bad["error"].str.startswith("over the budget").all()
+        assert bad["peak_mem_bytes"].isna().all() and (bad["budget_bytes"] == budget).all()
+        assert s["peak_mem_bytes"] == ok.set_index("batch_size").loc[s["largest_batch"],
+                                                                     "peak_mem_bytes"]
+    # Its claims are judged from these rows.
+    card = {r["id"]: r for r in claims.read(out / "summary")["claims"]}
+    lb = searches.set_index("framework")["largest_batch"]
+    row = card["pytorch-oom-first"]
+    assert row["value"] == pytest.approx(lb["torch"] / lb["tensorflow"])
+    assert row["verdict"] in ("supported", "contradicted")
+    for cid in ("gradient-accumulation-lowers-memory", "checkpointing-lowers-memory",
+                "checkpointing-costs-20pct-time"):
+        assert card[cid]["verdict"] != "not measured here", card[cid]
+

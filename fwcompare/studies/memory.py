@@ -257,7 +257,7 @@ class BudgetGuard:
                 self.ctx.finish(self.ref, CellResult("oom", (
                     f"over the budget: resident memory {over / GIB:.3f} GiB above the "
                     f"process's before the model, budget {self.budget / GIB:g} GiB, at batch "
-                    f"{b}; the try was stopped")))
+                    f"{b}; the try was stopped"), dict(budget_bytes=self.budget)))
                 os._exit(0)
 
     def stop(self) -> None:
@@ -333,6 +333,7 @@ def run_try(study: Memory, job) -> None:
         result = fit_try(study, ctx, ref.spec)
     except Exception as exc:
         result = CellResult(failure_status(backend, exc), describe(exc))
+    result.figures.setdefault("budget_bytes", job.params["fit_budget_gib"] * GIB or math.nan)
     if lock.acquire(blocking=False):  # the guard has not written the row
         if guard is not None:
             guard.stop()
@@ -346,8 +347,8 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
                budget: float | None = None) -> int | None:
     """The next batch to try, or None when the limit is found. ``tried``:
     batch -> (fits, peak bytes); batches are multiples of ``step`` up to
-    ``cap``. The first tries are ``step`` and ``2 * step``; then a line
-    through the smallest and largest fitting tries predicts the limit from ``budget``
+    ``cap``. The first tries are ``step`` and ``4 * step``; then a line
+    through two fitting tries (``_predict``) predicts the limit from ``budget``
     (bytes; None: bisection only); a prediction at or below the largest
     fitting batch asks for the next batch (once in a row), one past a known
     failure bisects the bracket instead."""
@@ -359,8 +360,8 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
         return None
     if not tried:
         return step
-    if len(ok) == 1 and 2 * step < hi:
-        return 2 * step
+    if len(ok) == 1 and len(tried) == 1:  # a base for the line, wider than 1 to 2
+        return min(4 * step, cap)
     guess = _predict(tried, ok, budget)
     if guess is not None:
         guess = guess // step * step
@@ -381,13 +382,15 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
 
 
 def _predict(tried, ok, budget) -> int | None:
-    """The largest batch a line through the smallest and the largest fitting
-    tries (the widest base: peaks of nearby batches differ by little more
-    than the allocator's noise) keeps under ``budget`` (``tried[b][1]`` are
-    their peaks)."""
+    """The largest batch a line through the largest fitting try and the
+    largest one at most 3/4 of it keeps under ``budget`` (``tried[b][1]`` are
+    their peaks): near the limit the line follows the local slope (a base
+    through batch 1 carries its fixed costs and creeps up), yet its two points
+    are far enough apart for the allocator's noise not to tilt it."""
     if len(ok) < 2 or not budget:
         return None
-    (b1, (_, p1)), (b2, (_, p2)) = [(b, tried[b]) for b in (ok[0], ok[-1])]
+    base = [b for b in ok[:-1] if b <= 0.75 * ok[-1]] or ok[:1]
+    (b1, (_, p1)), (b2, (_, p2)) = [(b, tried[b]) for b in (base[-1], ok[-1])]
     slope = (p2 - p1) / (b2 - b1)
     if not (math.isfinite(slope) and slope > 0):
         return None
@@ -449,7 +452,9 @@ def technique_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
     (MiB) split into fp32 parameters, gradients, AdamW state and the rest
     (activations, workspace, runtime), its median step time with its CI, and
     against the same framework's plain step: memory saved (MiB and share),
-    time ratio with its CI, and MiB saved per 1% of time lost."""
+    time ratio with its CI, and MiB saved per 1% of time lost. ``plan_ratio``
+    (JAX): XLA's compiled plan of the step against the plain step's, which
+    says whether the compiler itself kept what a technique should free."""
     t = summary[summary["task"] == "train"] if len(summary) else summary
     if t.empty:
         return pd.DataFrame()
@@ -467,12 +472,14 @@ def technique_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
         row["rest_mib"] = row["peak_mib"] - sum(row[p.replace("_bytes", "_mib")] for p in PARTS)
         key = tuple(r[k] for k in keys)
         row.update(memory_ratio=math.nan, saved_mib=math.nan, time_ratio=math.nan,
-                   time_ci_low=math.nan, time_ci_high=math.nan, mib_per_pct_time=math.nan)
+                   time_ci_low=math.nan, time_ci_high=math.nan, mib_per_pct_time=math.nan,
+                   plan_ratio=math.nan)
         if key in plain.index and r["status"] == "ok":
             b = plain.loc[key]
             if b["status"] == "ok":
                 row["memory_ratio"] = r["peak_mem_bytes"] / b["peak_mem_bytes"]
                 row["saved_mib"] = (b["peak_mem_bytes"] - r["peak_mem_bytes"]) / MIB
+                row["plan_ratio"] = r["xla_plan_bytes"] / b["xla_plan_bytes"]
                 if r["cell_id"] in by_cell and b["cell_id"] in by_cell:
                     row["time_ratio"], row["time_ci_low"], row["time_ci_high"] = ratio_ci(
                         by_cell[r["cell_id"]], by_cell[b["cell_id"]])
