@@ -283,13 +283,15 @@ def _href(path: str) -> str:
     return html.escape(urllib.parse.quote(path), quote=True)
 
 
-def _figure_html(folder: str, png: Path) -> str:
+def _figure_html(folder: str, png: Path, lead: str = "") -> str:
     """One figure of the index: the PNG, its caption (``<name>.caption.txt``,
     plots.save_figure: what it shows, the hardware, the versions; the file
-    name where a figure has none) and links to its SVG and its data (CSV)."""
+    name where a figure has none) after ``lead``, and links to its SVG and its
+    data (CSV)."""
     stem = png.name[:-len(".png")]
     cap = png.with_name(f"{stem}.caption.txt")
     text = cap.read_text().strip() if cap.is_file() else stem
+    text = f"{lead}: {text}" if lead else text
     alts = " · ".join(f'<a href="{_href(f"{folder}/{stem}{ext}")}">{label}</a>'
                       for ext, label in ((".svg", "SVG"), (".csv", "data (CSV)"))
                       if png.with_name(stem + ext).is_file())
@@ -344,10 +346,9 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
             ("scorecard.csv", "scorecard (CSV)"), ("points.csv", "per-cell values (CSV)")]
         if (out / fn).exists())
     figs = "".join(
-        f'<figure><a href="{src}"><img src="{src}" alt="{html.escape(r["claim"])}"></a>'
-        f'<figcaption>{html.escape(r["id"])}: {html.escape(r["verdict"])}</figcaption></figure>'
-        for r in card["claims"] if (out / "figures" / f"claim_{r['id']}.png").is_file()
-        for src in [_href(f"{SUMMARY}/figures/claim_{r['id']}.png")])
+        _figure_html(f"{SUMMARY}/figures", png, f"{r['id']} ({r['verdict']})")
+        for r in card["claims"]
+        for png in [out / "figures" / f"claim_{r['id']}.png"] if png.is_file())
     figs = (f'<details open><summary>Each claim beside its measurement (green: where the '
             f'claim holds; dashed: the claimed figure; dots: each cell; diamond: the summary '
             f'with its 95% CI)</summary><div class="figs">{figs}</div></details>'

@@ -537,7 +537,7 @@ def test_memory_techniques_agree_and_the_search_brackets_each_limit(smoke):
         assert len(plain) == p["agreement_steps"]
         for mode in set(losses["mode"]) - {"plain"}:
             other = losses[losses["mode"] == mode].sort_values("step")["loss"].to_numpy()
-            np.testing.assert_allclose(other, plain, rtol=1e-5, err_msg=f"{fw} {mode}")
+            np.testing.assert_allclose(other, plain, rtol=1e-4, err_msg=f"{fw} {mode}")
     # Checkpointing lowers the activations (the rest over parameters, gradients
     # and AdamW state) on the 12-layer model in PyTorch. In JAX, Flax's remat
     # leaves XLA's compiled plan of the step near the plain step's on a CPU: the

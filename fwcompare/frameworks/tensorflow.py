@@ -180,8 +180,11 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     dynamic LossScaleOptimizer (an overflowing step is skipped and the scale
     halved). ``step.loss_scale()`` is the current scale (NaN without scaling).
     Accumulation: the micro-batches in a ``tf.range`` loop (a while loop in the
-    graph), so one micro-batch runs at a time. ``checkpointing``: transformers'
-    TensorFlow models offer none, so it is Unsupported."""
+    graph), so one micro-batch runs at a time, each adding its gradients in
+    place to non-trainable variables (``assign_add``, the recipe of
+    transformers' former TF ``GradientAccumulator``), zeroed after the update.
+    ``checkpointing``: transformers' TensorFlow models offer none, so it is
+    Unsupported."""
     import tf_keras
 
     if mode not in ("graph", "xla"):
@@ -202,6 +205,10 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
         if scaled:
             optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     variables = model.trainable_variables
+    accum = []
+    if accumulation_steps > 1:
+        with tf.device(dev):
+            accum = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
 
     def grads_of(ids, labels):
         with tf.GradientTape() as tape:
@@ -217,13 +224,16 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
             grads, total = grads_of(ids, labels)
         else:
             n = ids.shape[0] // accumulation_steps
-            grads = [tf.zeros_like(v) for v in variables]
             total = tf.zeros(())
             for i in tf.range(accumulation_steps):
                 g, loss = grads_of(ids[i * n:(i + 1) * n], labels[i * n:(i + 1) * n])
-                grads = [a + b for a, b in zip(grads, g)]
+                for a, x in zip(accum, g):
+                    a.assign_add(x)
                 total += loss
+            grads = [a.read_value() for a in accum]
         optimizer.apply_gradients(zip(grads, variables))
+        for a in accum:
+            a.assign(tf.zeros_like(a))
         return total
     compiled = tf.function(train, jit_compile=mode == "xla")
 

@@ -36,7 +36,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import models, protocol
+from .. import env, models, protocol
 from ..cell import CellResult, describe, failure_status
 from ..claims import Measurement, Metric, cell_label, check_cells, memory_ratio, timed_from
 from ..job import CellRef
@@ -45,7 +45,7 @@ from ..spec import FRAMEWORKS, TRAIN_MODES, RunSpec
 from ..stats import geomean, geomean_ratio_ci, ratio_ci
 from ..tables import samples_by_cell
 from . import register
-from .base import Study, per_mode
+from .base import Study, grid_cells, per_mode
 from .training import AGREEMENT, OPTIMIZER, plan_training, train_settings
 
 # Technique -> (micro-batches per optimizer step, gradient checkpointing).
@@ -152,10 +152,8 @@ class Memory(Study):
 
     # -- cells and processes (parent side) ---------------------------------------------
     def cells(self, params):
-        from .base import grid_cells
-
         train = grid_cells(params, self.name, "train")
-        threads = train[0].threads if train else (params["threads"] or _threads())
+        threads = params["threads"] or env.default_threads()
         search = [RunSpec(study=self.name, model=model, framework=fw, mode=mode,
                           device=params["device"], dtype=params["dtype"],
                           batch_size=params["fit_max_batch"], seq_len=params["fit_seq_len"],
@@ -221,12 +219,6 @@ class Memory(Study):
             run_try(self, job)
         else:
             super().work(job)
-
-
-def _threads() -> int:
-    from .. import env
-
-    return env.default_threads()
 
 
 STUDY = register(Memory())
@@ -330,7 +322,8 @@ def run_try(study: Memory, job) -> None:
     guard = (BudgetGuard(job.params["fit_budget_gib"] * GIB, ctx, ref, lock)
              if job.device == "cpu" else None)
     try:
-        result = fit_try(study, ctx, ref.spec)
+        skip = ctx.skip_reason(ref.spec)  # a sequence longer than the model's positions
+        result = CellResult("unsupported", skip) if skip else fit_try(study, ctx, ref.spec)
     except Exception as exc:
         result = CellResult(failure_status(backend, exc), describe(exc))
     result.figures.setdefault("budget_bytes", job.params["fit_budget_gib"] * GIB or math.nan)
@@ -343,12 +336,16 @@ def run_try(study: Memory, job) -> None:
 
 
 # -- the search (parent side) ---------------------------------------------------------
+GROWTH = 8  # how far a search reaches past its largest fitting try before one fails
+
+
 def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
                budget: float | None = None) -> int | None:
     """The next batch to try, or None when the limit is found. ``tried``:
     batch -> (fits, peak bytes); batches are multiples of ``step`` up to
-    ``cap``. The first tries are ``step`` and ``4 * step``; then a line
-    through two fitting tries (``_predict``) predicts the limit from ``budget``
+    ``cap``. The first tries are ``step`` and ``4 * step``; until a try
+    fails, each next one is at most ``GROWTH`` times the largest that fit;
+    then a line through two fitting tries (``_predict``) predicts the limit from ``budget``
     (bytes; None: bisection only); a prediction at or below the largest
     fitting batch asks for the next batch (once in a row), one past a known
     failure bisects the bracket instead."""
@@ -365,10 +362,13 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
     guess = _predict(tried, ok, budget)
     if guess is not None:
         guess = guess // step * step
+        if not bad and guess > GROWTH * lo:
+            # No failure yet and a line far out: at small batches fixed costs
+            # (weights, optimizer state, compiled programs) flatten the line,
+            # so grow by at most GROWTH until a try fails.
+            return min(GROWTH * lo // step * step, cap)
         if lo < guess < hi:
             return guess
-        if guess >= hi and not bad:  # past the cap: the cap decides
-            return cap
         # The line puts the limit here: the next batch decides, unless the
         # last two tries already walked up a step at a time (peaks too noisy
         # for a line near the budget: bisect instead).
@@ -377,7 +377,9 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
                   and tried[lo - step][0])
         if guess <= lo and not walked:
             return lo + step
-    mid = (lo + hi) // 2 // step * step  # no line, it overshoots a failure, or a walk
+    if not bad:  # no line (no budget, or a flat one): grow
+        return min(GROWTH * lo // step * step, cap)
+    mid = (lo + hi) // 2 // step * step  # the line overshoots a failure, or a walk
     return mid if mid > lo else lo + step
 
 
@@ -415,7 +417,9 @@ def search(runner, model: str, ref: CellRef) -> None:
             row = runner.store.row(t.spec.cell_id, t.round) or {"status": "error",
                                                                "error": "no row"}
         if row["status"] not in ("ok", "oom"):  # a try that failed otherwise ends the search
-            _finish(runner, ref, "error", f"the try at batch {b} failed: {row['error']}", {})
+            status = "unsupported" if row["status"] == "unsupported" else "error"
+            _finish(runner, ref, status, f"the try at batch {b}: {row['status']}: "
+                                         f"{row['error']}", {})
             return
         rows[b] = row
         tried[b] = (row["status"] == "ok", float(row.get("peak_mem_bytes", math.nan)))
@@ -484,7 +488,7 @@ def technique_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
                     row["time_ratio"], row["time_ci_low"], row["time_ci_high"] = ratio_ci(
                         by_cell[r["cell_id"]], by_cell[b["cell_id"]])
                     lost = (row["time_ratio"] - 1) * 100
-                    if r["mode"] != PLAIN and lost > 0:
+                    if r["mode"] != PLAIN and lost > 0 and row["saved_mib"] > 0:
                         row["mib_per_pct_time"] = row["saved_mib"] / lost
         rows.append(row)
     order = {m: i for i, m in enumerate(TECHNIQUES)}
@@ -547,18 +551,21 @@ def _none(claim, data, devices) -> str:
 
 
 def technique_memory_ratio(data, claim, devices):
-    """Geometric mean over frameworks (and cells) of peak memory(technique) /
-    peak memory(plain) of the same framework; one measurement per cell: no CI."""
+    """Peak memory(technique) / peak memory(plain) of the same framework, the
+    highest over the frameworks (and cells) that ran both: a technique "lowers
+    memory" when it does in every one (a mean would let one framework's saving
+    hide another's rise). One measurement per cell: no CI."""
 
     tech = claim.cells["technique"]
     pairs = [(r, b) for r, b in _technique_pairs(data, claim, devices)
              if r["peak_mem_bytes"] > 0 and b["peak_mem_bytes"] > 0]
-    m = Measurement(unit=f"{tech} peak memory / plain peak memory (same framework)")
+    m = Measurement(unit=f"{tech} peak memory / plain peak memory (same framework), "
+                         f"the highest over frameworks")
     if not pairs:
         m.note = _none(claim, data, devices)
         return m
     ratios = [r["peak_mem_bytes"] / b["peak_mem_bytes"] for r, b in pairs]
-    m.value = geomean(ratios)
+    m.value = max(ratios)
     m.cells = [f"{r['framework']} {cell_label(r)}" for r, _ in pairs]
     m.points = list(zip(m.cells, ratios))
     m.devices = {r["device"] for r, _ in pairs}
