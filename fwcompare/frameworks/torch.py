@@ -131,8 +131,8 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     With accumulation, the batch is split into equal micro-batches whose
     gradients are averaged before one optimizer step. ``checkpointing``:
     transformers' gradient checkpointing (each layer's activations recomputed
-    in the backward pass; the non-reentrant torch.utils.checkpoint). bfloat16/float16: the
-    forward and loss under torch.autocast, fp32 weights and optimizer; float16
+    in the backward pass; the non-reentrant torch.utils.checkpoint).
+    bfloat16/float16: the forward and loss under torch.autocast, fp32 weights and optimizer; float16
     adds torch.amp.GradScaler (dynamic loss scaling: a step whose gradients
     overflow is skipped and the scale halved). ``step.loss_scale()`` is the
     current scale (NaN without scaling)."""

@@ -345,10 +345,10 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
     batch -> (fits, peak bytes); batches are multiples of ``step`` up to
     ``cap``. The first tries are ``step`` and ``4 * step``; until a try
     fails, each next one is at most ``GROWTH`` times the largest that fit;
-    then a line through two fitting tries (``_predict``) predicts the limit from ``budget``
-    (bytes; None: bisection only); a prediction at or below the largest
-    fitting batch asks for the next batch (once in a row), one past a known
-    failure bisects the bracket instead."""
+    then a line through two fitting tries (``_predict``) predicts the limit
+    from ``budget`` (bytes; None: bisection only); a prediction at or below
+    the largest fitting batch asks for the next batch (once in a row), one
+    past a known failure bisects the bracket instead."""
     ok = sorted(b for b, (fits, _) in tried.items() if fits)
     bad = sorted(b for b, (fits, _) in tried.items() if not fits)
     lo = ok[-1] if ok else 0
