@@ -242,9 +242,16 @@ class Runner:
 
     # -- rows the parent writes for cells no worker finished -------------------
     def fail(self, ref: CellRef, status: str, error: str) -> None:
-        self.store.append(make_row(ref.spec, status=status, error=error, run_id=self.run_id,
-                                   profile=self.profile, round=ref.round,
-                                   provenance=self.provenance))
+        self.record(ref, status, error)
+
+    def record(self, ref: CellRef, status: str, error: str = "", figures: dict | None = None,
+               provenance: dict | None = None) -> None:
+        """A row the parent writes itself (a cell no worker finished, or one a
+        study computes from other rows: a largest-batch search), and its
+        progress line."""
+        self.store.append(make_row(ref.spec, status=status, error=error, figures=figures,
+                                   run_id=self.run_id, profile=self.profile, round=ref.round,
+                                   provenance=provenance or self.provenance))
         self._cell_done(ref.spec, status, error=error)
 
     def _cell_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:

@@ -440,14 +440,7 @@ def search(runner, model: str, ref: CellRef) -> None:
 
 def _finish(runner, ref: CellRef, status: str, note: str, figures: dict) -> None:
     """The search's row; its line in the progress."""
-    from ..results import make_row
-
-    runner.store.append(make_row(ref.spec, status=status, error=note,
-                                 figures=figures, provenance=dict(runner.provenance,
-                                                                  schedule="sequential"),
-                                 run_id=runner.run_id, profile=runner.profile,
-                                 round=ref.round))
-    runner._cell_done(ref.spec, status, error=note)
+    runner.record(ref, status, note, figures, dict(runner.provenance, schedule="sequential"))
 
 
 # -- tables -------------------------------------------------------------------------
@@ -740,7 +733,7 @@ def trade_figure(table: pd.DataFrame, manifest: dict):
     framework; arrows from the plain step show what a technique trades."""
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, no_data, palette
+    from ..plots import legend_right, no_data, palette
 
     t = table[table["status"] == "ok"] if len(table) else table
     if t.empty:
@@ -767,13 +760,10 @@ def trade_figure(table: pd.DataFrame, manifest: dict):
         ax.set_xlabel("median step time (ms, 95% CI)")
         ax.set_ylabel("peak memory (MiB)")
         ax.set_title(f"{model}, batch {b} x {s}", fontsize=10)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("What each technique trades: memory against step time", x=0.02, ha="left")
-    footer(fig, manifest, "markers: o plain, s checkpointing, D accumulate-2, ^ accumulate-4; "
-                          "arrows start at the same framework's plain step")
-    fig.tight_layout(rect=(0, 0.07, 0.78, 0.94))
-    return fig
+    return legend_right(fig, axes, "What each technique trades: memory against step time",
+                        manifest, "markers: o plain, s checkpointing, D accumulate-2, "
+                                  "^ accumulate-4; arrows start at the same framework's plain "
+                                  "step", 0.78)
 
 
 def largest_batch_figure(table: pd.DataFrame, manifest: dict):
@@ -781,7 +771,7 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
     did not as a hollow bar end; a search that found nothing says so."""
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, no_data, palette
+    from ..plots import legend_right, no_data, palette
 
     if table.empty:
         return no_data("no largest-batch search ran")
@@ -813,10 +803,7 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
         ax.set_xticks(range(len(whats)), whats)
         ax.set_ylabel("largest batch that fits")
         ax.set_title(f"{model}, sequence {s}, budget {budget:g} GiB", fontsize=10)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("The largest batch each framework fits in the budget", x=0.02, ha="left")
-    footer(fig, manifest, "filled: the largest batch that fit; hatched up to the smallest "
-                          "batch that ran out of memory (each try a fresh process)")
-    fig.tight_layout(rect=(0, 0.07, 0.82, 0.94))
-    return fig
+    return legend_right(fig, axes, "The largest batch each framework fits in the budget",
+                        manifest, "filled: the largest batch that fit; hatched up to the "
+                                  "smallest batch that ran out of memory (each try a fresh "
+                                  "process)", 0.82)
