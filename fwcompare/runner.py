@@ -177,11 +177,6 @@ PEAK_PHASE = "hardware peak (matmul, bandwidth)"
 # Samples dropped because the machine was busy with other work (interleave.py).
 BUSY_PHASE = "samples taken again (machine busy)"
 
-# A launch's time its ranks did not account for (``spent`` events): the
-# launcher's and ranks' start before they could say, rendezvous, exits.
-LAUNCH_REST = "data-parallel launches (launcher start, rendezvous, exits)"
-
-
 def planned_cells(study: str, params: dict, specs: list[RunSpec]) -> list[CellRef]:
     """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
     and in the rounds after it those ``rounds_for`` names (all, or the
@@ -431,13 +426,14 @@ class Runner:
                cell_limit: float) -> None:
         """The sequential schedule: each cell's steps, one cell after another
         (a worker that runs its cells on its own is only listened to)."""
-        if w.autonomous:  # its ranks say where their time went (``spent`` events)
+        if w.autonomous:  # it says where its time went (``spent`` events), if it can
             t0, self._reported = time.monotonic(), 0.0
             try:
                 while remaining:
                     self._next_event(w, remaining, deadline, cell_limit, None)
             finally:
-                self.charge(LAUNCH_REST, time.monotonic() - t0 - self._reported)
+                self.charge(self.study.autonomous_phase,
+                            time.monotonic() - t0 - self._reported)
             return
         with self.phase("process start and imports"):
             self._next_event(w, remaining, deadline, cell_limit, protocol.READY)

@@ -10,11 +10,11 @@ from fwcompare import models, params
 from fwcompare.studies import STUDIES, memory
 
 
-def run_search(fits, step=1, cap=512, budget=None):
+def run_search(fits, step=1, cap=512, budget=None, precision=0.0):
     """The tries ``next_batch`` asks for against a known limit: ``fits(b)`` ->
     (fits, peak bytes)."""
     tried = {}
-    while (b := memory.next_batch(tried, step, cap, budget)) is not None:
+    while (b := memory.next_batch(tried, step, cap, budget, precision)) is not None:
         assert b not in tried and b % step == 0 and 0 < b <= cap
         tried[b] = fits(b)
         assert len(tried) < 30
@@ -42,6 +42,22 @@ def test_search_bisects_when_the_line_is_wrong(limit):
                                      budget=budget)
     assert (largest, oom) == (limit, limit + 1)
     assert len(tried) <= 2 + 2 * math.ceil(math.log2(limit + 2)), tried
+
+
+@pytest.mark.parametrize("limit", [13, 48, 100, 300])
+def test_a_search_with_a_precision_brackets_within_it_in_fewer_tries(limit):
+    # Peaks that grow slower than the batch (fixed costs shared): the line
+    # from small tries keeps predicting just past the largest fitting one.
+    def peak(b):
+        return 300.0 + 30.0 * b ** 0.8 + 3.0 * b
+
+    budget = peak(limit) + 1e-6
+    exact = run_search(lambda b: (peak(b) <= budget, peak(b)), cap=1024, budget=budget)
+    largest, oom, tried = run_search(lambda b: (peak(b) <= budget, peak(b)), cap=1024,
+                                     budget=budget, precision=0.25)
+    assert exact[:2] == (limit, limit + 1)
+    assert largest <= limit < oom <= largest + max(1, int(0.25 * largest))
+    assert len(tried) < len(exact[2]), (list(tried), list(exact[2]))
 
 
 def test_search_in_micro_batch_steps_and_at_the_cap():

@@ -105,6 +105,10 @@ class Study:
     # figures counts them beside the timing samples).
     prepare_phase: str = "weights and gate references"
     figure_phases: tuple[str, ...] = ()
+    # The phase of a worker's time that it ran on its own (``autonomous``) and
+    # did not account for with ``spent`` events: for data-parallel launches,
+    # the launcher's and ranks' start before they could say, rendezvous, exits.
+    autonomous_phase: str = "data-parallel launches (launcher start, rendezvous, exits)"
 
     @property
     def notebook(self) -> str:

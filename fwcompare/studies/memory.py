@@ -96,6 +96,10 @@ class Memory(Study):
     tasks = ("train", SEARCH)
     modes = {fw: (*TECHNIQUES, FORWARD) for fw in FRAMEWORKS}
     first_steps_phase = "agreement steps (losses against PyTorch's plain step)"
+    # A try is one measurement from its start (its peak spans loading and
+    # compiling too): its whole process is the figure.
+    autonomous_phase = "largest-batch tries (a fresh process each: its peak)"
+    figure_phases = (autonomous_phase,)
 
     def schema(self):
         techniques = {fw: list(TECHNIQUES) for fw in FRAMEWORKS}
@@ -120,6 +124,7 @@ class Memory(Study):
             "fit_budget_gib": Param("float", 2.0, "memory a try may use, in GiB: on a CPU its resident memory over the process's before the model was loaded (below the machine's memory); on a GPU 0, the device's memory", lambda v: None if v >= 0 else f"must be >= 0, got {v!r}"),
             "fit_max_batch": Param("int", 256, "the largest batch a search tries (a search whose every try fits says so)", positive),
             "fit_steps": Param("int", 2, "calls of a try after its first (the first compiles)", positive),
+            "fit_precision": Param("float", 0.0, "how close a search brackets the limit: it stops once the smallest failing batch is at most this fraction above the largest fitting one (0: exact, to the step)", lambda v: None if 0 <= v < 1 else f"must be in [0, 1), got {v!r}"),
             **TIMING,
         }
 
@@ -340,20 +345,25 @@ GROWTH = 8  # how far a search reaches past its largest fitting try before one f
 
 
 def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
-               budget: float | None = None) -> int | None:
-    """The next batch to try, or None when the limit is found. ``tried``:
-    batch -> (fits, peak bytes); batches are multiples of ``step`` up to
-    ``cap``. The first tries are ``step`` and ``4 * step``; until a try
-    fails, each next one is at most ``GROWTH`` times the largest that fit;
-    then a line through two fitting tries (``_predict``) predicts the limit
-    from ``budget`` (bytes; None: bisection only); a prediction at or below
-    the largest fitting batch asks for the next batch (once in a row), one
-    past a known failure bisects the bracket instead."""
+               budget: float | None = None, precision: float = 0.0) -> int | None:
+    """The next batch to try, or None when the limit is found: the smallest
+    failing batch is the next step after the largest fitting one, or at most
+    ``precision`` (a fraction) above it. ``tried``: batch -> (fits, peak
+    bytes); batches are multiples of ``step`` up to ``cap``. The first
+    tries are ``step`` and ``4 * step``; until a try fails, each next one is
+    at most ``GROWTH`` times the largest that fit; then a line through two
+    fitting tries (``_predict``) predicts the limit from ``budget`` (bytes;
+    None: bisection only), and the next try is that batch but at least the
+    bracket's goal (``up``: a step, or ``precision`` of the largest fitting
+    batch) past the largest fitting one; a prediction at or below it asks
+    for the batch ``up`` past it (once in a row), one past a known failure
+    bisects the bracket instead."""
     ok = sorted(b for b, (fits, _) in tried.items() if fits)
     bad = sorted(b for b, (fits, _) in tried.items() if not fits)
     lo = ok[-1] if ok else 0
     hi = bad[0] if bad else cap + step
-    if hi - lo <= step or lo >= cap:
+    up = max(step, int(precision * lo) // step * step)  # the bracket's goal
+    if hi - lo <= up or lo >= cap:
         return None
     if not tried:
         return step
@@ -367,8 +377,8 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
             # (weights, optimizer state, compiled programs) flatten the line,
             # so grow by at most GROWTH until a try fails.
             return min(GROWTH * lo // step * step, cap)
-        if lo < guess < hi:
-            return guess
+        if lo < guess < hi:  # at least ``up`` past the largest fitting try
+            return max(guess, lo + up) if lo + up < hi else guess
         # The line puts the limit here: the next batch decides, unless the
         # last two tries already walked up a step at a time (peaks too noisy
         # for a line near the budget: bisect instead).
@@ -376,7 +386,7 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
         walked = (len(order) >= 4 and order[-2:] == [lo - step, lo]
                   and tried[lo - step][0])
         if guess <= lo and not walked:
-            return lo + step
+            return min(lo + up, cap)
     if not bad:  # no line (no budget, or a flat one): grow
         return min(GROWTH * lo // step * step, cap)
     mid = (lo + hi) // 2 // step * step  # the line overshoots a failure, or a walk
@@ -406,9 +416,10 @@ def search(runner, model: str, ref: CellRef) -> None:
     spec = ref.spec
     step, cap = micro_batches(spec.mode), spec.batch_size
     budget = runner.params["fit_budget_gib"] * GIB or None
+    precision = runner.params["fit_precision"]
     tried: dict[int, tuple[bool, float]] = {}
     rows: dict[int, dict] = {}
-    while (b := next_batch(tried, step, cap, budget)) is not None:
+    while (b := next_batch(tried, step, cap, budget, precision)) is not None:
         t = CellRef(dataclasses.replace(spec, task=TRY, batch_size=b), ref.round)
         row = runner.store.row(t.spec.cell_id, t.round)
         if row is None or row["status"] not in ("ok", "oom"):
