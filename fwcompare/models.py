@@ -72,6 +72,7 @@ ZOO: dict[str, tuple[str, dict]] = {
 }
 
 WEIGHTS_FILE = "model.safetensors"
+ONE_FILE = "1000GB"  # save_pretrained's max_shard_size that never shards
 
 # Real trained checkpoints that ship offline as Python packages: name ->
 # (module, function returning the checkpoint directory).
@@ -272,7 +273,10 @@ def weights_dir(model: str, seed: int = 0, cache: Path | None = None,
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:
-        net.save_pretrained(tmp, safe_serialization=True)
+        # One file whatever the size (transformers shards above 5 GB by
+        # default: GPT-2 XL's 6.2 GB came out in two, which the loaders that
+        # read WEIGHTS_FILE did not find).
+        net.save_pretrained(tmp, safe_serialization=True, max_shard_size=ONE_FILE)
         os.replace(tmp, target)
     except OSError:
         if not (target / WEIGHTS_FILE).is_file():

@@ -104,6 +104,8 @@ def _from_pretrained(auto, weights_dir):
 
 
 def _load_native(auto, weights_dir):
+    from ..models import ONE_FILE
+
     copy = tf_copy(weights_dir)
     # Not one converter at a time inside a strategy's scope: building the model
     # there is a collective of every rank, so a rank waiting for the lock
@@ -120,7 +122,7 @@ def _load_native(auto, weights_dir):
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 tmp = tempfile.mkdtemp(dir=copy.parent, prefix=f".{copy.name}-")
                 try:
-                    model.save_pretrained(tmp)
+                    model.save_pretrained(tmp, max_shard_size=ONE_FILE)  # tf_model.h5
                     os.rename(tmp, copy)  # whole or not at all
                 except OSError:
                     shutil.rmtree(tmp, ignore_errors=True)
