@@ -89,6 +89,7 @@ class Worker:
     requests go to stdin, its events arrive on a queue (None: it ended)."""
 
     autonomous = False  # it waits for requests (a launch of ranks runs on its own)
+    stop_note = ""  # why the runner's side killed it, when it did (the row's message)
 
     def __init__(self, job: Job, job_dir: Path, name: str, env: dict, server=None,
                  compile_cache: Path | None = None):
@@ -418,6 +419,7 @@ class Runner:
             return False
         killed = w.proc.returncode == -signal.SIGKILL
         self.fail(remaining.pop(in_flight), "oom" if killed else "error",
+                  w.stop_note if killed and w.stop_note else
                   ("worker killed by SIGKILL (likely the kernel's out-of-memory killer); "
                    if killed else "") + message)
         return True

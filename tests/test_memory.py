@@ -128,3 +128,31 @@ def test_gpt2_family_has_the_public_sizes():
         n[name] = layers * (12 * d * d + 13 * d) + (c.vocab_size + c.n_positions) * d + 2 * d
     assert round(n["gpt2"] / 1e6) == 124 and round(n["gpt2-medium"] / 1e6) == 355
     assert round(n["gpt2-large"] / 1e6) == 774 and round(n["gpt2-xl"] / 1e6) == 1558
+
+
+def test_a_try_that_allocates_without_letting_go_of_python_is_stopped_from_outside():
+    # One C call that fills 2 GiB holding Python's lock (its own guard thread
+    # could not run); the parent's guard kills it past a 0.25 GiB budget.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = "import time; time.sleep(0.3); x = b'\\1' * (2 * 2 ** 30); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+
+    class Worker:
+        stop_note = ""
+
+    w = Worker()
+    w.proc = proc
+    memory.OutsideGuard(w, 0.25 * memory.GIB)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    time.sleep(0.05)
+    assert proc.returncode == -signal.SIGKILL
+    assert w.stop_note.startswith("over the budget: resident memory"), w.stop_note
+    over = float(w.stop_note.split("memory ")[1].split(" GiB")[0])
+    assert 0.25 < over < 1.0  # stopped on the way up, far below the 2 GiB

@@ -188,6 +188,8 @@ class Memory(Study):
         w = runner.spawn_worker(job, name)
         if job.task == SEARCH:  # a try runs on its own and says when it is done
             w.autonomous = True
+            if job.device == "cpu" and job.params["fit_budget_gib"]:
+                OutsideGuard(w, job.params["fit_budget_gib"] * GIB)
         return w
 
     def run_group(self, runner, model, group):
@@ -260,6 +262,44 @@ class BudgetGuard:
     def stop(self) -> None:
         self._stop.set()
         self.thread.join()
+
+
+class OutsideGuard:
+    """The parent's backstop for a try's own :class:`BudgetGuard`. That guard
+    is a thread of the try, so it runs only when the try lets go of Python's
+    lock, and a library call can allocate for seconds without doing so:
+    GPT-2 XL's JAX tries (the PyTorch weights read and converted) went from
+    their level to 23 GB unseen, and the kernel's OOM killer ended them. From
+    outside the process, every 2 ms: the try's resident memory over its level
+    when it started, past the budget and a margin (so the try's own guard, if
+    it can run, speaks first with the exact figure), kills the try
+    (SIGKILL); the runner writes its ``oom`` row with :attr:`note`."""
+
+    POLL_S = 0.002
+
+    def __init__(self, worker, budget: float):
+        self.worker, self.budget = worker, budget
+        self.margin = max(128 * MIB, 0.1 * budget)
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        import psutil
+
+        try:
+            proc = psutil.Process(self.worker.proc.pid)
+            level = proc.memory_info().rss
+            while self.worker.proc.poll() is None:
+                over = proc.memory_info().rss - level
+                if over > self.budget + self.margin:
+                    self.worker.stop_note = (
+                        f"over the budget: resident memory {over / GIB:.3f} GiB above the "
+                        f"try's at its start, budget {self.budget / GIB:g} GiB; the try was "
+                        f"stopped from outside (SIGKILL: its own guard could not run)")
+                    proc.kill()
+                    return
+                time.sleep(self.POLL_S)
+        except psutil.NoSuchProcess:
+            return
 
 
 def fit_call(ctx, spec: RunSpec, model, settings):
