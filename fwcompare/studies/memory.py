@@ -273,7 +273,8 @@ class OutsideGuard:
     outside the process, every 2 ms: the try's resident memory over its level
     when it started, past the budget and a margin (so the try's own guard, if
     it can run, speaks first with the exact figure), kills the try
-    (SIGKILL); the runner writes its ``oom`` row with :attr:`note`."""
+    (SIGKILL); the runner writes its ``oom`` row with the worker's
+    ``stop_note``."""
 
     POLL_S = 0.002
 
