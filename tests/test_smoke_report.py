@@ -343,7 +343,7 @@ def test_every_measured_cell_has_its_share_of_the_measured_peak(smoke):
     achieved FLOP/s / its precision's ceiling, and every study drew a roofline."""
     out, _, _ = smoke
     for study in ("inference_sweep", "training", "mixed_precision", "acceleration",
-                  "distributed", "deployment"):
+                  "distributed", "deployment", "generation", "memory"):
         res = load_results(out / study)
         peak = res.manifest["peak"]
         assert peak["flops_per_s"]["float32"] > 1e9, (study, peak)  # a real CPU's matmul

@@ -339,8 +339,16 @@ def fit_try(study: Memory, ctx, spec: RunSpec) -> CellResult:
             t0 = time.perf_counter()
             backend.sync(call())
             times.append(time.perf_counter() - t0)
-    figures = dict(load_s=load_s, first_call_s=times[0], median_s=float(np.median(times[1:])),
-                   n_samples=len(times) - 1, budget_bytes=budget or math.nan)
+    median = float(np.median(times[1:]))
+    # Its share of the machine (pct_of_peak, from the run's ceiling) like any
+    # measured row's: one step timed after the first, not a sampled cell.
+    task = "inference" if spec.mode == FORWARD else "train"
+    flops = models.forward_flops(ctx.info, spec.batch_size, spec.seq_len) * (
+        1 if task == "inference" else 3)
+    figures = dict(load_s=load_s, first_call_s=times[0], median_s=median,
+                   n_samples=len(times) - 1, budget_bytes=budget or math.nan,
+                   flops_per_call=flops, achieved_flops_per_s=flops / median,
+                   bytes_per_call=models.weight_traffic_bytes(ctx.info, task))
     if ctx.device == "gpu":  # the allocator's peak of one more call
         figures.update(backend.gpu_memory(lambda: backend.sync(call())))
     else:
@@ -482,8 +490,9 @@ def search(runner, model: str, ref: CellRef) -> None:
                    fit_tries=len(tried), budget_bytes=budget or math.nan)
     if ok:
         best = rows[largest]
-        figures.update(peak_mem_bytes=best.get("peak_mem_bytes"), median_s=best.get("median_s"),
-                       first_call_s=best.get("first_call_s"), load_s=best.get("load_s"))
+        figures.update({k: best.get(k) for k in ("peak_mem_bytes", "median_s", "first_call_s",
+                                                 "load_s", "flops_per_call",
+                                                 "achieved_flops_per_s", "bytes_per_call")})
     note = (f"largest batch {largest}" + (f", batch {bad[0]} out of memory" if bad else
                                           f": every try fit, up to fit_max_batch {cap}")
             if ok else f"even batch {step} does not fit")
