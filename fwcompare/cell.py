@@ -262,8 +262,10 @@ def failed(backend, exc: BaseException, plan: CellPlan | None = None) -> CellRes
 def serve(study, job: Job) -> None:
     """A worker's main loop: answer the parent's requests (see protocol) for
     the cells of ``job``, one prepared cell or several, in any order."""
+    from .frameworks import backend_options
+
     backend = study.backend(job.framework)
-    backend.configure(job.threads, job.device)
+    backend.configure(job.threads, job.device, backend_options(job.params))
     ctx = WorkerContext(job, backend)
     refs = {c.key: c for c in job.cells}
     runs: dict[str, CellRun] = {}

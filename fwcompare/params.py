@@ -140,9 +140,11 @@ def float32_only(v):
 
 
 def grid_params(models_default, modes_default, modes_table, batch_default, seq_default,
-                timeout_default) -> dict[str, Param]:
-    """The keys every study shares: what to run, where, and how long it may take."""
-    return {
+                timeout_default, tf_autograph: bool | None = False) -> dict[str, Param]:
+    """The keys every study shares: what to run, where, and how long it may take.
+    ``tf_autograph``: the default of that key, or None for a study whose
+    TensorFlow functions are its own (not the backend's steps): no key."""
+    grid = {
         "models": Param("list[str]", models_default,
                         "zoo names or local checkpoint directories", check_models),
         "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
@@ -165,7 +167,11 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "seed": Param("int", 0, "seed of weights and token ids", non_negative),
         "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", positive),
         "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),
+        "tf_autograph": Param("bool", tf_autograph, "TensorFlow's tf.function converts Python control flow with AutoGraph (tf.function's default); off, the first call traces the same graph several seconds sooner (these models and steps have no tensor-dependent Python control flow; an accumulation loop keeps it on)"),
     }
+    if tf_autograph is None:
+        del grid["tf_autograph"]
+    return grid
 
 
 def replace_param(schema: dict[str, Param], key: str, **changes) -> dict[str, Param]:

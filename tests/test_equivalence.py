@@ -287,3 +287,42 @@ def test_inference_gates_in_its_smallest_cells_first_call_and_compiles_each_shap
                        output_dir=tmp_path / "strict", progress=False).results
     assert (strict["status"] == "not_equivalent").all(), strict[["seq_len", "status"]]
     assert strict["error"].str.contains("exceeds equiv_tol").all()
+
+
+def test_tensorflow_traces_the_same_graph_without_autograph(tmp_path, monkeypatch):
+    """``tf_autograph: false`` (the studies' default but acceleration's)
+    changes how long the first call traces, not what runs: the forward's graph
+    has the same ops, and outputs and training losses agree; the setup text
+    says which was used, and an accumulation loop (a ``tf.range`` loop, which
+    needs AutoGraph) still runs."""
+    from fwcompare import paths
+
+    backend = get_backend("tensorflow")
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
+    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    train_dir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path, head="seq_cls")
+    ids = token_ids(0, 4, 16, models.config_for("tiny-bert").vocab_size)
+    labels = np.array([0, 1, 1, 0], dtype=np.int32)
+    opt = {"learning_rate": 1e-3, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999,
+           "eps": 1e-8}
+    seen = {}
+    for autograph in (True, False):
+        backend.configure(2, "cpu", {"tf_autograph": autograph})
+        fn = backend.make_forward(backend.load(wdir, "cpu"), "graph", "cpu")
+        x = backend.make_inputs(ids, "cpu")
+        out = backend.to_numpy(fn(x))
+        graph = fn.compile_count.__self__.get_concrete_function(x).graph  # the tf.function
+        ops = sorted(op.type for op in graph.get_operations())
+        losses = {}
+        for steps in (1, 2):
+            step = backend.make_train_step(backend.load(train_dir, "cpu", "seq_cls"), "graph",
+                                           "cpu", opt, "seq_cls", accumulation_steps=steps)
+            batch = backend.make_batch(ids, labels, "cpu")
+            losses[steps] = [float(step(batch)) for _ in range(3)]
+        seen[autograph] = (fn.setup, ops, out, losses)
+    assert seen[True][0] == "tf.function" and seen[False][0] == "tf.function(autograph=False)"
+    assert len(seen[True][1]) > 100 and seen[True][1] == seen[False][1]
+    np.testing.assert_allclose(seen[False][2], seen[True][2], rtol=1e-6, atol=1e-7)
+    for steps in (1, 2):
+        np.testing.assert_allclose(seen[False][3][steps], seen[True][3][steps], rtol=1e-5)
+        assert seen[True][3][steps][2] < seen[True][3][steps][0]  # it trains

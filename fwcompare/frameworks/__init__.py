@@ -2,7 +2,9 @@
 
 Each module (torch.py, tensorflow.py, jax.py) provides:
 
-- ``configure(threads, device)``: thread counts and device, before any work;
+- ``configure(threads, device, options)``: thread counts and device, before
+  any work; ``options`` (:func:`backend_options`): ``tf_autograph``, whether
+  TensorFlow's ``tf.function`` steps use AutoGraph (its default when not told);
 - ``load(weights_dir, device, head, dtype)``: the model with the shared
   weights (fp32 in every precision), set up for precision ``dtype``;
 - ``n_params(model)``: parameter count;
@@ -53,7 +55,7 @@ class Backend(Protocol):
     """The contract every backend module (torch.py, tensorflow.py, jax.py)
     fulfils, as code: a study's plan and the cell measurement call only these."""
 
-    def configure(self, threads: int, device: str) -> None: ...
+    def configure(self, threads: int, device: str, options: dict | None = None) -> None: ...
     def load(self, weights_dir, device: str, head: str = "base", dtype: str = "float32"): ...
     def n_params(self, model) -> int: ...
     def make_forward(self, model, mode: str, device: str, head: str = "base",
@@ -70,6 +72,17 @@ class Backend(Protocol):
     def memory_plan_bytes(self) -> int | None: ...
     def is_oom(self, exc: BaseException) -> bool: ...
     def runtime_info(self, device: str) -> dict: ...
+
+
+# The params that change how a backend builds its modes and steps (the
+# keys each study declares; a study without one leaves the backend's default).
+BACKEND_OPTIONS = ("torch_compile_mode", "torch_compile_dynamic", "tf_autograph")
+
+
+def backend_options(params) -> dict:
+    """The params of :data:`BACKEND_OPTIONS` that ``params`` has: what
+    ``configure`` and ``make_forward`` take as ``options``."""
+    return {k: params[k] for k in BACKEND_OPTIONS if k in params}
 
 
 def contract_gaps(backend) -> list[str]:

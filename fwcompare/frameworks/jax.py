@@ -16,7 +16,7 @@ _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 INITIAL_LOSS_SCALE = 2.0 ** 15
 
 
-def configure(threads: int, device: str) -> None:
+def configure(threads: int, device: str, options: dict | None = None) -> None:
     # XLA's CPU client has no intra-op thread setting; the worker pins the
     # process to ``threads`` cores (sched_setaffinity) for every framework.
     # Without PyTorch (the runner sets USE_TORCH=0: the weights are converted

@@ -20,7 +20,7 @@ def _device(device: str) -> torch.device:
 _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def configure(threads: int, device: str) -> None:
+def configure(threads: int, device: str, options: dict | None = None) -> None:
     torch.set_num_threads(threads)
     transformers.AutoModel  # resolve the lazy import now, before the memory baseline
 

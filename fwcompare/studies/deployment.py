@@ -253,12 +253,12 @@ def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> No
 
 def export_main(job_path: str, framework: str) -> int:
     """An export process: the modes in FWCOMPARE_EXPORT_MODES of ``framework``."""
-    from ..frameworks import get_backend
+    from ..frameworks import backend_options, get_backend
     from ..job import Job
 
     job = Job.read(job_path)
     backend = get_backend(framework)
-    backend.configure(job.threads, job.device)
+    backend.configure(job.threads, job.device, backend_options(job.params))
     from ..gate import Gate
 
     gate = Gate(job.gate_path)
@@ -987,7 +987,7 @@ class Deployment(Study):
     def schema(self):
         return {
             **grid_params(["all-minilm-l6-v2"], {fw: list(m) for fw, m in DEPLOY_MODES.items()},
-                          DEPLOY_MODES, [1], [128], 1800.0),
+                          DEPLOY_MODES, [1], [128], 1800.0, tf_autograph=None),
             "equiv_tol": EQUIV_TOL,
             "mp_equiv_rtol": Param("float", 1.0, "relative L2 error against float64 on the gate batch above which a float16 or INT8 path is flagged not_equivalent: a bound against a broken conversion (an unrelated output of the same size scores about 1.4), not a judgement of accuracy (see the sentence-pair agreement)", positive),
             "onnx_opset": Param("int", 18, "ONNX opset of torch.onnx.export and tf2onnx", positive),

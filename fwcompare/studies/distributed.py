@@ -441,13 +441,13 @@ def run_rank(job: Job, settings: TrainSettings):
     """One rank's whole launch; returns the engine (kept alive until the exit)."""
     import psutil
 
-    from ..frameworks import get_backend
+    from ..frameworks import backend_options, get_backend
     from ..gate import Gate
 
     # When this process started: its start and imports count from there.
     born = time.perf_counter() - (time.time() - psutil.Process().create_time())
     backend = get_backend(job.framework)
-    backend.configure(job.threads, job.device)
+    backend.configure(job.threads, job.device, backend_options(job.params))
     imports_s = time.perf_counter() - born
     t0 = time.perf_counter()
     dp = backend.DataParallel(Gate(job.gate_path).info["weights_dir"], job.device, job.head,

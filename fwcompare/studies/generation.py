@@ -367,7 +367,7 @@ class Generation(Study):
 
     def schema(self):
         grid = grid_params(["distilgpt2"], {fw: list(m) for fw, m in GEN_MODES.items()},
-                           GEN_MODES, [1], [32], 1800.0)
+                           GEN_MODES, [1], [32], 1800.0, tf_autograph=None)
         grid = replace_param(grid, "seq_lens", help="prompt lengths in tokens (seeded token ids)")
         return {
             **grid,

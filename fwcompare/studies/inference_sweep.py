@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
+from ..frameworks import backend_options
 from ..params import TIMING, Param, grid_params, positive
 from ..spec import MODES, RunSpec
 from . import register
@@ -51,7 +52,7 @@ def load_forwards(ctx: WorkerContext, dtype: str, modes=None,
                           f"{describe(exc)}") from exc
     modes = modes or sorted({c.spec.mode for c in ctx.job.cells if c.spec.dtype == dtype})
     forwards, problems = make_forwards(ctx.backend, model, modes, ctx.device, ctx.head, dtype,
-                                       mode_options(ctx.params))
+                                       backend_options(ctx.params))
     return InferenceVariant(model, load_s, forwards, problems)
 
 
@@ -66,11 +67,6 @@ def gate(ctx: WorkerContext, v: InferenceVariant, mode: str, dtype: str,
                                         ctx.gate, ctx.params["equiv_tol"], mp_equiv_rtol)
     except Exception as exc:
         v.problems[mode] = (failure_status(ctx.backend, exc), describe(exc))
-
-
-def mode_options(params) -> dict:
-    """Params that change how a mode is built (the backends' make_forward options)."""
-    return {k: params[k] for k in ("torch_compile_mode", "torch_compile_dynamic") if k in params}
 
 
 def forward_call(ctx: WorkerContext, fn, spec: RunSpec):

@@ -366,9 +366,10 @@ def fit_try(study: Memory, ctx, spec: RunSpec) -> CellResult:
 def run_try(study: Memory, job) -> None:
     """A try's process: one cell, run on its own (the parent only listens)."""
     from ..cell import WorkerContext
+    from ..frameworks import backend_options
 
     backend = study.backend(job.framework)
-    backend.configure(job.threads, job.device)
+    backend.configure(job.threads, job.device, backend_options(job.params))
     ctx = WorkerContext(job, backend)
     ref = job.cells[0]
     protocol.emit(protocol.START, label=ref.spec.label, cell=ref.spec.cell_id, round=ref.round)
