@@ -60,6 +60,21 @@ def test_a_search_with_a_precision_brackets_within_it_in_fewer_tries(limit):
     assert len(tried) < len(exact[2]), (list(tried), list(exact[2]))
 
 
+def test_a_flat_stretch_of_peaks_does_not_send_the_search_8_fold_past_the_limit():
+    # TensorFlow's MiniLM tries of 2026-11-25 (MB over the level before the
+    # model): 610 at batch 1, 692 at 4, 689 at 8 (noise), then about 18 MB a
+    # sample (741 at 11, 793 at 14, the largest that fit 0.75 GiB = 805 MB).
+    # The local line (4 to 8) has no positive slope: the search grew to 64 and
+    # took 9 tries.
+    def peak(b):
+        return {1: 610.0, 4: 692.0, 8: 689.0}.get(b, 689.0 + 18.0 * (b - 8))
+
+    budget = 805.0
+    largest, oom, tried = run_search(lambda b: (peak(b) <= budget, peak(b)), budget=budget)
+    assert (largest, oom) == (14, 15)
+    assert max(tried) < 32 and len(tried) <= 8, list(tried)
+
+
 def test_search_in_micro_batch_steps_and_at_the_cap():
     largest, oom, _ = run_search(lambda b: (b <= 18, 50.0 + b), step=4, budget=68.5)
     assert (largest, oom) == (16, 20)  # accumulate-4 runs multiples of 4 only

@@ -31,7 +31,7 @@ def _device_name(device: str) -> str:
 # AutoGraph: tf.function's own default until ``configure`` is told otherwise
 # (the ``tf_autograph`` param). The models' and steps' Python has no
 # tensor-dependent control flow, so the graph is the same either way
-# (tests/test_frameworks.py compares the ops); AutoGraph's conversion of
+# (tests/test_equivalence.py compares the ops); AutoGraph's conversion of
 # transformers' layer code is most of a first call's trace: MiniLM's forward
 # 3.8 s with it and 0.7 s without, its training step 14.0 and 9.0 s (a 2-core
 # AMD EPYC, 2026-11-25, one process each).

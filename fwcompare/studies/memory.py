@@ -448,15 +448,21 @@ def _predict(tried, ok, budget) -> int | None:
     largest one at most 3/4 of it keeps under ``budget`` (``tried[b][1]`` are
     their peaks): near the limit the line follows the local slope (a base
     through batch 1 carries its fixed costs and creeps up), yet its two points
-    are far enough apart for the allocator's noise not to tilt it."""
+    are far enough apart for the allocator's noise not to tilt it. Where that
+    slope is not positive (small batches whose peaks the allocator's noise
+    hides: TensorFlow's MiniLM tries at 4 and 8 peaked at 692 and 689 MB on
+    2026-11-25, and the search then grew 8-fold and came back down in four
+    out-of-memory tries), the line through the smallest fitting try instead:
+    its slope spans the whole range tried."""
     if len(ok) < 2 or not budget:
         return None
     base = [b for b in ok[:-1] if b <= 0.75 * ok[-1]] or ok[:1]
-    (b1, (_, p1)), (b2, (_, p2)) = [(b, tried[b]) for b in (base[-1], ok[-1])]
-    slope = (p2 - p1) / (b2 - b1)
-    if not (math.isfinite(slope) and slope > 0):
-        return None
-    return int(b2 + (budget - p2) // slope)
+    b2, p2 = ok[-1], tried[ok[-1]][1]
+    for b1 in dict.fromkeys((base[-1], ok[0])):  # the local line, then the whole range
+        slope = (p2 - tried[b1][1]) / (b2 - b1)
+        if math.isfinite(slope) and slope > 0:
+            return int(b2 + (budget - p2) // slope)
+    return None
 
 
 def search(runner, model: str, ref: CellRef) -> None:
