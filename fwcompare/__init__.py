@@ -1,6 +1,7 @@
 """fwcompare: trustworthy PyTorch / TensorFlow / JAX comparisons of Transformer models."""
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +48,11 @@ def load_results(output_dir: str | Path) -> StudyResults:
 
 def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
               output_dir: str | Path | None = None, progress: bool = True,
-              cells: list | None = None) -> StudyResults:
+              cells: list | None = None, servers=None) -> StudyResults:
     """Validate params, run (or resume) every cell of ``study`` (or only
-    ``cells``, a subset of them: a shard, fwcompare.shard), return its results."""
+    ``cells``, a subset of them: a shard, fwcompare.shard), return its results.
+    ``servers``: fork servers to share (``fwcompare report`` keeps one set for
+    all its studies); by default the run starts its own and closes them."""
     from .forkserver import ForkServers
     from .params import study_named, validate
     from .runner import Runner
@@ -69,7 +72,8 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
         from .estimate import estimate
 
         print(estimate(study, params, out / "results").text(), flush=True)
-    with ForkServers(out / "results" / "work" / "jobs") as servers:  # shared by the tasks
+    with contextlib.nullcontext(servers) if servers is not None else ForkServers(
+            out / "results" / "work" / "jobs") as servers:  # shared by the tasks
         for task in st.tasks:
             if progress and len(st.tasks) > 1:
                 print(f"{study}: {task} cells", flush=True)

@@ -4,7 +4,9 @@ Importing a framework with transformers takes 7 to 13 s of CPU on a 2-core
 machine, and a quick report starts about sixty worker processes (a lane per
 variant and round): their imports were a sixth of its time. A fork server
 imports once per framework and run (its framework, transformers' model
-modules, the study), then forks each worker from that state. The worker is
+modules, the study; ``fwcompare report`` keeps one set for all its studies,
+and a worker of another study imports that study itself), then forks each
+worker from that state. The worker is
 still a fresh process for what is measured: the server never runs a model,
 creates a framework runtime or a thread pool (PyTorch's OpenMP pool,
 TensorFlow's executors, XLA's client all start in the child, with the

@@ -1,20 +1,29 @@
 """`fwcompare report`: run every study notebook for a profile and index it.
 
-For each study: validate its params file (before anything runs), execute the
-notebook with papermill into a temporary file and move it into place (a failed
-run leaves no half-written output), render HTML with the code hidden, then
-write ``outputs/<profile>/index.html``. A study whose inputs (params file,
-notebook, library source, package versions) did not change is not run again.
+Validate every study's params file (before anything runs); measure every
+study's cells, one study after another, in this process (one set of fork
+servers for all of them); then execute the notebooks with papermill, a few at
+a time in processes of their own (a notebook finds its cells measured and
+only reads them), each into a temporary file moved into place (a failed run
+leaves no half-written output), render HTML with the code hidden; then the
+scorecard, and ``outputs/<profile>/index.html``. A study whose inputs (params
+file, notebook, library source, package versions) did not change is not run
+again.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html
 import json
+import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
+import traceback
 import urllib.parse
 from pathlib import Path
 
@@ -23,6 +32,7 @@ import yaml
 
 from . import claims, doctor, env, load_results
 from .atomic import write_text
+from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
 from .params import ParamsError, load_file
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
@@ -154,26 +164,62 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     failures: dict[str, str] = {}
     times: dict[str, float] = {}
     t_all = time.perf_counter()
-    for n, study in enumerate(chosen, 1):
-        out = out_root / study
-        t0 = time.perf_counter()
-        print(f"[{n}/{len(chosen)}] ", end="", file=sys.stderr)
-        if _run_one(study, profile, out, _inputs_hash(study, profile), raw[study],
-                    STUDIES[study].notebook, PARAMS / study / f"{profile}.yaml", fresh, failures):
+    stale = []
+    for study in chosen:
+        digest = _inputs_hash(study, profile)
+        if fresh or not _unchanged(study, out_root / study, digest):
+            stale.append((study, digest))
+    # 1. Every study's cells, one study after another, the workers forked from one
+    # set of fork servers: a framework's imports once per report, not per study.
+    with ForkServers(out_root / ".forkservers") as servers:
+        for n, (study, _) in enumerate(stale, 1):
+            out = out_root / study
+            if fresh:
+                ResultStore(out / "results").archive()
+            print(f"[{n}/{len(stale)}] {study}: measuring (profile {profile})", file=sys.stderr)
+            t0 = time.perf_counter()
+            try:
+                _measure(study, profile, raw[study], out, servers)
+            except Exception:  # its notebook runs it again and keeps the error
+                traceback.print_exc()
+                print(f"{study}: the measurement failed; its notebook runs it again",
+                      file=sys.stderr)
             times[study] = time.perf_counter() - t0
-    # The scorecard judges whatever results are stored, so it runs after every study.
-    out = out_root / SUMMARY
+            print(f"{study}: measured in {_mmss(times[study])}", file=sys.stderr)
+    # 2. The notebooks (tables, figures, HTML), a few at a time: they only read
+    # what step 1 stored, so measuring is over when they share the CPU.
     t0 = time.perf_counter()
+    took = run_notebooks([NotebookJob(study, profile, out_root / study, digest, raw[study],
+                                      str(NOTEBOOKS / STUDIES[study].notebook),
+                                      PARAMS / study / f"{profile}.yaml")
+                          for study, digest in stale], failures)
+    notebooks_s = time.perf_counter() - t0 if stale else 0.0
+    # 3. The scorecard judges whatever results are stored, so it runs after every study.
+    out = out_root / SUMMARY
     print("[scorecard] ", end="", file=sys.stderr)
-    if _run_one(SUMMARY, profile, out, _summary_hash(out_root),
-                {"results_dir": str(out_root)}, SUMMARY_NOTEBOOK, claims.CLAIMS_FILE, False,
-                failures):
-        times[SUMMARY] = time.perf_counter() - t0
+    digest = _summary_hash(out_root)
+    summary_s = 0.0
+    if _unchanged(SUMMARY, out, digest):
+        print(f"{SUMMARY}: inputs unchanged, not run again ({out})", file=sys.stderr)
+    else:
+        t0 = time.perf_counter()
+        took.update(run_notebooks([NotebookJob(SUMMARY, profile, out, digest,
+                                               {"results_dir": str(out_root)},
+                                               str(NOTEBOOKS / SUMMARY_NOTEBOOK),
+                                               claims.CLAIMS_FILE)], failures))
+        summary_s = time.perf_counter() - t0
     index = write_index(profile, out_root, failures)
-    if times:
-        print("times: " + ", ".join(f"{k} {_mmss(v)}" for k, v in times.items())
+    if times or took:
+        parts = [f"{k} {_mmss(v)}" for k, v in times.items()]
+        if stale:
+            parts.append(f"notebooks {_mmss(notebooks_s)} ({len(stale)}, "
+                         f"{notebook_jobs()} at a time)")
+        if summary_s:
+            parts.append(f"scorecard {_mmss(summary_s)}")
+        print("times: " + ", ".join(parts)
               + f"; report {_mmss(time.perf_counter() - t_all)}", file=sys.stderr)
-        breakdown = time_breakdown(out_root, times, time.perf_counter() - t_all)
+        breakdown = time_breakdown(out_root, times, time.perf_counter() - t_all,
+                                   notebooks_s + summary_s)
         breakdown.to_csv(out_root / "time_breakdown.csv", index=False)
         print(format_breakdown(breakdown), file=sys.stderr)
         print(host_line(out_root, list(times)), file=sys.stderr)
@@ -184,15 +230,28 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     return index
 
 
+def _measure(study: str, profile: str, params: dict, out: Path, servers: ForkServers) -> None:
+    """A study's cells, measured in this process; its notebook then finds
+    them done (``Runner``: nothing to do leaves the run's records as they are)."""
+    from . import run_study
+
+    run_study(study, params, profile=profile, output_dir=out, servers=servers)
+
+
 # Phases that produce figures (the rest is overhead: process starts, model builds...).
 FIGURE_PHASES = ("timing samples", "first calls and compiles", "memory passes",
                  "stability steps (loss curves)", PEAK_PHASE)
 
 
-def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.DataFrame:
+NOTEBOOK_PHASE = "notebooks (kernel, tables, figures, HTML)"
+
+
+def time_breakdown(out_root: Path, times: dict[str, float], total: float,
+                   notebooks_s: float = 0.0) -> pd.DataFrame:
     """Where a report's time went: the runners' phases of every study that
-    ran (results/time_breakdown_<task>.json), the rest of each study's time
-    (notebook execution: tables, figures, rendering) and the scorecard."""
+    ran (results/time_breakdown_<task>.json), the rest of each study's
+    measuring, the notebooks (``notebooks_s``, wall time: several run at
+    once) and the report's own work."""
     phases: dict[str, float] = {}
 
     def add(name: str, seconds: float) -> None:
@@ -206,8 +265,10 @@ def time_breakdown(out_root: Path, times: dict[str, float], total: float) -> pd.
             for name, sec in run.items():
                 add(name, sec)
             add("runner, other (process exits, scheduling)", total_of_run - sum(run.values()))
-        add("notebooks (kernel, tables, figures, HTML)", max(0.0, seconds - runner_total))
-    add("report, other (params checks, index)", max(0.0, total - sum(times.values())))
+        add("study, other (params, plan, loading results)", max(0.0, seconds - runner_total))
+    add(NOTEBOOK_PHASE, notebooks_s)
+    add("report, other (params checks, index)",
+        max(0.0, total - sum(times.values()) - notebooks_s))
     df = pd.DataFrame({"phase": list(phases), "seconds": list(phases.values())})
     df["share"] = df["seconds"] / total
     from .studies import STUDIES
@@ -250,32 +311,112 @@ def _mmss(seconds: float) -> str:
     return f"{int(seconds // 60)}:{seconds % 60:04.1f}" if seconds >= 60 else f"{seconds:.1f} s"
 
 
-def _run_one(name: str, profile: str, out: Path, digest: str, params: dict, notebook: str,
-             params_file: Path, fresh: bool, failures: dict[str, str]) -> bool:
-    """Run one notebook unless its inputs are unchanged; render it; record a
-    failure instead of raising. True when it ran and succeeded."""
+def _unchanged(name: str, out: Path, digest: str) -> bool:
+    """Whether ``name`` ran to the end with these inputs (``.inputs``) and its
+    report is in place: it is not run again."""
     stamp = out / ".inputs"
-    if (not fresh and stamp.is_file() and stamp.read_text() == digest
-            and (out / f"{name}.html").is_file()):
-        print(f"{name}: inputs unchanged, not run again ({out})", file=sys.stderr)
-        return False
-    if fresh:
-        ResultStore(out / "results").archive()
-    print(f"{name}: running {notebook} (profile {profile})", file=sys.stderr)
-    t0 = time.perf_counter()
+    return stamp.is_file() and stamp.read_text() == digest and (out / f"{name}.html").is_file()
+
+
+@dataclasses.dataclass
+class NotebookJob:
+    """One notebook to execute and render: a study's, or the scorecard's."""
+
+    name: str
+    profile: str
+    out: Path
+    digest: str  # its inputs' hash: written to ``.inputs`` once it succeeded
+    params: dict
+    notebook: str  # its path (the process it runs in reads no patched NOTEBOOKS)
+    params_file: Path
+
+
+def notebook_jobs() -> int:
+    """How many notebooks run at once: one per core, at most 4 (each is a
+    kernel plus papermill, mostly one core's work)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+_FAILED = "fwcompare-notebook-failed: "
+
+
+def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str]) -> dict[str, float]:
+    """Execute and render ``jobs``, :func:`notebook_jobs` at a time, each in a
+    process of its own (``python -m fwcompare.report``, its output in
+    ``<out>/.notebook.log``); a failure is recorded in ``failures``, never
+    raised. Returns each succeeded job's seconds. On an interrupt or error
+    here, the running ones are told to stop (SIGTERM: papermill shuts its
+    kernel down), then killed."""
+    pending, running, took = list(jobs), {}, {}
+    if jobs:
+        ensure_kernel()  # once, here: the processes would race to register it
     try:
-        executed = run_notebook(name, profile, params, out, notebook)
+        while pending or running:
+            while pending and len(running) < notebook_jobs():
+                job = pending.pop(0)
+                job.out.mkdir(parents=True, exist_ok=True)
+                log = open(job.out / ".notebook.log", "w")
+                print(f"{job.name}: running {Path(job.notebook).name} (profile {job.profile})",
+                      file=sys.stderr)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "fwcompare.report", json.dumps(
+                        {**dataclasses.asdict(job), "out": str(job.out),
+                         "params_file": str(job.params_file)})],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                    start_new_session=True)  # stopped by us, not by the terminal's Ctrl-C
+                running[job.name] = (job, proc, log, time.perf_counter())
+            time.sleep(0.1)
+            for name, (job, proc, log, t0) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[name]
+                log.close()
+                text = (job.out / ".notebook.log").read_text(errors="replace")
+                if proc.returncode == 0:
+                    took[name] = time.perf_counter() - t0
+                    print(f"{name}: done in {_mmss(took[name])}", file=sys.stderr)
+                    continue
+                said = [ln[len(_FAILED):] for ln in text.splitlines() if ln.startswith(_FAILED)]
+                failures[name] = said[-1] if said else (
+                    f"the notebook's process ended with code {proc.returncode}: "
+                    + " ".join(text.strip().splitlines()[-1:]))
+                where = (job.out / f"{name}.failed.ipynb" if (job.out / f"{name}.failed.ipynb")
+                         .exists() else job.out / ".notebook.log")
+                print(f"{name}: FAILED ({failures[name]}); see {where}", file=sys.stderr)
+    finally:
+        for _, proc, log, _ in running.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc, log, _ in running.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid)
+                proc.wait()
+            log.close()
+    return took
+
+
+def _notebook_main(spec: str) -> int:
+    """A notebook process (:func:`run_notebooks`): execute, render, stamp."""
+    def stop(*_):  # SIGTERM from the report: papermill's cleanup shuts the kernel down
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    job = json.loads(spec)
+    job = NotebookJob(**{**job, "out": Path(job["out"]), "params_file": Path(job["params_file"])})
+    try:
+        executed = run_notebook(job.name, job.profile, job.params, job.out, job.notebook)
     except Exception as exc:  # one failed study never loses the others
         last_line = (str(exc).strip().splitlines() or [""])[-1]
-        failures[name] = f"{type(exc).__name__}: {last_line}"
-        print(f"{name}: FAILED ({failures[name]}); see {out / (name + '.failed.ipynb')}",
-              file=sys.stderr)
-        return False
-    _render_html(executed, out / f"{name}.html")
-    shutil.copyfile(params_file, out / params_file.name if name == SUMMARY else out / "params.yaml")
-    stamp.write_text(digest)
-    print(f"{name}: done in {_mmss(time.perf_counter() - t0)}", file=sys.stderr)
-    return True
+        print(f"{_FAILED}{type(exc).__name__}: {last_line}", flush=True)
+        return 1
+    _render_html(executed, job.out / f"{job.name}.html")
+    shutil.copyfile(job.params_file, job.out / job.params_file.name if job.name == SUMMARY
+                    else job.out / "params.yaml")
+    (job.out / ".inputs").write_text(job.digest)
+    return 0
 
 
 def _href(path: str) -> str:
@@ -430,3 +571,7 @@ failed cells are marked, not dropped. Index written {html.escape(manifest['times
 """
     out_root.mkdir(parents=True, exist_ok=True)
     return write_text(out_root / "index.html", page)
+
+
+if __name__ == "__main__":
+    sys.exit(_notebook_main(sys.argv[1]))

@@ -564,11 +564,15 @@ class Runner:
     def run(self, specs: list[RunSpec]) -> None:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
-        write_json(self.store.dir / "env.json", self.manifest)
-        write_json(self.store.dir / "params.json", self.params)
         done = self.store.finished()
         planned = planned_cells(self.study.name, self.params, specs)
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
+        # Every cell already measured (a notebook after `fwcompare report` measured
+        # them): the run's records stay as the measuring run wrote them.
+        idle = not todo and (self.store.dir / "env.json").is_file()
+        if not idle:
+            write_json(self.store.dir / "env.json", self.manifest)
+            write_json(self.store.dir / "params.json", self.params)
         total = len(planned)
         self.total, self.done = total, total - len(todo)
         self.done_before, self.t_start = self.done, time.monotonic()
@@ -584,7 +588,7 @@ class Runner:
         try:
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
-            if specs:
+            if specs and not idle:
                 self.measure_peak(specs[0].model, sorted({s.dtype for s in specs}))
             prepared: dict[str, str | None] = {}
             frameworks = list(self.params["frameworks"])
@@ -622,7 +626,8 @@ class Runner:
             shutil.rmtree(self.work_dir / "compile", ignore_errors=True)
             self.bar.close()
             self.charge("total", time.monotonic() - self.t_start)
-            write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
+            if not idle:
+                write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
             if self.done > self.done_before:  # a run that measured nothing keeps the last record
                 record_run(self.store.dir, self.task, self.run_id, self.done - self.done_before,
                            self.phases["total"], self.params["device"],

@@ -17,6 +17,7 @@ def test_failed_study_is_reported_not_lost(tmp_path, monkeypatch):
                                  "language": "python"}
     nbformat.write(nb, nbdir / "inference_sweep.ipynb")
     monkeypatch.setattr(report, "NOTEBOOKS", nbdir)
+    monkeypatch.setattr(report, "_measure", lambda *a: None)  # the notebook alone fails here
     with pytest.raises(report.ReportError, match="boom in the study"):
         report.build("smoke", out_root=tmp_path / "out", studies=["inference_sweep"])
     out = tmp_path / "out" / "smoke"
@@ -25,3 +26,65 @@ def test_failed_study_is_reported_not_lost(tmp_path, monkeypatch):
     index = (out / "index.html").read_text()
     assert "This study failed" in index and "inference_sweep.failed.ipynb" in index
     assert not (out / "inference_sweep" / ".inputs").exists()  # will run again next time
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
+    """The notebooks run side by side in processes of their own; Ctrl-C in the
+    report (SIGINT to its process alone) ends them and their kernels."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if report.notebook_jobs() < 2:
+        pytest.skip("one core: the notebooks run one at a time")
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    for name in ("a", "b"):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("profile = 'x'\noutput_dir = ''",
+                                              metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(
+                        f"import os, time\nopen({str(tmp_path / name)!r} + '.pid', 'w')"
+                        f".write(str(os.getpid()))\ntime.sleep(300)")]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+        nbformat.write(nb, nbdir / f"{name}.ipynb")
+    (tmp_path / "p.yaml").write_text("{}\n")
+    script = (
+        "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from pathlib import Path\nfrom fwcompare import report\n"
+        f"t = Path({str(tmp_path)!r})\n"
+        "report.run_notebooks([report.NotebookJob(n, 'x', t / n, 'digest', {}, "
+        "str(t / 'notebooks' / (n + '.ipynb')), t / 'p.yaml') for n in 'ab'], {})\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=report.ROOT,
+                            start_new_session=True)  # the SIGINT below reaches it alone
+    try:
+        end = time.monotonic() + 120
+        pids = [tmp_path / f"{n}.pid" for n in "ab"]
+        while not all(p.is_file() and p.read_text() for p in pids):
+            assert proc.poll() is None and time.monotonic() < end, "the notebooks did not start"
+            time.sleep(0.2)
+        kernels = [int(p.read_text()) for p in pids]
+        assert all(_running(k) for k in kernels)  # both at once
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) != 0
+        end = time.monotonic() + 15
+        while any(_running(k) for k in kernels) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not any(_running(k) for k in kernels), "a kernel outlived the report"
+        for n in "ab":  # papermill kept each partial notebook; none was stamped done
+            assert (tmp_path / n / f"{n}.failed.ipynb").is_file()
+            assert not (tmp_path / n / ".inputs").exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # it starts worker processes
 class NumpyBackend:
     """The few backend calls a study without a model needs."""
 
-    def configure(self, threads, device):
+    def configure(self, threads, device, options=None):
         pass
 
     def sync(self, out):
