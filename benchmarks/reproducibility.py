@@ -52,16 +52,22 @@ JUDGED = ("supported", "contradicted", "inconclusive")
 
 
 def cpu_claims() -> list[claims_mod.Claim]:
-    """Claims judged on a CPU run whose figure has an interval (timings)."""
+    """Claims judged on a CPU run whose figure is a ratio of timings (with an
+    interval)."""
     return [c for c in claims_mod.load_claims() if c.hardware in ("cpu", "any")
-            and not claims_mod.metrics()[c.metric].count and c.metric != "memory_ratio"
-            and c.metric in ("time_ratio", "speedup_trend")]
+            and claims_mod.metrics()[c.metric].timed]
 
 
 def study_params(study: str, chosen: list[claims_mod.Claim], schedule: str, rounds: int) -> dict:
-    """The study's quick params, restricted to the frameworks its claims compare."""
+    """The study's quick params, restricted to the frameworks its claims compare
+    (a technique claim compares every framework; the memory study's search for
+    the largest batch, which no timing claim uses, is left out)."""
     p = read_yaml(PARAMS / study / "quick.yaml", "params")
-    fws = {str(c.cells[k]).partition("/")[0] for c in chosen for k in ("a", "b")}
+    fws = {str(c.cells[k]).partition("/")[0] for c in chosen for k in ("a", "b") if k in c.cells}
+    if any("technique" in c.cells for c in chosen):
+        fws |= set(p["frameworks"])
+    if "fit_models" in p:
+        p["fit_models"] = []
     p["frameworks"] = [fw for fw in p["frameworks"] if fw in fws]
     p["modes"] = {fw: m for fw, m in p["modes"].items() if fw in fws}
     named = [m for c in chosen for m in c.models]

@@ -231,9 +231,23 @@ def _devices(hardware: str) -> tuple[str, ...]:
 
 def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE) -> set[str]:
     """The framework/mode variants ("torch/eager") that a claim of ``path``
-    compares in ``study`` on ``device``: what ``rounds_for: claims`` repeats."""
-    return {v for c in load_claims(path) if c.study == study and device in _devices(c.hardware)
-            for k, v in c.cells.items() if k in ("a", "b") and "/" in str(v)}
+    compares in ``study`` on ``device``: what ``rounds_for: claims`` repeats.
+    A technique claim whose figure is a timing (cells ``technique``: the
+    memory study's) compares the technique with ``plain`` in every framework:
+    "*/checkpointing", "*/plain"."""
+    out = set()
+    for c in load_claims(path):
+        if c.study != study or device not in _devices(c.hardware):
+            continue
+        out |= {str(v) for k, v in c.cells.items() if k in ("a", "b") and "/" in str(v)}
+        if "technique" in c.cells and metrics()[c.metric].timed:
+            out |= {f"*/{c.cells['technique']}", "*/plain"}
+    return out
+
+
+def is_claimed(framework: str, mode: str, variants: set[str]) -> bool:
+    """Whether ``framework/mode`` is one of :func:`claimed_variants`."""
+    return f"{framework}/{mode}" in variants or f"*/{mode}" in variants
 
 
 def cell_label(r) -> str:
@@ -392,13 +406,16 @@ def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
 @dataclass(frozen=True)
 class Metric:
     """A claim metric: ``fn(data, claim, devices) -> Measurement``, the keys its
-    claim's ``cells`` need, a check of their values (problems, or []), and
-    whether its figure is a signed count (no CI, printed as +n)."""
+    claim's ``cells`` need, a check of their values (problems, or []),
+    whether its figure is a signed count (no CI, printed as +n), and whether
+    it is a ratio of timings (what ``rounds_for: claims`` repeats and the
+    reproducibility benchmark reruns)."""
 
     fn: Callable[..., Measurement]
     cells: tuple[str, ...]
     check: Callable[[dict], list[str]] | None = None
     count: bool = False
+    timed: bool = False
 
 
 def is_count(metric: str) -> bool:
@@ -431,8 +448,8 @@ def check_cells(cells: dict) -> list[str]:
 
 # Metrics any study's results can feed; a study module adds its own (Study.metrics).
 SHARED_METRICS = {
-    "time_ratio": Metric(time_ratio, ("a", "b"), check_cells),
-    "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells),
+    "time_ratio": Metric(time_ratio, ("a", "b"), check_cells, timed=True),
+    "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells, timed=True),
     "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells),
 }
 

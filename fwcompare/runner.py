@@ -184,10 +184,10 @@ def planned_cells(study: str, params: dict, specs: list[RunSpec]) -> list[CellRe
     variants a claim compares in this study)."""
     again = specs
     if params.get("rounds_for", "all") != "all":
-        from .claims import claimed_variants
+        from .claims import claimed_variants, is_claimed
 
         keep = claimed_variants(study, params["device"])
-        again = [s for s in specs if f"{s.framework}/{s.mode}" in keep]
+        again = [s for s in specs if is_claimed(s.framework, s.mode, keep)]
     return [CellRef(s, r) for r in range(params["rounds"]) for s in (specs if r == 0 else again)]
 
 

@@ -15,7 +15,10 @@ logs with R - 1 degrees of freedom (:func:`rounds_t_interval`; never on less
 variance than one round's figure has from its blocks alone), the standard
 interval of a balanced nested design (Kalibera and Jones, "Rigorous
 Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
-variance is, and put that level into the interval). A bootstrap over so few
+variance is, and put that level into the interval), centred on the rounds'
+median rather than their mean: one disturbed round of three moves a mean by a
+third of its shift and a median hardly at all (the interval's width is scaled
+to the median's standard error, so it keeps its coverage). A bootstrap over so few
 rounds is too narrow: drawing 2 or 3 rounds with replacement sees a fraction
 (R - 1) / R of their variance and ignores that it is estimated from R values
 (constructed runs of 3 rounds with a 5% process effect, tests/test_stats.py:
@@ -26,6 +29,7 @@ from a single process.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Mapping, Sequence
@@ -178,20 +182,48 @@ def _enough(pairs) -> bool:
 
 def rounds_t_interval(values, confidence: float = 0.95,
                       floor_var: float = 0.0) -> tuple[float, float, float]:
-    """(mean, low, high) of per-round values (logs of a median or a ratio):
-    Student's t with R - 1 degrees of freedom, on the rounds' variance or
-    ``floor_var`` if that is larger. The floor is the variance one round's
-    value has from its blocks alone (:func:`_block_var`): the rounds cannot
-    truly vary less than that, and from 2 or 3 values their variance is itself
-    so uncertain (chi-square with 1 or 2 degrees of freedom) that it comes out
-    near zero now and then. NaN bounds with fewer than 2 values."""
+    """(centre, low, high) of per-round values (logs of a median or a ratio):
+    the rounds' median, with Student's t half-width on R - 1 degrees of
+    freedom, on the rounds' variance or ``floor_var`` if that is larger,
+    scaled by :func:`median_se_factor`. NaN bounds with fewer than 2 values.
+
+    The floor is the variance one round's value has from its blocks alone
+    (:func:`_block_var`): the rounds cannot truly vary less than that, and
+    from 2 or 3 values their variance is itself so uncertain (chi-square with
+    1 or 2 degrees of freedom) that it comes out near zero now and then.
+
+    Why the median: pairing cancels a slow stretch only where it slows every
+    variant alike. In the reproducibility benchmark of e45629a (AMD EPYC,
+    2026-11-25) one round of one run was slow for 22 of its set's 29 turns,
+    the INT8 variants by 40-45% and the float32 ones by 10-17%: that round's
+    INT8 speed-ups fell to 3.08 and 2.12 (the other rounds' 4.05-4.18 and
+    2.54-2.57), the mean of the three rounds' logs went to 3.74 and 2.40, and
+    three of the four intervals of the other runs missed them. The median
+    of the rounds ignores one such round; the half-width, scaled to the
+    median's standard error, still covers under normal round effects (400,000
+    constructed runs of 3 rounds: 96.1% at 95%, the mean's t interval 95.0%;
+    without the scale the median's covered 94.7%). With 2 rounds the median
+    is the mean and nothing changes."""
     v = np.asarray(values, dtype=float)
-    mean = float(np.mean(v)) if v.size else math.nan
+    centre = float(np.median(v)) if v.size else math.nan
     if v.size < 2:
-        return mean, math.nan, math.nan
+        return centre, math.nan, math.nan
     var = max(float(np.var(v, ddof=1)), floor_var)
-    h = float(_st.t.ppf((1 + confidence) / 2, v.size - 1) * math.sqrt(var / v.size))
-    return mean, mean - h, mean + h
+    h = float(_st.t.ppf((1 + confidence) / 2, v.size - 1) * math.sqrt(var / v.size)
+              * median_se_factor(v.size))
+    return centre, centre - h, centre + h
+
+
+@functools.lru_cache(maxsize=None)
+def median_se_factor(n: int) -> float:
+    """The standard error of the median of ``n`` normal values over that of
+    their mean: 1 for n <= 2 (the median is the mean), 1.160 for 3, 1.092 for
+    4, tending to sqrt(pi / 2) = 1.253. From 200,000 draws of a fixed seed
+    (within 0.3%): the even sizes' variance has no closed form."""
+    if n <= 2:
+        return 1.0
+    z = np.random.default_rng(0).standard_normal((200_000, n))
+    return float(np.std(np.median(z, axis=1)) / np.std(np.mean(z, axis=1)))
 
 
 def _block_var(pairs, rounds, stat, n_resamples: int, seed: int) -> float:
@@ -226,7 +258,7 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
 
     ``pairs`` holds, per cell, the samples of A and of B: :class:`CellSamples`
     (rounds kept apart) or plain sequences (one round). With 2 or more rounds
-    common to every side, the value is the mean over rounds of each round's
+    common to every side, the value is the median over rounds of each round's
     log geometric mean ratio (each round's medians, paired by round) and the
     interval is Student's t over those rounds (:func:`rounds_t_interval`,
     never narrower than the blocks' own noise allows): it carries the
@@ -265,7 +297,7 @@ def ratio_ci(a, b, confidence: float = 0.95,
 def median_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000,
                    seed: int = 0) -> tuple[float, float, float]:
     """median(a) - median(b) with its CI: with 2 or more rounds common to both,
-    the mean over rounds of each round's difference of medians and Student's t
+    the median over rounds of each round's difference of medians and Student's t
     over them; otherwise a bootstrap of the blocks (percentile method), NaN
     bounds with fewer than 2 samples on a side."""
     a, b = CellSamples.of(a), CellSamples.of(b)

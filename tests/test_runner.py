@@ -121,3 +121,16 @@ def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
     assert rounds == {"eager": [0, 1], "torchscript": [0]}
     assert set(df["status"]) == {"ok"}
     no_orphans()
+
+
+def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
+    """checkpointing-costs-20pct-time compares checkpointing with plain in
+    each framework of the memory study; no claim times accumulate-4."""
+    from fwcompare.claims import claimed_variants, is_claimed
+
+    keep = claimed_variants("memory", "cpu")
+    assert {"*/checkpointing", "*/plain"} <= keep
+    assert is_claimed("jax", "checkpointing", keep) and is_claimed("tensorflow", "plain", keep)
+    # accumulate-4's claim is about memory: no rounds for its timings
+    assert not is_claimed("torch", "accumulate-4", keep)
+    assert not is_claimed("torch", "checkpointing", claimed_variants("training", "cpu"))

@@ -162,12 +162,49 @@ def test_round_interval_is_calibrated_where_a_bootstrap_over_rounds_is_not():
 
 
 def test_rounds_t_interval_hand_computed():
-    """Logs 0, 0.1, 0.2: mean 0.1, SD 0.1, t(0.975, 2) = 4.3027: half-width 0.2484."""
-    m, lo, hi = stats.rounds_t_interval([0.0, 0.1, 0.2])
-    assert m == pytest.approx(0.1)
-    assert hi - m == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+    """Logs 0, 0.02, 0.2: median 0.02, SD 0.1058, t(0.975, 2) = 4.3027, and
+    the median's standard error is 1.160 times the mean's for 3 normal values
+    (its variance 0.4487 / 3 against 1 / 3): half-width 0.3049. Two rounds:
+    the median is the mean, the factor 1."""
+    m, lo, hi = stats.rounds_t_interval([0.0, 0.02, 0.2])
+    assert m == pytest.approx(0.02)
+    assert stats.median_se_factor(3) == pytest.approx(math.sqrt(3 * 0.4487), rel=3e-3)
+    sd = np.std([0.0, 0.02, 0.2], ddof=1)
+    assert hi - m == pytest.approx(4.302653 * sd / math.sqrt(3) * 1.1602, rel=3e-3)
     assert m - lo == pytest.approx(hi - m)
+    m2, lo2, hi2 = stats.rounds_t_interval([0.0, 0.1])
+    assert m2 == pytest.approx(0.05)
+    assert hi2 - m2 == pytest.approx(12.7062 * np.std([0.0, 0.1], ddof=1) / math.sqrt(2), rel=1e-4)
     assert math.isnan(stats.rounds_t_interval([0.3])[1])
+
+
+def test_one_disturbed_round_hardly_moves_the_ratio():
+    """What the reproducibility benchmark saw (stats.rounds_t_interval): A
+    over B is 4.0 in every round, but in one round of three a slow stretch
+    made B 30% slower and A only 2% (ratio 3.14). The value from the three
+    rounds stays within 3% of 4.0 (the mean of the rounds' logs: 3.68), an
+    undisturbed rerun's interval covers it, and its own interval, widened by
+    the disturbed round, covers the rerun's value."""
+    rng = np.random.default_rng(11)
+
+    def run(slow_b, slow_a):
+        a = stats.CellSamples({r: _noisy(rng, 4.0 * (slow_a if r == 2 else 1.0)
+                                         * np.exp(0.01 * rng.standard_normal()), 30)
+                               for r in range(3)}, True)
+        b = stats.CellSamples({r: _noisy(rng, 1.0 * (slow_b if r == 2 else 1.0), 30)
+                               for r in range(3)}, True)
+        return a, b
+
+    disturbed = stats.ratio_ci(*run(1.30, 1.02))
+    rerun = stats.ratio_ci(*run(1.0, 1.0))
+    a, b = run(1.30, 1.02)
+    mean_logs = np.exp(np.mean([np.log(np.median(a.rounds[r]) / np.median(b.rounds[r]))
+                                for r in range(3)]))
+    assert mean_logs < 3.75  # what the mean of the rounds would have said
+    assert disturbed[0] == pytest.approx(4.0, rel=0.03)
+    assert rerun[1] <= disturbed[0] <= rerun[2]
+    assert disturbed[1] <= rerun[0] <= disturbed[2]
+    assert not (rerun[1] <= mean_logs <= rerun[2])  # the mean's value the rerun misses
 
 
 def test_median_diff_over_rounds():

@@ -622,7 +622,8 @@ def _scaling_cells(cells: dict) -> list[str]:
 
 
 Distributed.metrics = {"scaling_efficiency": Metric(scaling_efficiency_metric,
-                                                    ("frameworks", "scaling"), _scaling_cells)}
+                                                    ("frameworks", "scaling"), _scaling_cells,
+                                                    timed=True)}
 
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----

@@ -547,8 +547,8 @@ def new_prompt_compiles(data: StudyData, claim: Claim, devices) -> Measurement:
 
 
 Generation.metrics = {
-    "generation_time_ratio": Metric(generation_time_ratio, ("a", "b"), check_cells),
-    "first_token_ratio": Metric(first_token_ratio, ("a", "b"), check_cells),
+    "generation_time_ratio": Metric(generation_time_ratio, ("a", "b"), check_cells, timed=True),
+    "first_token_ratio": Metric(first_token_ratio, ("a", "b"), check_cells, timed=True),
     "new_prompt_compiles": Metric(new_prompt_compiles, ("a",), check_cells, count=True),
 }
 STUDY = register(Generation())

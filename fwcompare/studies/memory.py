@@ -747,7 +747,8 @@ def _technique_cells(cells: dict) -> list[str]:
 
 Memory.metrics = {
     "technique_memory_ratio": Metric(technique_memory_ratio, ("technique",), _technique_cells),
-    "technique_time_ratio": Metric(technique_time_ratio, ("technique",), _technique_cells),
+    "technique_time_ratio": Metric(technique_time_ratio, ("technique",), _technique_cells,
+                                   timed=True),
     "largest_batch_ratio": Metric(largest_batch_ratio, ("a", "b"), check_cells),
     "memory_ratio_largest_model": Metric(memory_ratio_largest_model, ("a", "b"), check_cells),
 }

@@ -288,7 +288,7 @@ def precision_stability(data: StudyData, claim: Claim, devices) -> Measurement:
 
 
 MixedPrecision.metrics = {
-    "precision_speedup": Metric(precision_speedup, ("dtype", "task"), check_cells),
+    "precision_speedup": Metric(precision_speedup, ("dtype", "task"), check_cells, timed=True),
     "precision_stability": Metric(precision_stability, ("a", "b"), check_cells, count=True),
 }
 STUDY = register(MixedPrecision())
