@@ -10,11 +10,14 @@
   cluster (every worker's host:port) and this worker's index;
   ``MultiWorkerMirroredStrategy`` connects them. Forked from a fork server
   where there is one (on one host).
+- JAX: one process per rank with the coordinator's address (rank 0's host),
+  the process count and this process's id, for ``jax.distributed.initialize``
+  (``frameworks.jax.DataParallel``); forked likewise.
 
 On one host every rank listens on loopback, on ports found free at launch.
 Across hosts (``hosts`` in the params, ``node_rank`` on each), the same study
 runs on every host; the ports are then fixed: ``master_port`` for torchrun's
-rendezvous, ``master_port + 1 + i`` for TensorFlow worker ``i``.
+rendezvous and JAX's coordinator, ``master_port + 1 + i`` for TensorFlow worker ``i``.
 
 :class:`Launch` watches the ranks of this host as one worker for the runner:
 rank 0's events, and the first rank that exits with an error ends the launch.
@@ -104,12 +107,23 @@ def tf_configs(workers: int, hosts: list[str], node_rank: int,
             for i in range(k)]
 
 
+def jax_rank_envs(workers: int, hosts: list[str], node_rank: int, port: int) -> list[dict]:
+    """What ``frameworks.jax.DataParallel`` reads on each rank of this host:
+    the coordinator (served by process 0, on ``hosts[0]``), the process count
+    and this process's id (host i holds processes i*k .. i*k+k-1)."""
+    from .frameworks.jax import COORDINATOR_ENV, PROCESS_ID_ENV, PROCESSES_ENV
+
+    k = workers // len(hosts)
+    return [{COORDINATOR_ENV: f"{hosts[0]}:{port}", PROCESSES_ENV: str(workers),
+             PROCESS_ID_ENV: str(node_rank * k + i), "LOCAL_RANK": str(i)} for i in range(k)]
+
+
 def choose_ports(framework: str, workers: int, hosts: list[str], master_port: int) -> list[int]:
-    """torch: [rendezvous port]; tensorflow: every worker's port."""
-    n = 1 if framework == "torch" else workers
+    """torch: [rendezvous port]; jax: [coordinator port]; tensorflow: every worker's port."""
+    one = framework in ("torch", "jax")
+    n = 1 if one else workers
     if master_port:
-        return [master_port] if framework == "torch" else [master_port + 1 + j
-                                                           for j in range(n)]
+        return [master_port] if one else [master_port + 1 + j for j in range(n)]
     if len(hosts) > 1:
         raise ValueError("several hosts need a fixed master_port")
     return free_ports(n)
@@ -223,8 +237,11 @@ class Launch:
                                                        self.ports[0])]
         if framework == "torch":
             return [(torchrun_command(path, workers, hosts, node_rank, self.ports[0]), {})]
-        return [([sys.executable, "-m", MODULE, str(path)],
-                 {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
+        command = [sys.executable, "-m", MODULE, str(path)]
+        if framework == "jax":
+            return [(None if forked else command, e)
+                    for e in jax_rank_envs(workers, hosts, node_rank, self.ports[0])]
+        return [(command, {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
                 for i, c in enumerate(tf_configs(workers, hosts, node_rank, self.ports))]
 
     def _start(self, path: Path, job_dir: Path, name: str, env: dict, server, leader: bool,

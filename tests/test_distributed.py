@@ -20,9 +20,12 @@ from fwcompare.studies import distributed as study
 
 def test_params_name_every_problem():
     with pytest.raises(ParamsError) as exc:
-        validate("distributed", {"frameworks": ["torch", "jax"], "workers": [1, 2, 3],
+        validate("distributed", {"frameworks": ["torch", "mxnet"], "workers": [1, 2, 3],
                                  "global_batch": 8})
-    assert "'jax' has no data-parallel launcher" in str(exc.value)
+    assert "unknown value 'mxnet'; allowed: torch, tensorflow, jax" in str(exc.value)
+    assert validate("distributed", {"frameworks": ["jax"], "modes": {"jax": ["jit"]}})
+    with pytest.raises(ParamsError, match="unknown mode 'eager' for jax"):
+        validate("distributed", {"frameworks": ["jax"], "modes": {"jax": ["eager"]}})
     with pytest.raises(ParamsError) as exc:
         validate("distributed", {"workers": [1, 2, 3], "global_batch": 8, "node_rank": 2,
                                  "hosts": ["a", "b"]})
@@ -46,7 +49,7 @@ def test_cells_weak_and_strong():
     p = validate("distributed", {"workers": [1, 2, 4], "per_worker_batch": 3,
                                  "global_batch": 8, "threads": 1})
     cells = STUDIES["distributed"].cells(p)
-    assert len(cells) == 2 * 3 * 2
+    assert len(cells) == 3 * 3 * 2  # torch, tensorflow, jax x 3 counts x 2 scalings
     weak = {c.workers: c.batch_size for c in cells if c.scaling == "weak"}
     strong = {c.workers: c.batch_size for c in cells if c.scaling == "strong"}
     assert weak == {1: 3, 2: 6, 4: 12} and strong == {1: 8, 2: 8, 4: 8}
@@ -69,6 +72,13 @@ def test_launch_commands_for_two_hosts(tmp_path):
     assert [(e["RANK"], e["LOCAL_RANK"]) for e in envs] == [("2", "0"), ("3", "1")]
     assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"])
             for e in envs} == {("4", "2", "h0", "29500")}
+    # JAX: one coordinator port (process 0's, on the first host), a process id each
+    assert launch.choose_ports("jax", 4, ["h0", "h1"], 29500) == [29500]
+    envs = launch.jax_rank_envs(4, ["h0", "h1"], 1, 29500)
+    assert [(e["FWCOMPARE_JAX_PROCESS_ID"], e["LOCAL_RANK"]) for e in envs] == [("2", "0"),
+                                                                               ("3", "1")]
+    assert {(e["FWCOMPARE_JAX_COORDINATOR"], e["FWCOMPARE_JAX_PROCESSES"])
+            for e in envs} == {("h0:29500", "4")}
     with pytest.raises(ValueError, match="fixed master_port"):
         launch.choose_ports("torch", 2, ["h0", "h1"], 0)
     free = launch.choose_ports("tensorflow", 3, ["127.0.0.1"], 0)
@@ -245,6 +255,29 @@ def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
     assert len(ports_used) == 4 and all(launch.port_is_free(p) for p in ports_used)
     stored = json.loads((tmp_path / "results" / "params.json").read_text())
     assert stored["cell_timeout_s"] == 15.0
+
+
+@pytest.mark.slow
+def test_jax_ranks_agree_and_a_shifted_weight_is_caught(tmp_path, monkeypatch, ports_used):
+    """Two JAX processes (jax.distributed, gloo on loopback), forked from the
+    JAX fork server: the weak cell agrees with the single-process run and its
+    ranks' weights are equal; rank 1's copy of a weight shifted in the strong
+    cell is caught by the cross-process check. Nothing is left running."""
+    monkeypatch.setenv("FWCOMPARE_FAULT", "desync@1:jax/jit strong x2")
+    res = fwcompare.run_study("distributed", _smoke(["jax"]), output_dir=tmp_path,
+                              progress=False)
+    df = res.results.set_index("scaling")
+    assert df.loc["weak", "status"] == "ok", df.loc["weak", "error"]
+    assert df.loc["weak", "weight_max_abs_diff"] == 0.0
+    assert df.loc["weak", "equiv_rel_err"] <= 1e-2  # losses: PyTorch single-process run
+    assert df.loc["weak", "allreduce_s"] > 0 and df.loc["weak", "median_s"] > 0
+    assert "jax.distributed (gloo collectives)" in df.loc["weak", "mode_setup"]
+    assert df.loc["strong", "status"] == "not_equivalent"
+    assert df.loc["strong", "weight_max_abs_diff"] == pytest.approx(1e-3, rel=0.05)
+    ranks = [p for name, ps in _rank_pids(tmp_path).items() if "-x2-" in name for p in ps]
+    assert len(ranks) == 2 and ranks[0][1] != os.getpid()
+    assert not _ranks_alive(tmp_path)
+    assert len(ports_used) == 1 and launch.port_is_free(ports_used[0])
 
 
 def test_a_launch_whose_fork_server_is_gone_starts_fresh_processes(tmp_path):

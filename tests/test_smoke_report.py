@@ -227,14 +227,15 @@ def test_acceleration_modes_match_eager_and_count_compiles(smoke):
 
 def test_distributed_two_workers_agree_with_one_process(smoke):
     """The two-worker loopback case of each framework (torchrun + DDP/gloo,
-    TF_CONFIG + MultiWorkerMirroredStrategy): every rank holds the same weights,
+    TF_CONFIG + MultiWorkerMirroredStrategy, jax.distributed + a jitted step
+    over a global mesh, gloo): every rank holds the same weights,
     the losses are those of one process over the same global batch, and the
     scaling figures derive from real step times."""
     out, _, _ = smoke
     res, p = results_and_params(out, "distributed")
     df, losses = res.results, res.losses
     assert len(df) == len(p["models"]) * n_variants(p) * len(p["workers"]) * len(p["scaling"])
-    assert set(df["framework"]) == {"torch", "tensorflow"} and set(df["workers"]) == {1, 2}
+    assert set(df["framework"]) == {"torch", "tensorflow", "jax"} and set(df["workers"]) == {1, 2}
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["framework", "error"]]
     # Weights across ranks: identical (the check is max-min over ranks, 0 for one worker).
     assert (df["weight_max_abs_diff"] <= p["weight_tol"]).all()

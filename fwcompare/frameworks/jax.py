@@ -46,9 +46,11 @@ def _jax():
 
 
 def _device(device: str):
+    """This process's first device of the platform (in a multi-process run,
+    ``jax.devices()`` lists every process's: the first is process 0's)."""
     jax = _jax()
     try:
-        return jax.devices(_PLATFORM[device])[0]
+        return jax.local_devices(backend=_PLATFORM[device])[0]
     except RuntimeError as exc:
         raise Unsupported(f"device {device} not available to JAX: {exc}") from exc
 
@@ -188,10 +190,6 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
     every micro-batch's activations at once). ``checkpointing``: the Flax
     model's own gradient checkpointing (``flax.linen.remat`` of each layer),
     where transformers offers it."""
-    import jax.numpy as jnp
-    import jmp
-    import optax
-
     jax = _jax()
     if mode != "jit":
         raise Unsupported(f"jax training mode {mode!r} is not implemented")
@@ -203,10 +201,46 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
                 f"transformers' Flax {model.config.model_type} has no gradient checkpointing "
                 "(enable_gradient_checkpointing is not implemented for it; its Flax BERT and "
                 "RoBERTa have it)") from None
+    scaled = dtype == "float16"
+    tx, train = _train_function(model, opt, head, accumulation_steps, scaled)
+    compiled = jax.jit(train, donate_argnums=(0, 1))
+    # Committed to the device like every later step's outputs: an uncommitted
+    # leaf (optax's step count) made the second call compile the step again.
+    state = jax.device_put({"params": model.params, "opt": tx.init(model.params),
+                            "scale": _loss_scale(scaled)}, _device(device))
+
+    def step(batch):
+        state["params"], state["opt"], state["scale"], loss = compiled(
+            state["params"], state["opt"], state["scale"], *batch)
+        _last_lower[0] = lambda: compiled.lower(state["params"], state["opt"], state["scale"],
+                                                *batch)
+        return loss
+    step.loss_scale = lambda: (float(state["scale"].loss_scale) if scaled else float("nan"))
+    return step
+
+
+def _loss_scale(scaled: bool):
+    import jax.numpy as jnp
+    import jmp
+
+    return (jmp.DynamicLossScale(jnp.asarray(INITIAL_LOSS_SCALE, jnp.float32)) if scaled
+            else jmp.NoOpLossScale())
+
+
+def _train_function(model, opt: dict, head: str, accumulation_steps: int = 1,
+                    scaled: bool = False, reduce=None):
+    """(optax AdamW, ``train(params, opt_state, scale, ids, labels) ->
+    (params, opt_state, scale, loss)``): one training step as a pure function,
+    the loss the mean over ``ids``' batch (see :func:`make_train_step`).
+    ``reduce(grads, loss) -> (grads, loss)``, if given, runs between the
+    gradients and the update (data parallel: their mean over the processes)."""
+    import jax.numpy as jnp
+    import jmp
+    import optax
+
+    jax = _jax()
     tx = optax.adamw(opt["learning_rate"], b1=opt["beta1"], b2=opt["beta2"], eps=opt["eps"],
                      weight_decay=opt["weight_decay"])
-
-    scaled = dtype == "float16"
     tree_map = jax.tree_util.tree_map
 
     def loss_fn(params, scale, ids, labels):
@@ -233,6 +267,8 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
             (grads, total), _ = jax.lax.scan(micro, zero, tuple(split))
             grads = tree_map(lambda x: x / accumulation_steps, grads)
             total = total / accumulation_steps
+        if reduce is not None:
+            grads, total = reduce(grads, total)
         updates, new_opt = tx.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         if scaled:  # skip the update when the gradients overflowed
@@ -241,22 +277,7 @@ def make_train_step(model, mode: str, device: str, opt: dict, head: str,
             new_params, new_opt = jmp.select_tree(finite, (new_params, new_opt),
                                                   (params, opt_state))
         return new_params, new_opt, scale, total
-    compiled = jax.jit(train, donate_argnums=(0, 1))
-    # Committed to the device like every later step's outputs: an uncommitted
-    # leaf (optax's step count) made the second call compile the step again.
-    state = jax.device_put({"params": model.params, "opt": tx.init(model.params),
-                            "scale": (jmp.DynamicLossScale(
-                                jnp.asarray(INITIAL_LOSS_SCALE, jnp.float32))
-                                if scaled else jmp.NoOpLossScale())}, _device(device))
-
-    def step(batch):
-        state["params"], state["opt"], state["scale"], loss = compiled(
-            state["params"], state["opt"], state["scale"], *batch)
-        _last_lower[0] = lambda: compiled.lower(state["params"], state["opt"], state["scale"],
-                                                *batch)
-        return loss
-    step.loss_scale = lambda: (float(state["scale"].loss_scale) if scaled else float("nan"))
-    return step
+    return tx, train
 
 
 def make_batch(ids: np.ndarray, labels: np.ndarray, device: str):
@@ -364,3 +385,159 @@ def runtime_info(device: str) -> dict:
     return {"framework_version": jax.__version__,
             "framework_threads": len(os.sched_getaffinity(0)),
             "device_name": getattr(dev, "device_kind", str(dev))}
+
+
+# -- data-parallel training (the distributed study) -----------------------------
+# Where fwcompare.launch puts a rank's place in its launch (jax.distributed has
+# no launcher of its own outside a cluster scheduler).
+COORDINATOR_ENV = "FWCOMPARE_JAX_COORDINATOR"
+PROCESS_ID_ENV = "FWCOMPARE_JAX_PROCESS_ID"
+PROCESSES_ENV = "FWCOMPARE_JAX_PROCESSES"
+
+
+class DataParallel:
+    """One process of JAX's multi-process data parallel, started by
+    fwcompare.launch (coordinator address, process count and id in
+    :data:`COORDINATOR_ENV` and beside it). ``jax.distributed.initialize``
+    connects the processes (CPU collectives over gloo, NCCL on GPUs, one GPU
+    per local rank); a 1-D global mesh holds one device per process. The
+    parameters and AdamW state are replicated over it, the global batch is
+    sharded along it (each process gives its own rows:
+    ``jax.make_array_from_process_local_data``), and the training study's step
+    runs under ``jax.shard_map`` in one ``jax.jit``: each process computes its
+    shard's gradients, ``jax.lax.pmean`` averages them over the processes as
+    one flat vector (one all-reduce, as DDP's buckets; left to XLA's
+    partitioner, a sharded ``jax.jit`` made one all-reduce per parameter, and
+    tiny-bert's step took 165 ms on two processes here), and every process
+    applies the same AdamW update: the update of the mean loss over the
+    global batch, as DDP's."""
+
+    engine = "jax.distributed, jax.shard_map with jax.lax.pmean"
+
+    def __init__(self, weights_dir, device: str, head: str, opt: dict, mode: str = "jit",
+                 timeout_s: float = 1800.0):
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        jax = _jax()
+        if mode != "jit":
+            raise Unsupported(f"jax data-parallel mode {mode!r} is not implemented "
+                              "(jit: the step jax.jit-compiled over a global mesh)")
+        self.world = int(os.environ.get(PROCESSES_ENV, "1"))
+        self.rank = int(os.environ.get(PROCESS_ID_ENV, "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if device == "cpu":
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            os.environ.get(COORDINATOR_ENV, "127.0.0.1:0"), self.world, self.rank,
+            local_device_ids=[local_rank] if device == "gpu" else None,
+            initialization_timeout=int(max(timeout_s, 1)), shutdown_timeout_seconds=30)
+        self._initialized = True
+        platform = _PLATFORM[device]
+        devices = jax.devices(platform)  # every process's, in process order
+        if len(devices) != self.world:
+            raise RuntimeError(f"{len(devices)} {platform} devices over {self.world} processes: "
+                               "one per process expected")
+        self.mesh = Mesh(np.array(devices), ("data",))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.sharded = NamedSharding(self.mesh, PartitionSpec("data"))
+        self.local = _device(device)
+        self.model = model = load(weights_dir, device, head)
+        from jax.flatten_util import ravel_pytree
+
+        def mean_over_processes(grads, loss):
+            flat, unravel = ravel_pytree(grads)
+            return unravel(jax.lax.pmean(flat, "data")), jax.lax.pmean(loss, "data")
+        tx, train = _train_function(model, opt, head, reduce=mean_over_processes)
+        P = PartitionSpec
+        # Replicated over every process's device: each process gives its own
+        # copy (a committed single-device array cannot move across hosts).
+        state = jax.tree_util.tree_map(
+            lambda x: jax.make_array_from_callback(
+                np.shape(x), self.replicated, lambda index, h=np.asarray(x): h[index]),
+            (model.params, tx.init(model.params), _loss_scale(False)))
+        self.params, self.opt_state, self.scale = state
+        rep = self.replicated
+        # check_vma off: with it, the gradient of a replicated input is summed
+        # over the processes by autodiff itself, one all-reduce per parameter
+        # (tiny-bert: 40 of about 4 ms each over gloo, a 170 ms step here
+        # against 0.7 ms in one process) and again by the mean below. Without
+        # it each process's gradients are its own until the one pmean, and the
+        # outputs are replicated because every input to the update is.
+        per_process = jax.shard_map(train, mesh=self.mesh,
+                                    in_specs=(P(), P(), P(), P("data"), P("data")),
+                                    out_specs=(P(), P(), P(), P()), check_vma=False)
+        self._train = jax.jit(per_process, donate_argnums=(0, 1))
+        self._sum = jax.jit(lambda x: x.sum(), out_shardings=rep)
+        self._sum_rows = jax.jit(lambda x: x.sum(axis=0), out_shardings=rep)
+        self.n_trainable = int(sum(np.prod(x.shape) for x in
+                                   jax.tree_util.tree_leaves(self.params)))
+        self.setup = (f"jax.distributed ({'gloo' if device == 'cpu' else 'nccl'} collectives), "
+                      f"step jax.jit(jax.shard_map) over a {self.world}-device mesh, "
+                      f"gradients jax.lax.pmean, {self.world} process(es)")
+
+    def _global(self, local: np.ndarray):
+        """A global array sharded over the processes, from this process's rows."""
+        return _jax().make_array_from_process_local_data(self.sharded, local)
+
+    def batch(self, ids: np.ndarray, labels: np.ndarray):
+        return (self._global(np.asarray(ids, np.int32)),
+                self._global(np.asarray(labels, np.int32)))
+
+    def step(self, batch) -> float:
+        """One step on the global batch (this process's rows its shard); the
+        loss over the global batch, the same on every process."""
+        self.params, self.opt_state, self.scale, loss = self._train(
+            self.params, self.opt_state, self.scale, *batch)
+        return float(loss)
+
+    def allreduce_sum(self, value: float) -> float:
+        """Sum of ``value`` over processes: a barrier that also carries a number."""
+        return float(self._sum(self._global(np.array([value], np.float64)
+                                            .astype(np.float32))))
+
+    def _local_params(self) -> list[np.ndarray]:
+        return [np.asarray(x.addressable_data(0)) for x in
+                _jax().tree_util.tree_leaves(self.params)]
+
+    def max_weight_diff(self) -> float:
+        """Largest |w_i - w_j| over every weight and every pair of processes:
+        each process's own copy of the replicated parameters, gathered."""
+        from jax.experimental import multihost_utils
+
+        worst = 0.0
+        for local in self._local_params():
+            every = np.asarray(multihost_utils.process_allgather(local, tiled=False))
+            worst = max(worst, float((every.max(axis=0) - every.min(axis=0)).max()))
+        return worst
+
+    def allreduce_grads_s(self, repeats: int) -> list[float]:
+        """Seconds per all-reduce of one step's gradients (a float32 buffer of
+        every trainable parameter: XLA combines the gradients' all-reduces),
+        measured alone."""
+        import time
+
+        jax = _jax()
+        rows = self._global(np.zeros((1, self.n_trainable), np.float32))
+        jax.block_until_ready(self._sum_rows(rows))  # its compile, untimed
+        times = []
+        for _ in range(repeats):
+            self.allreduce_sum(0.0)
+            t0 = time.perf_counter()
+            jax.block_until_ready(self._sum_rows(rows))
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def perturb(self, amount: float) -> None:
+        """Fault injection: shift this process's copy of the first weight (tests the check)."""
+        jax = _jax()
+        leaves, tree = jax.tree_util.tree_flatten(self.params)
+        first = np.asarray(leaves[0].addressable_data(0)).copy()
+        first.reshape(-1)[0] += amount
+        leaves[0] = jax.make_array_from_single_device_arrays(
+            leaves[0].shape, leaves[0].sharding, [jax.device_put(first, self.local)])
+        self.params = jax.tree_util.tree_unflatten(tree, leaves)
+
+    def close(self) -> None:
+        if getattr(self, "_initialized", False):
+            self._initialized = False
+            _jax().distributed.shutdown()

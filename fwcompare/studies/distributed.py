@@ -1,9 +1,10 @@
-"""Distributed data-parallel training: DDP against tf.distribute, one worker to many.
+"""Distributed data-parallel training: DDP, tf.distribute and jax.distributed, one worker to many.
 
 Each (framework, engine, worker count) is one launch of that many ranks with
 the environment of the framework's own launcher (:mod:`fwcompare.launch`:
 ``torchrun``'s variables for PyTorch DistributedDataParallel, ``TF_CONFIG``
-for TensorFlow's MultiWorkerMirroredStrategy). On one host the ranks are
+for TensorFlow's MultiWorkerMirroredStrategy, the coordinator and process id
+for ``jax.distributed``). On one host the ranks are
 forked from the run's fork server; across hosts they start as fresh
 processes (``torchrun`` for PyTorch). Every rank runs
 :meth:`Distributed.work` with its framework's engine
@@ -61,8 +62,9 @@ from .training import AGREEMENT, OPTIMIZER, train_settings
 
 # The engine each framework's mode stands for. torch eager:
 # DistributedDataParallel under torchrun; tensorflow graph:
-# MultiWorkerMirroredStrategy with the step in tf.function.
-DIST_MODES = {"torch": ("eager",), "tensorflow": ("graph",)}
+# MultiWorkerMirroredStrategy with the step in tf.function; jax jit:
+# jax.distributed processes, the step jax.jit over a global mesh.
+DIST_MODES = {"torch": ("eager",), "tensorflow": ("graph",), "jax": ("jit",)}
 SCALINGS = ("weak", "strong")
 
 
@@ -70,9 +72,6 @@ def _dist_frameworks(v):
     bad = [fw for fw in v if fw not in DIST_MODES]
     if not bad:
         return None
-    if bad[0] == "jax":
-        return ("'jax' has no data-parallel launcher here yet (JAX's multi-process API is "
-                f"optional in this study); allowed: {', '.join(DIST_MODES)}")
     return f"unknown value {bad[0]!r}; allowed: {', '.join(DIST_MODES)}"
 
 
@@ -88,12 +87,13 @@ def _one_launch_at_a_time(v):
 
 class Distributed(Study):
     name = "distributed"
-    title = "Distributed data-parallel: DDP against tf.distribute, 1 to N workers"
+    title = "Distributed data-parallel: DDP, tf.distribute and jax.distributed, 1 to N workers"
     tasks = ("train",)
 
     # -- params ---------------------------------------------------------------------
     def schema(self):
-        grid = grid_params(["distilbert-base-uncased"], {"torch": ["eager"], "tensorflow": ["graph"]},
+        grid = grid_params(["distilbert-base-uncased"],
+                           {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]},
                            DIST_MODES, [4], [64], 900.0)
         for key in ("batch_sizes", "seq_lens"):
             del grid[key]
@@ -109,13 +109,15 @@ class Distributed(Study):
             "allreduce_repeats": Param("int", 5, "all-reduces of one step's gradients timed alone per cell", positive),
             "hosts": Param("list[str]", ["127.0.0.1"], "hosts taking part, node 0 first (rank 0, torchrun's rendezvous); one entry: this machine, workers on loopback", non_empty),
             "node_rank": Param("int", 0, "this host's index in hosts: run the same study on every host, each with its own node_rank", non_negative),
-            "master_port": Param("int", 0, "torchrun's rendezvous port on hosts[0] (TensorFlow worker i listens on master_port+1+i); 0: free ports found at launch (one host only)", non_negative),
+            "master_port": Param("int", 0, "torchrun's rendezvous port and JAX's coordinator on hosts[0] (TensorFlow worker i listens on master_port+1+i); 0: free ports found at launch (one host only)", non_negative),
             **TIMING,
         }
-        s = replace_param(s, "frameworks", default=["torch", "tensorflow"],
+        s = replace_param(s, "frameworks", default=["torch", "tensorflow", "jax"],
                           check=all_of(non_empty, _dist_frameworks))
         s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
-                          "tensorflow graph (MultiWorkerMirroredStrategy)", check=_dist_modes)
+                          "tensorflow graph (MultiWorkerMirroredStrategy), jax jit "
+                          "(jax.distributed, the step jax.jit over a global mesh)",
+                          check=_dist_modes)
         s = replace_param(s, "threads", help="intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)")
         for key in ("settle_s", "block_s", "busy_retakes"):  # interleaving keys
             del s[key]
