@@ -181,13 +181,17 @@ BUSY_PHASE = "samples taken again (machine busy)"
 def planned_cells(study: str, params: dict, specs: list[RunSpec]) -> list[CellRef]:
     """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
     and in the rounds after it those ``rounds_for`` names (all, or the
-    variants a claim compares in this study)."""
-    again = specs
+    variants a claim compares in this study), none of a task the study
+    measures once (``Study.one_round_tasks``)."""
+    from .studies import STUDIES
+
+    once = STUDIES[study].one_round_tasks if study in STUDIES else ()
+    again = [s for s in specs if s.task not in once]
     if params.get("rounds_for", "all") != "all":
         from .claims import claimed_variants, is_claimed
 
         keep = claimed_variants(study, params["device"])
-        again = [s for s in specs if is_claimed(s.framework, s.mode, keep)]
+        again = [s for s in again if is_claimed(s.framework, s.mode, keep)]
     return [CellRef(s, r) for r in range(params["rounds"]) for s in (specs if r == 0 else again)]
 
 

@@ -90,7 +90,8 @@ def _study_data(step_s: dict, framework: str = "torch"):
     rows, samples = [], []
     for (scaling, w), (batch, secs) in step_s.items():
         cid = f"{scaling}{w}"
-        rows.append(dict(cell_id=cid, model="m", framework=framework, mode="eager", device="cpu",
+        rows.append(dict(cell_id=cid, model="m", framework=framework,
+                         mode=study.DIST_MODES[framework][0], device="cpu",
                          dtype="float32", seq_len=8, scaling=scaling, workers=w,
                          batch_size=batch, status="ok" if secs else "timeout", error="",
                          converged=True, round=0, allreduce_s=0.01, allreduce_share=0.1,
@@ -205,7 +206,7 @@ def _smoke(frameworks, **over) -> dict:
     from fwcompare.paths import PARAMS
 
     p = load_file(PARAMS / "distributed" / "smoke.yaml")
-    p.update(frameworks=frameworks, modes={fw: p["modes"][fw] for fw in frameworks},
+    p.update(frameworks=frameworks, modes={fw: p["modes"][fw][:1] for fw in frameworks},
              workers=[2], agreement_steps=2, **over)
     return p
 
@@ -255,6 +256,31 @@ def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
     assert len(ports_used) == 4 and all(launch.port_is_free(p) for p in ports_used)
     stored = json.loads((tmp_path / "results" / "params.json").read_text())
     assert stored["cell_timeout_s"] == 15.0
+
+
+@pytest.mark.slow
+def test_ddp_compression_hooks_keep_the_replicas_equal(tmp_path):
+    """DDP with PyTorch's fp16 gradient compression hook, two ranks on gloo:
+    the gradients travel in half precision and come back the same on every
+    rank (weights equal), the losses still follow plain DDP's, and the
+    all-reduce timed alone is of half-precision buffers. The bf16 hook
+    requires CUDA and NCCL: on the CPU the params say so before anything runs."""
+    with pytest.raises(ParamsError, match="ddp-bf16 needs a GPU"):
+        validate("distributed", {"frameworks": ["torch"], "modes": {"torch": ["ddp-bf16"]}})
+    p = _smoke(["torch"], scaling=["strong"])
+    p["modes"] = {"torch": ["eager", "ddp-fp16"]}
+    res = fwcompare.run_study("distributed", p, output_dir=tmp_path, progress=False)
+    df = res.results.set_index("mode")
+    assert (df["status"] == "ok").all(), df[["status", "error"]]
+    assert (df["weight_max_abs_diff"] == 0).all()
+    assert "fp16_compress_hook" in df.loc["ddp-fp16", "mode_setup"]
+    assert "compress" not in df.loc["eager", "mode_setup"]
+    assert (df["allreduce_s"] > 0).all()
+    losses = res.losses.assign(engine=res.losses["mode"].str.split(" x").str[0])
+    final = losses.sort_values("step").groupby("engine")["loss"].last()
+    # the compressed gradients move the weights almost as plain DDP's do
+    assert final["ddp-fp16"] == pytest.approx(final["eager"], rel=1e-3)
+    assert not _ranks_alive(tmp_path)
 
 
 @pytest.mark.slow

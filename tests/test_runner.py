@@ -134,3 +134,26 @@ def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
     # accumulate-4's claim is about memory: no rounds for its timings
     assert not is_claimed("torch", "accumulate-4", keep)
     assert not is_claimed("torch", "checkpointing", claimed_variants("training", "cpu"))
+
+
+def test_the_largest_batch_search_takes_one_round_whatever_rounds_says():
+    """The memory study's quick params (rounds 3, rounds_for claims): the
+    timing claim's variants take three rounds, accumulate-4 one, and the
+    search for the largest batch one (its figure is a batch size; in the
+    quick report of b9263d1 it ran three times and its tables and claims
+    broke on the repeated rows)."""
+    from collections import Counter
+
+    from fwcompare.params import load_file, validate
+    from fwcompare.paths import PARAMS
+    from fwcompare.runner import planned_cells
+    from fwcompare.studies import STUDIES
+
+    p = validate("memory", load_file(PARAMS / "memory" / "quick.yaml"))
+    assert p["rounds"] == 3
+    planned = planned_cells("memory", p, STUDIES["memory"].cells(p))
+    rounds = Counter((c.spec.task, c.spec.mode) for c in planned)
+    assert rounds[("train", "checkpointing")] == rounds[("train", "plain")] == 3 * 3
+    assert rounds[("train", "accumulate-4")] == 3  # one per framework
+    searches = [c for c in planned if c.spec.task == "largest_batch"]
+    assert searches and {c.round for c in searches} == {0}

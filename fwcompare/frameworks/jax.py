@@ -406,11 +406,14 @@ class DataParallel:
     ``jax.make_array_from_process_local_data``), and the training study's step
     runs under ``jax.shard_map`` in one ``jax.jit``: each process computes its
     shard's gradients, ``jax.lax.pmean`` averages them over the processes as
-    one flat vector (one all-reduce, as DDP's buckets; left to XLA's
-    partitioner, a sharded ``jax.jit`` made one all-reduce per parameter, and
-    tiny-bert's step took 165 ms on two processes here), and every process
+    one flat vector (one all-reduce, as DDP's buckets), and every process
     applies the same AdamW update: the update of the mean loss over the
-    global batch, as DDP's."""
+    global batch, as DDP's. Why one vector: over gloo on this CPU an
+    all-reduce took 4.0-4.5 ms whatever its size (1,000 to 1,000,000
+    floats, two processes), and tiny-bert's step took 165-174 ms on two
+    processes when the collectives were left to XLA's partitioner (a
+    ``jax.jit`` with the batch sharded) or to autodiff (below), against
+    4.2 ms with the one pmean and 0.7 ms in one process (2026-11-25)."""
 
     engine = "jax.distributed, jax.shard_map with jax.lax.pmean"
 
@@ -457,12 +460,12 @@ class DataParallel:
             (model.params, tx.init(model.params), _loss_scale(False)))
         self.params, self.opt_state, self.scale = state
         rep = self.replicated
-        # check_vma off: with it, the gradient of a replicated input is summed
-        # over the processes by autodiff itself, one all-reduce per parameter
-        # (tiny-bert: 40 of about 4 ms each over gloo, a 170 ms step here
-        # against 0.7 ms in one process) and again by the mean below. Without
-        # it each process's gradients are its own until the one pmean, and the
-        # outputs are replicated because every input to the update is.
+        # check_vma off: with it, autodiff itself sums the gradient of a
+        # replicated input over the processes, a collective per parameter
+        # (the 170 ms step above), and the mean below would then average sums.
+        # Without it each process's gradients are its own until the one
+        # pmean, and the outputs are replicated because every input to the
+        # update is.
         per_process = jax.shard_map(train, mesh=self.mesh,
                                     in_specs=(P(), P(), P(), P("data"), P("data")),
                                     out_specs=(P(), P(), P(), P()), check_vma=False)
@@ -492,8 +495,7 @@ class DataParallel:
 
     def allreduce_sum(self, value: float) -> float:
         """Sum of ``value`` over processes: a barrier that also carries a number."""
-        return float(self._sum(self._global(np.array([value], np.float64)
-                                            .astype(np.float32))))
+        return float(self._sum(self._global(np.array([value], np.float32))))
 
     def _local_params(self) -> list[np.ndarray]:
         return [np.asarray(x.addressable_data(0)) for x in
@@ -512,8 +514,7 @@ class DataParallel:
 
     def allreduce_grads_s(self, repeats: int) -> list[float]:
         """Seconds per all-reduce of one step's gradients (a float32 buffer of
-        every trainable parameter: XLA combines the gradients' all-reduces),
-        measured alone."""
+        every trainable parameter, as the step's one pmean), measured alone."""
         import time
 
         jax = _jax()

@@ -94,6 +94,7 @@ class Memory(Study):
     name = "memory"
     title = "Memory: checkpointing, accumulation and the largest batch that fits"
     tasks = ("train", SEARCH)
+    one_round_tasks = (SEARCH,)  # a batch size: a fresh process would search again
     modes = {fw: (*TECHNIQUES, FORWARD) for fw in FRAMEWORKS}
     first_steps_phase = "agreement steps (losses against PyTorch's plain step)"
     # A try is one measurement from its start (its peak spans loading and
