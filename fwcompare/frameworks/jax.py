@@ -459,7 +459,6 @@ class DataParallel:
                 np.shape(x), self.replicated, lambda index, h=np.asarray(x): h[index]),
             (model.params, tx.init(model.params), _loss_scale(False)))
         self.params, self.opt_state, self.scale = state
-        rep = self.replicated
         # check_vma off: with it, autodiff itself sums the gradient of a
         # replicated input over the processes, a collective per parameter
         # (the 170 ms step above), and the mean below would then average sums.
@@ -470,8 +469,8 @@ class DataParallel:
                                     in_specs=(P(), P(), P(), P("data"), P("data")),
                                     out_specs=(P(), P(), P(), P()), check_vma=False)
         self._train = jax.jit(per_process, donate_argnums=(0, 1))
-        self._sum = jax.jit(lambda x: x.sum(), out_shardings=rep)
-        self._sum_rows = jax.jit(lambda x: x.sum(axis=0), out_shardings=rep)
+        # The sum over processes of their rows (an all-reduce), replicated.
+        self._sum_rows = jax.jit(lambda x: x.sum(axis=0), out_shardings=self.replicated)
         self.n_trainable = int(sum(np.prod(x.shape) for x in
                                    jax.tree_util.tree_leaves(self.params)))
         self.setup = (f"jax.distributed ({'gloo' if device == 'cpu' else 'nccl'} collectives), "
@@ -495,7 +494,7 @@ class DataParallel:
 
     def allreduce_sum(self, value: float) -> float:
         """Sum of ``value`` over processes: a barrier that also carries a number."""
-        return float(self._sum(self._global(np.array([value], np.float32))))
+        return float(self._sum_rows(self._global(np.array([[value]], np.float32)))[0])
 
     def _local_params(self) -> list[np.ndarray]:
         return [np.asarray(x.addressable_data(0)) for x in
