@@ -78,13 +78,21 @@ def study_params(study: str, chosen: list[claims_mod.Claim], schedule: str, roun
 
 
 def run_once(out: Path, chosen, schedule: str, rounds: int) -> pd.DataFrame:
+    """One run of every study behind ``chosen``, in round passes as ``fwcompare
+    report`` measures them (``fwcompare.run_studies``)."""
+    from fwcompare.forkserver import ForkServers
+
     studies = sorted({c.study for c in chosen})
+    runs = {study: (study_params(study, [c for c in chosen if c.study == study], schedule,
+                                 rounds), out / study) for study in studies}
+    with ForkServers(out / ".forkservers") as servers:
+        times, failed = fwcompare.run_studies(runs, profile="reproducibility", servers=servers,
+                                              progress=False, log=lambda _: None)
     for study in studies:
-        t0 = time.monotonic()
-        params = study_params(study, [c for c in chosen if c.study == study], schedule, rounds)
-        fwcompare.run_study(study, params, profile="reproducibility", output_dir=out / study,
-                            progress=False)
-        print(f"  {study}: {time.monotonic() - t0:.0f} s", flush=True)
+        print(f"  {study}: {times[study]:.0f} s" + (" (failed)" if study in failed else ""),
+              flush=True)
+    for study, error in failed.items():
+        print(error, flush=True)
     return scorecard_rows(out, chosen)
 
 

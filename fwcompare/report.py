@@ -1,8 +1,9 @@
 """`fwcompare report`: run every study notebook for a profile and index it.
 
 Validate every study's params file (before anything runs); measure every
-study's cells, one study after another, in this process (one set of fork
-servers for all of them); then execute the notebooks with papermill, a few at
+study's cells in this process, in round passes (round 0 of every study, then
+round 1 of every study..., ``fwcompare.run_studies``), with one set of fork
+servers for all of them; then execute the notebooks with papermill, a few at
 a time in processes of their own (a notebook finds its cells measured and
 only reads them), each into a temporary file moved into place (a failed run
 leaves no half-written output), render HTML with the code hidden; then the
@@ -23,14 +24,13 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 import urllib.parse
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from . import claims, doctor, env, load_results
+from . import claims, doctor, env, load_results, run_studies
 from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
@@ -162,30 +162,23 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
         doctor.require(on_gpu, "gpu")
     failures: dict[str, str] = {}
-    times: dict[str, float] = {}
     t_all = time.perf_counter()
     stale = []
     for study in chosen:
         digest = _inputs_hash(study, profile)
         if fresh or not _unchanged(study, out_root / study, digest):
             stale.append((study, digest))
-    # 1. Every study's cells, one study after another, the workers forked from one
-    # set of fork servers: a framework's imports once per report, not per study.
+    # 1. Every study's cells in round passes (round 0 of every study, then round 1...),
+    # the workers forked from one set of fork servers: a framework's imports once per
+    # report, not per study.
+    if fresh:
+        for study, _ in stale:
+            ResultStore(out_root / study / "results").archive()
     with ForkServers(out_root / ".forkservers") as servers:
-        for n, (study, _) in enumerate(stale, 1):
-            out = out_root / study
-            if fresh:
-                ResultStore(out / "results").archive()
-            print(f"[{n}/{len(stale)}] {study}: measuring (profile {profile})", file=sys.stderr)
-            t0 = time.perf_counter()
-            try:
-                _measure(study, profile, raw[study], out, servers)
-            except Exception:  # its notebook runs it again and keeps the error
-                traceback.print_exc()
-                print(f"{study}: the measurement failed; its notebook runs it again",
-                      file=sys.stderr)
-            times[study] = time.perf_counter() - t0
-            print(f"{study}: measured in {_mmss(times[study])}", file=sys.stderr)
+        times, failed = run_studies({study: (raw[study], out_root / study) for study, _ in stale},
+                                    profile=profile, servers=servers)
+    for study in failed:  # its notebook runs it again and keeps the error
+        print(f"{study}: the measurement failed; its notebook runs it again", file=sys.stderr)
     # 2. The notebooks (tables, figures, HTML), a few at a time: they only read
     # what step 1 stored, so measuring is over when they share the CPU.
     t0 = time.perf_counter()
@@ -228,14 +221,6 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
             f"{k}: {v}" for k, v in failures.items()))
     return index
-
-
-def _measure(study: str, profile: str, params: dict, out: Path, servers: ForkServers) -> None:
-    """A study's cells, measured in this process; its notebook then finds
-    them done (``Runner``: nothing to do leaves the run's records as they are)."""
-    from . import run_study
-
-    run_study(study, params, profile=profile, output_dir=out, servers=servers)
 
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).

@@ -195,16 +195,37 @@ def planned_cells(study: str, params: dict, specs: list[RunSpec]) -> list[CellRe
     return [CellRef(s, r) for r in range(params["rounds"]) for s in (specs if r == 0 else again)]
 
 
+class Passes:
+    """What the round passes of one study's run share (``fwcompare.run_studies``
+    measures round 0 of every study, then round 1 of every study, and so on,
+    so a slow spell of the machine lands on one round of several studies
+    rather than on every round of one): the run id, the models already
+    prepared (weights, gate references, exports: made once, in the first
+    pass), and per task the time spent so far and the cells measured."""
+
+    def __init__(self):
+        self.run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.prepared: dict[tuple[str, str], str | None] = {}  # (task, model): error or None
+        self.phases: dict[str, dict[str, float]] = {}  # task: phase: seconds
+        self.cells: dict[str, int] = {}  # task: cells measured
+
+
 class Runner:
     def __init__(self, study: Study, params: dict, store_dir: Path, profile: str = "adhoc",
                  progress: bool = True, task: str = "inference",
-                 servers: ForkServers | None = None):
+                 servers: ForkServers | None = None, upto_round: int | None = None,
+                 passes: Passes | None = None):
+        """``upto_round``: measure rounds 0 to ``upto_round`` only (one round
+        pass; the later rounds are left for the next pass, which ``passes``
+        ties to this one); None: every round."""
         self.study, self.params, self.task = study, params, task
         self.servers, self._own_servers = servers, servers is None
         self.store = ResultStore(store_dir)
         self.profile = profile
         self.progress = progress
-        self.run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.passes, self._passes_given = passes or Passes(), passes is not None
+        self.upto_round = params["rounds"] - 1 if upto_round is None else upto_round
+        self.run_id = self.passes.run_id
         self.threads = params["threads"] or env.default_threads()
         # The thread variables of the workers' environment (a rank's share
         # where the study says so); a job's own threads are set at configure.
@@ -218,7 +239,8 @@ class Runner:
         self.timing = timing_config(params)
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
-        self.phases: dict[str, float] = {}  # where the run's time went (seconds)
+        # where the run's time went (seconds), summed over its round passes
+        self.phases: dict[str, float] = self.passes.phases.setdefault(task, {})
         self.host = HostMeter()  # what else the machine did while cells were sampled
         self._reported = 0.0  # of a launch's time, what its ranks said (``spent``)
 
@@ -569,7 +591,8 @@ class Runner:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
         done = self.store.finished()
-        planned = planned_cells(self.study.name, self.params, specs)
+        planned = [c for c in planned_cells(self.study.name, self.params, specs)
+                   if c.round <= self.upto_round]
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
         # Every cell already measured (a notebook after `fwcompare report` measured
         # them): the run's records stay as the measuring run wrote them.
@@ -587,14 +610,17 @@ class Runner:
                         dynamic_ncols=True,
                         bar_format="{l_bar}{bar:20}| {n_fmt}/{total_fmt} cells "
                                    "[{elapsed}<{remaining}]{postfix}")
-        if len(todo) < total:
+        if self._passes_given and rounds > 1:  # a round pass: earlier rounds are done
+            self.say(f"{self.study.name} ({self.task}): rounds up to {self.upto_round + 1} "
+                     f"of {rounds}")
+        elif len(todo) < total:
             self.say(f"resuming: {total - len(todo)} of {total} cells already done")
         try:
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
             if specs and not idle:
                 self.measure_peak(specs[0].model, sorted({s.dtype for s in specs}))
-            prepared: dict[str, str | None] = {}
+            prepared = self.passes.prepared
             frameworks = list(self.params["frameworks"])
             for rnd in range(rounds):
                 # Alternate group order between rounds so drift shows as spread, not bias.
@@ -608,14 +634,15 @@ class Runner:
                         for c in mine:
                             self.fail(c, "unsupported", problem)
                         continue
-                    if model not in prepared:
+                    made = (self.task, model)
+                    if made not in prepared:
                         self.bar.set_postfix_str(f"preparing {model}", refresh=True)
-                        prepared[model] = self._prepare(
+                        prepared[made] = self._prepare(
                             model, [c for c in todo if c.spec.model == model])
                     groups = list(self._groups(mine, order))
-                    if prepared[model]:
+                    if prepared[made]:
                         for c in (c for group in groups for c in group):
-                            self.fail(c, "error", prepared[model])
+                            self.fail(c, "error", prepared[made])
                     elif self.study.schedule(self.params, self.task) == "interleaved":
                         from .interleave import run_interleaved
 
@@ -627,13 +654,16 @@ class Runner:
             if self._own_servers and self.servers is not None:
                 self.servers.close()
                 self.servers = None
-            shutil.rmtree(self.work_dir / "compile", ignore_errors=True)
+            if self.upto_round >= rounds - 1:  # kept for the next round pass
+                shutil.rmtree(self.work_dir / "compile", ignore_errors=True)
             self.bar.close()
             self.charge("total", time.monotonic() - self.t_start)
+            measured = self.passes.cells[self.task] = (self.passes.cells.get(self.task, 0)
+                                                       + self.done - self.done_before)
             if not idle:
                 write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
-            if self.done > self.done_before:  # a run that measured nothing keeps the last record
-                record_run(self.store.dir, self.task, self.run_id, self.done - self.done_before,
+            if measured:  # a run that measured nothing keeps the last record
+                record_run(self.store.dir, self.task, self.run_id, measured,
                            self.phases["total"], self.params["device"],
                            self.manifest["cpu_model"])
         self.store.consolidate()

@@ -80,6 +80,8 @@ class ToyStudy(Study):
 
 
 STUDY = ToyStudy()  # what a worker process imports this file for
+OTHER = ToyStudy()  # a second study, for the round passes of several studies
+OTHER.name = "toy_matmul_other"
 
 
 @pytest.fixture
@@ -87,6 +89,13 @@ def toy():
     studies.register(STUDY)
     yield STUDY
     studies.unregister(STUDY.name)
+
+
+@pytest.fixture
+def other_toy():
+    studies.register(OTHER)
+    yield OTHER
+    studies.unregister(OTHER.name)
 
 
 def test_a_study_registered_from_a_test_runs_end_to_end(toy, tmp_path, smoke_timing,
@@ -313,3 +322,49 @@ def test_every_measured_row_has_its_share_of_the_machines_peak(toy, tmp_path, sm
     assert not (tmp_path / "b" / "results" / "work" / "peak-numpy.json").exists()  # kept
     env_b = json.loads((tmp_path / "b" / "results" / "env.json").read_text())
     assert env_b["peak"]["flops_per_s"]["float32"] == ceiling
+
+
+def test_round_passes_measure_every_studys_round_before_anyones_next(
+        toy, other_toy, tmp_path, smoke_timing, no_orphans):
+    """``run_studies``: round 0 of both studies, then round 1 of both, then
+    round 2 of the one with three; each study keeps one run id and one time
+    breakdown over its passes, and no compile cache outlives the run."""
+    import json
+
+    from fwcompare import load_results, run_studies
+    from fwcompare.forkserver import ForkServers
+
+    p = {"seq_lens": [16], **smoke_timing}
+    runs = {toy.name: ({**p, "rounds": 2}, tmp_path / "a"),
+            other_toy.name: ({**p, "rounds": 3}, tmp_path / "b")}
+    seen, passes_s = [], {}
+
+    def rounds_stored(out):
+        return sorted({int(f.stem.rsplit("-r", 1)[1])
+                       for f in (out / "results" / "cells").glob("*.parquet")})
+
+    def log(line):
+        if ": measuring" in line:  # what each study has stored when a pass starts
+            seen.append((line.split("] ", 1)[1].split(":")[0],
+                         *(rounds_stored(out) for _, out in runs.values())))
+        if ": measured in" in line:
+            name = line.split(":")[0]
+            passes_s[name] = [*passes_s.get(name, []), float(line.split()[-2])]
+
+    with ForkServers(tmp_path / "servers") as servers:
+        times, failed = run_studies(runs, profile="adhoc", servers=servers, progress=False,
+                                    log=log)
+    assert not failed, failed
+    a, b = toy.name, other_toy.name
+    assert seen == [(a, [], []), (b, [0], []), (a, [0], [0]), (b, [0, 1], [0]),
+                    (b, [0, 1], [0, 1])]
+    for name, (q, out) in runs.items():
+        df = load_results(out).results
+        assert sorted(df["round"]) == sorted([0, 0, 1, 1, 2, 2][:2 * q["rounds"]])
+        assert set(df["status"]) == {"ok"} and df["run_id"].nunique() == 1
+        spent = json.loads((out / "results" / "time_breakdown_inference.json").read_text())
+        # the passes' time summed (more than the longest pass alone), within the study's
+        assert max(passes_s[name]) < spent["total"] <= times[name] + 1
+        assert json.loads((out / "results" / "last_run_inference.json").read_text())[
+            "cells"] == 2 * q["rounds"]
+        assert not (out / "results" / "work" / "compile").exists()

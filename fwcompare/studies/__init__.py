@@ -30,15 +30,15 @@ def unregister(name: str) -> None:
 def load(name: str, module_file: str = "") -> Study:
     """The study ``name``; a study not built in is found by importing the file
     that defines it (in a worker process of a study registered elsewhere): the
-    module registers it, or names it ``STUDY``."""
+    module registers it, or holds it at its top level (e.g. as ``STUDY``)."""
     if name not in STUDIES and module_file:
         spec = importlib.util.spec_from_file_location(f"_fwcompare_study_{name}", module_file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-        found = getattr(module, "STUDY", None)
-        if name not in STUDIES and isinstance(found, Study) and found.name == name:
-            register(found)
+        found = [v for v in vars(module).values() if isinstance(v, Study) and v.name == name]
+        if name not in STUDIES and found:
+            register(found[0])
     if name not in STUDIES:
         raise KeyError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
     return STUDIES[name]
