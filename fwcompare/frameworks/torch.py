@@ -268,7 +268,13 @@ class DataParallel:
     (``ddp_comm_hooks.default_hooks.fp16_compress_hook`` /
     ``bf16_compress_hook``): each bucket is cast to half precision, all-reduced
     and cast back, half the bytes on the wire; every rank decompresses the same
-    sum, so the replicas stay equal."""
+    sum, so the replicas stay equal. ``fsdp``: fully sharded data parallel
+    (FSDP2, ``torch.distributed.fsdp.fully_shard`` on every module of the
+    model's layer lists, then on the model): each rank holds 1/N of the
+    weights, gradients and optimizer state; a layer's weights are all-gathered
+    before its forward and again before its backward, and its gradients
+    reduce-scattered after it. There are no replicas to compare: the
+    agreement rests on the losses against the single-process run."""
 
     engine = "torch.distributed DistributedDataParallel"
     HOOKS = {"ddp-fp16": ("fp16_compress_hook", torch.float16),
@@ -283,9 +289,9 @@ class DataParallel:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
 
-        if mode != "eager" and mode not in self.HOOKS:
+        if mode not in ("eager", "fsdp", *self.HOOKS):
             raise Unsupported(f"torch data-parallel mode {mode!r} is not implemented "
-                              f"(eager, {', '.join(self.HOOKS)})")
+                              f"(eager, fsdp, {', '.join(self.HOOKS)})")
         self.dist = dist
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if device == "gpu":
@@ -302,19 +308,38 @@ class DataParallel:
         model = load(weights_dir, device, head)  # "cuda" is this rank's GPU now
         model.train()
         self.model = model
-        self.ddp = DistributedDataParallel(
-            model, device_ids=[local_rank] if device == "gpu" else None)
         self.wire_dtype = torch.float32
-        hook = ""
+        self.sharded = mode == "fsdp"
+        if self.sharded:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh(self.dev.type, (self.world,))
+            self.units, names = [], []  # the layers of the outermost layer lists
+            for name, lst in model.named_modules():
+                if isinstance(lst, torch.nn.ModuleList) and not any(
+                        name.startswith(n + ".") for n in names):
+                    self.units += list(lst)
+                    names += [f"{name}.{i}" for i in range(len(lst))]
+            for unit in self.units:
+                fully_shard(unit, mesh=mesh)
+            fully_shard(model, mesh=mesh)  # the rest: embeddings, head, norms
+            self.units.append(model)
+            self.net = model
+            kind = (f"FSDP2 fully_shard ({len(self.units) - 1} layers and the root), "
+                    f"backend {self.backend}")
+        else:
+            self.net = DistributedDataParallel(
+                model, device_ids=[local_rank] if device == "gpu" else None)
+            kind = f"DistributedDataParallel, backend {self.backend}"
         if mode in self.HOOKS:
             name, self.wire_dtype = self.HOOKS[mode]
-            self.ddp.register_comm_hook(None, getattr(default_hooks, name))
-            hook = f", gradients compressed by {name}"
+            self.net.register_comm_hook(None, getattr(default_hooks, name))
+            kind += f", gradients compressed by {name}"
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=opt["learning_rate"],
                                            betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
                                            weight_decay=opt["weight_decay"])
-        self.setup = (f"DistributedDataParallel, backend {self.backend}{hook}, "
-                      f"{self.world} process(es)")
+        self.setup = f"{kind}, {self.world} process(es)"
 
     def batch(self, ids: np.ndarray, labels: np.ndarray):
         return (torch.as_tensor(ids, dtype=torch.long, device=self.dev),
@@ -324,8 +349,8 @@ class DataParallel:
         """One training step on this rank's shard; this rank's loss (the
         value fetched, so the step has finished on the device)."""
         ids, labels = batch
-        loss = _loss(self.ddp(input_ids=ids).logits, labels, self.head)
-        loss.backward()  # DDP all-reduces the gradients here
+        loss = _loss(self.net(input_ids=ids).logits, labels, self.head)
+        loss.backward()  # DDP all-reduces the gradients here (FSDP reduce-scatters them)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())
@@ -338,7 +363,10 @@ class DataParallel:
 
     def max_weight_diff(self) -> float:
         """Largest |w_i - w_j| over every weight and every pair of ranks
-        (element-wise max and min all-reduced, one parameter at a time)."""
+        (element-wise max and min all-reduced, one parameter at a time); 0
+        under FSDP, where each weight lives on one rank only."""
+        if self.sharded:
+            return 0.0
         worst = 0.0
         with torch.no_grad():
             for p in self.model.parameters():
@@ -355,6 +383,8 @@ class DataParallel:
         overlaps it with the backward pass, so this bounds what it adds."""
         import time
 
+        if self.sharded:
+            return self._sharded_comm_s(repeats)
         numels = [p.numel() for p in self.model.parameters() if p.requires_grad]
         bucket = 25 * 2**20 // 4
         sizes, cur = [], 0
@@ -377,10 +407,44 @@ class DataParallel:
             times.append(time.perf_counter() - t0)
         return times
 
+    def _sharded_comm_s(self, repeats: int) -> list[float]:
+        """FSDP's collectives of one step, timed alone: per sharded module,
+        the all-gather of its weights before the forward and again before the
+        backward, and the reduce-scatter of its gradients (float32, each rank's
+        shard padded to an equal size as FSDP pads it)."""
+        import time
+
+        dist, world = self.dist, self.world
+        shards = [-(-sum(p.numel() for p in self._own_params(u)) // world)
+                  for u in self.units]
+        pairs = [(torch.zeros(n, device=self.dev), torch.zeros(n * world, device=self.dev))
+                 for n in shards if n]
+        times = []
+        for _ in range(repeats):
+            self.allreduce_sum(0.0)
+            t0 = time.perf_counter()
+            for shard, full in pairs:
+                for _ in range(2):
+                    dist.all_gather_into_tensor(full, shard)
+            for shard, full in reversed(pairs):
+                dist.reduce_scatter_tensor(shard, full)
+            if self.dev.type == "cuda":
+                torch.cuda.synchronize(self.dev)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def _own_params(self, unit):
+        """The parameters ``unit``'s fully_shard manages: its own, not those of
+        the sharded modules inside it."""
+        inner = {id(p) for u in self.units if u is not unit and any(
+            u is m for m in unit.modules()) for p in u.parameters()}
+        return [p for p in unit.parameters() if id(p) not in inner]
+
     def perturb(self, amount: float) -> None:
         """Fault injection: shift this rank's first weight (tests the check)."""
         with torch.no_grad():
-            next(self.model.parameters()).view(-1)[0] += amount
+            p = next(self.model.parameters())
+            (p.to_local() if hasattr(p, "to_local") else p).view(-1)[0] += amount
 
     def close(self) -> None:
         if self.dist.is_initialized():

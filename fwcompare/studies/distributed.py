@@ -28,8 +28,9 @@ processes (``torchrun`` for PyTorch). Every rank runs
    until the slowest rank has finished the step. Rank 0 applies the shared
    stopping rule (timing.StoppingRule) and sends its decision in the
    barrier's value, so every rank runs the same number of steps. Then the
-   gradient all-reduce is timed alone and the weights are compared across
-   ranks again.
+   gradient all-reduce (FSDP: its all-gathers and reduce-scatter) is timed
+   alone, the weights are compared across ranks again, and every rank's peak
+   memory over one more step is measured (``Rank.memory``).
 
 Rank 0 writes the rows and sends the events; a rank that fails exits with an
 error, and the launcher ends the others (a collective cannot go on without it).
@@ -63,10 +64,10 @@ from .training import AGREEMENT, OPTIMIZER, train_settings
 # The engine each framework's mode stands for (the first: the plain engine,
 # what the scaling claim judges). torch eager: DistributedDataParallel under
 # torchrun; ddp-fp16 / ddp-bf16: the same with PyTorch's fp16 / bf16 gradient
-# compression hook; tensorflow graph:
-# MultiWorkerMirroredStrategy with the step in tf.function; jax jit:
-# jax.distributed processes, the step jax.jit over a global mesh.
-DIST_MODES = {"torch": ("eager", "ddp-fp16", "ddp-bf16"), "tensorflow": ("graph",),
+# compression hook; fsdp: fully sharded data parallel (FSDP2 fully_shard);
+# tensorflow graph: MultiWorkerMirroredStrategy with the step in tf.function;
+# jax jit: jax.distributed processes, the step jax.jit over a global mesh.
+DIST_MODES = {"torch": ("eager", "ddp-fp16", "ddp-bf16", "fsdp"), "tensorflow": ("graph",),
               "jax": ("jit",)}
 SCALINGS = ("weak", "strong")
 
@@ -119,7 +120,8 @@ class Distributed(Study):
                           check=all_of(non_empty, _dist_frameworks))
         s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
                           "ddp-fp16 / ddp-bf16 (the same with PyTorch's fp16 / bf16 gradient "
-                          "compression hook), tensorflow graph (MultiWorkerMirroredStrategy), jax jit "
+                          "compression hook), fsdp (FSDP2 fully_shard: weights, gradients and "
+                          "optimizer state sharded over the ranks), tensorflow graph (MultiWorkerMirroredStrategy), jax jit "
                           "(jax.distributed, the step jax.jit over a global mesh)",
                           check=_dist_modes)
         s = replace_param(s, "threads", help="intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)")
@@ -238,7 +240,14 @@ class Distributed(Study):
         import signal
         import traceback
 
+        from ..memory import fix_mmap_threshold
+
         faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack to the log
+        # Large blocks go back to the OS when freed, from the rank's start, so its
+        # peak RSS follows the bytes it holds, not what its heap once held (as in
+        # the memory study): FSDP's 1/N share shows. Step times include the page
+        # faults of those fresh mappings, in every engine alike.
+        fix_mmap_threshold()
         try:
             engine = run_rank(job, self.train_settings(job.params))  # noqa: F841  (kept alive)
         except Exception:
@@ -277,11 +286,12 @@ def _fault(label: str, rank: int, dp=None) -> None:
 class Rank:
     """One rank of a launch: the agreement steps, then each cell."""
 
-    def __init__(self, job: Job, dp, load_s: float):
+    def __init__(self, job: Job, dp, load_s: float, backend=None, baseline_rss: int = 0):
         from ..gate import Gate
         from ..results import ResultStore
 
         self.job, self.dp, self.load_s = job, dp, load_s
+        self.backend, self.baseline_rss = backend, baseline_rss
         self.rank0 = dp.rank == 0
         self.cfg = job.timing
         self.store = ResultStore(job.store_dir, run_id=job.run_id) if self.rank0 else None
@@ -422,6 +432,9 @@ class Rank:
         comm = dp.allreduce_grads_s(p["allreduce_repeats"])
         self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
         spread = dp.max_weight_diff()
+        t0 = time.perf_counter()
+        per_rank, mem_method = self.memory(batch)
+        self.spent("memory passes", time.perf_counter() - t0)
         if not self.rank0:
             return
         flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
@@ -431,7 +444,9 @@ class Rank:
         allreduce_s = float(np.median(comm))
         figures.update(calls_per_sample=1, rel_ci=rule.rel_ci, first_call_s=first,
                        converged=rule.converged, weight_max_abs_diff=spread,
-                       allreduce_s=allreduce_s, allreduce_share=allreduce_s / figures["median_s"])
+                       allreduce_s=allreduce_s, allreduce_share=allreduce_s / figures["median_s"],
+                       peak_mem_bytes=max(per_rank), peak_mem_rank_min_bytes=min(per_rank))
+        self.provenance["mem_method"] = mem_method
         notes = [problems] if problems else []
         if not spread <= p["weight_tol"]:
             notes.append(f"weights differ across ranks by {spread:.3g} after the cell "
@@ -441,6 +456,31 @@ class Rank:
             notes.append(f"did not converge: CI half-width {rule.rel_ci:.1%} of the median "
                          f"after {self.cfg.max_time_s:g} s")
         self.finish(ref, CellResult(status, "; ".join(notes), figures, samples))
+
+    def memory(self, batch) -> tuple[list[float], str]:
+        """Each rank's peak memory over one training step, in a pass after the
+        timing (every rank steps, as in training): on a GPU the framework
+        allocator's peak (``backend.gpu_memory``), on the CPU the peak RSS
+        over the rank's RSS before its model was loaded, so what a rank holds
+        (its weights, gradients and optimizer state: all of them under DDP, a
+        1/N share under FSDP) and the step's transients count. Returns the
+        figure of every rank, in rank order (each rank's sent in a scalar
+        all-reduce of its own), and how it was measured."""
+        from ..memory import PeakRSS
+
+        dp = self.dp
+        release_freed_heap()
+        if self.job.device == "gpu":
+            got = self.backend.gpu_memory(lambda: dp.step(batch))
+            mine, method = got["peak_mem_bytes"], got["mem_method"]
+        else:
+            with PeakRSS() as peak:
+                dp.step(batch)
+            mine = peak.peak_bytes - self.baseline_rss
+            method = peak.method + "_over_pre_model_baseline"
+        per_rank = [dp.allreduce_sum(float(mine) if dp.rank == i else 0.0)
+                    for i in range(dp.world)]
+        return per_rank, f"{method}, per rank"
 
     def finish(self, ref: CellRef, result: CellResult) -> None:
         if self.rank0:
@@ -453,12 +493,15 @@ def run_rank(job: Job, settings: TrainSettings):
 
     from ..frameworks import backend_options, get_backend
     from ..gate import Gate
+    from ..memory import current_rss_bytes
 
     # When this process started: its start and imports count from there.
     born = time.perf_counter() - (time.time() - psutil.Process().create_time())
     backend = get_backend(job.framework)
     backend.configure(job.threads, job.device, backend_options(job.params))
     imports_s = time.perf_counter() - born
+    release_freed_heap()
+    baseline_rss = current_rss_bytes()
     t0 = time.perf_counter()
     dp = backend.DataParallel(Gate(job.gate_path).info["weights_dir"], job.device, job.head,
                               settings.optimizer, job.cells[0].spec.mode,
@@ -466,7 +509,7 @@ def run_rank(job: Job, settings: TrainSettings):
     load_s = time.perf_counter() - t0
     release_freed_heap()
     try:
-        rank = Rank(job, dp, load_s)
+        rank = Rank(job, dp, load_s, backend, baseline_rss)
         if rank.rank0:
             rank.provenance.update(backend.runtime_info(job.device))
         rank.spent("process start and imports", imports_s)
@@ -592,6 +635,47 @@ def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+ENGINE_KEYS = ["model", "framework", "device", "dtype", "seq_len", "scaling", "workers"]
+
+
+def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """Each engine of a framework against its plain engine (DIST_MODES' first:
+    DDP, MultiWorkerMirroredStrategy) at the same worker count, scaling and
+    batch, one row per engine (the plain one included):
+
+    - ``speedup`` = plain step time / this engine's, with its CI
+      (stats.ratio_ci over both cells' raw step times: Student's t over
+      rounds where both have several, else a bootstrap of their steps);
+    - ``mem_ratio`` = this engine's per-rank peak memory / the plain
+      engine's (the largest rank's each: one measurement per cell, no CI);
+    - per-rank peak memory, the largest and the least rank (MiB), and the
+      communication timed alone and its share of the step."""
+    if summary.empty:
+        return pd.DataFrame()
+    by_cell = samples_by_cell(samples)
+    plain = summary["mode"] == summary["framework"].map(lambda fw: DIST_MODES[fw][0])
+    rows = []
+    for r, base, status in baseline_pairs(summary, ENGINE_KEYS, plain):
+        row = {k: r[k] for k in ENGINE_KEYS}
+        row.update(variant=r["variant"], mode=r["mode"], batch_size=int(r["batch_size"]),
+                   per_worker_batch=int(r["batch_size"]) // int(r["workers"]), status=status,
+                   median_s=r["median_s"], plain_median_s=math.nan,
+                   speedup=math.nan, speedup_low=math.nan, speedup_high=math.nan,
+                   mem_rank_max_mib=r["peak_mem_bytes"] / 2**20,
+                   mem_rank_min_mib=r.get("peak_mem_rank_min_bytes", math.nan) / 2**20,
+                   mem_ratio=math.nan, allreduce_s=r["allreduce_s"],
+                   allreduce_share=r["allreduce_share"], mode_setup=r["mode_setup"])
+        if base is not None:
+            row["plain_median_s"] = base["median_s"]
+            row["mem_ratio"] = r["peak_mem_bytes"] / base["peak_mem_bytes"]
+            if both_measured(r, base, by_cell):
+                row.update(zip(("speedup", "speedup_low", "speedup_high"),
+                               ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]])))
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["model", "scaling", "framework", "workers", "mode"],
+                                          ignore_index=True)
+
+
 # -- claim metric (params/claims.yaml names it) ----------------------------------------
 def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     """Scaling efficiency (speed-up over the fewest workers / ideal speed-up)
@@ -624,6 +708,74 @@ def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measure
     return m
 
 
+def _engine_row(data: StudyData, claim: Claim, devices, figure: str, m: Measurement):
+    """engine_table's row of the claim's b engine (against a, its framework's
+    plain engine) at the most workers with ``figure`` measured, or None (the
+    note then says what is missing)."""
+    fw, _, mode_b = str(claim.cells["b"]).partition("/")
+    s = data.summary[data.summary["device"].isin(devices)]
+    table = engine_table(s, data.samples) if len(s) else pd.DataFrame()
+    if len(table):
+        table = table[(table["framework"] == fw) & (table["mode"] == mode_b)
+                      & (table["scaling"] == claim.cells["scaling"]) & table[figure].notna()]
+    if not len(table):
+        m.note = (f"needs {claim.cells['a']} and {claim.cells['b']} measured side by side "
+                  f"({claim.cells['scaling']} scaling) on {'/'.join(devices)}")
+        return None
+    r = table.sort_values("workers").iloc[-1]
+    label = f"{r['variant']} {r['model']} x{r['workers']}"
+    m.cells, m.devices = [label], {r["device"]}
+    return r
+
+
+def engine_speedup_metric(data: StudyData, claim: Claim, devices) -> Measurement:
+    """An engine against its framework's plain one (``cells``: a, the plain
+    engine, b the other, e.g. torch/eager and torch/ddp-fp16; ``scaling``) at
+    the most workers both ran: a's step time over b's (above 1: b is
+    faster), with its CI."""
+    m = Measurement(unit="step time, a / b, at the most workers")
+    r = _engine_row(data, claim, devices, "speedup", m)
+    if r is not None:
+        m.value, m.low, m.high = r["speedup"], r["speedup_low"], r["speedup_high"]
+        m.points = [(m.cells[0], m.value)]
+        m.note = (f"{r['workers']} workers; communication timed alone: "
+                  f"{r['allreduce_share']:.0%} of {claim.cells['b']}'s step")
+    return m
+
+
+def engine_memory_metric(data: StudyData, claim: Claim, devices) -> Measurement:
+    """An engine's per-rank peak memory over its framework's plain engine's
+    (``cells`` as engine_speedup's) at the most workers both ran, the
+    largest rank of each (below 1: b holds less per rank); one measurement
+    per cell, so no CI."""
+    m = Measurement(unit="per-rank peak memory, b / a, at the most workers")
+    r = _engine_row(data, claim, devices, "mem_ratio", m)
+    if r is not None:
+        m.value = r["mem_ratio"]
+        m.points = [(m.cells[0], m.value)]
+        m.note = (f"{r['workers']} workers: {r['mem_rank_max_mib']:.0f} MiB per rank against "
+                  f"{r['mem_rank_max_mib'] / r['mem_ratio']:.0f} MiB; one measurement per cell")
+    return m
+
+
+def _engine_cells(cells: dict) -> list[str]:
+    """Names in an engine claim's cells that no launch could measure."""
+    problems = []
+    for key in ("a", "b"):
+        fw, _, mode = str(cells.get(key, "")).partition("/")
+        if mode not in DIST_MODES.get(fw, ()):
+            problems.append(f"cells {key}: {cells.get(key)!r} is not a data-parallel engine "
+                            f"(framework/mode of {DIST_MODES})")
+    fw_a, _, mode_a = str(cells.get("a", "")).partition("/")
+    if fw_a != str(cells.get("b", "")).partition("/")[0] or (
+            fw_a in DIST_MODES and mode_a != DIST_MODES[fw_a][0]):
+        problems.append("cells a and b: two engines of one framework, a its plain one "
+                        f"({', '.join(f'{fw}/{m[0]}' for fw, m in DIST_MODES.items())})")
+    if cells.get("scaling") not in SCALINGS:
+        problems.append(f"scaling {cells.get('scaling')!r} is not one of {', '.join(SCALINGS)}")
+    return problems
+
+
 def _scaling_cells(cells: dict) -> list[str]:
     """Names in a scaling_efficiency claim's cells that no launch could measure."""
     problems = [f"framework {fw!r} has no data-parallel engine; known: {', '.join(DIST_MODES)}"
@@ -635,7 +787,11 @@ def _scaling_cells(cells: dict) -> list[str]:
 
 Distributed.metrics = {"scaling_efficiency": Metric(scaling_efficiency_metric,
                                                     ("frameworks", "scaling"), _scaling_cells,
-                                                    timed=True)}
+                                                    timed=True),
+                       "engine_speedup": Metric(engine_speedup_metric, ("a", "b", "scaling"),
+                                                _engine_cells, timed=True),
+                       "engine_memory_ratio": Metric(engine_memory_metric, ("a", "b", "scaling"),
+                                                     _engine_cells)}
 
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
@@ -775,3 +931,60 @@ def allreduce_share(table: pd.DataFrame, manifest: dict):
                         manifest, "all-reduce of every gradient timed alone (labels: its "
                         "median); DDP overlaps it with the backward pass, so this bounds the "
                         "cost it adds", 0.82)
+
+
+def engine_speedup(table: pd.DataFrame, manifest: dict):
+    """Each engine's step time against its framework's plain engine at the
+    same worker count (plain / engine: above 1 is faster), with its 95% CI."""
+    from ..plots import STATUS_MARK, legend_right, no_data
+
+    rest = table[table["mode"] != table["framework"].map(lambda fw: DIST_MODES[fw][0])] \
+        if len(table) else table
+    if rest.empty or rest["speedup"].isna().all():
+        return no_data("no engine ran beside its framework's plain one")
+    fig, axes, draws = _bars_by_workers(rest, "speed-up over the plain engine")
+    for ax, g, x, h, style in draws:
+        ax.bar(x, h["speedup"], yerr=[h["speedup"] - h["speedup_low"],
+                                      h["speedup_high"] - h["speedup"]], capsize=3, **style)
+        for xx, (_, r) in zip(x, h.iterrows()):
+            if r["speedup"] == r["speedup"]:
+                ax.annotate(f"{r['speedup']:.2f}x", (xx, r["speedup_high"]), ha="center",
+                            va="bottom", fontsize=8)
+            elif isinstance(r["status"], str):
+                ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
+                            ha="center", fontsize=8, color="crimson")
+        ax.axhline(1.0, color="0.3", lw=1, ls="--")
+        ax.set_ylim(0, max(1.3, float(np.nanmax(g["speedup_high"].to_numpy(float),
+                                                 initial=0)) * 1.12))
+    return legend_right(fig, axes, "Engines against their framework's plain engine "
+                        "(DDP, MultiWorkerMirroredStrategy), same workers and batch", manifest,
+                        "error bars: 95% CI from both cells' raw step times", 0.82)
+
+
+def rank_memory(table: pd.DataFrame, manifest: dict):
+    """Peak memory per rank over one training step, per engine and worker
+    count: the bar is the largest rank, the line down to the least rank."""
+    from ..plots import legend_right, no_data
+
+    if table.empty or table["mem_rank_max_mib"].isna().all():
+        return no_data("no per-rank memory was measured")
+    fig, axes, draws = _bars_by_workers(table, "peak memory per rank (MiB)")
+    for ax, g, x, h, style in draws:
+        ax.bar(x, h["mem_rank_max_mib"],
+               yerr=[h["mem_rank_max_mib"] - h["mem_rank_min_mib"], np.zeros(len(h))],
+               capsize=2, **style)
+        for xx, (_, r) in zip(x, h.iterrows()):
+            if r["mem_rank_max_mib"] == r["mem_rank_max_mib"]:
+                ax.annotate(f"{r['mem_rank_max_mib']:.0f}", (xx, r["mem_rank_max_mib"]),
+                            ha="center", va="bottom", fontsize=7)
+    return legend_right(fig, axes, "Peak memory per rank over one training step", manifest,
+                        f"{_memory_scope(table)}; bar: the largest rank, line down to the least",
+                        0.82)
+
+
+def _memory_scope(table: pd.DataFrame) -> str:
+    gpu = (table["device"] == "gpu").any()
+    return ("each framework allocator's peak on its GPU" if gpu else
+            "peak RSS over the rank's RSS before its model was loaded (weights, gradients, "
+            "optimizer state and the step's transients)")
+
