@@ -44,7 +44,7 @@ import pandas as pd
 import fwcompare
 from fwcompare import claims as claims_mod
 from fwcompare.env import hardware_line, manifest
-from fwcompare.params import read_yaml, validate
+from fwcompare.params import ParamsError, read_yaml, validate
 from fwcompare.paths import OUTPUTS, PARAMS
 from fwcompare.tables import summarize
 
@@ -53,9 +53,19 @@ JUDGED = ("supported", "contradicted", "inconclusive")
 
 def cpu_claims() -> list[claims_mod.Claim]:
     """Claims judged on a CPU run whose figure is a ratio of timings (with an
-    interval)."""
+    interval), of studies that can run interleaved: a study that only runs
+    sequentially (distributed: each launch's ranks take every core) measures
+    the same way under both schedules, so it has nothing to compare here."""
     return [c for c in claims_mod.load_claims() if c.hardware in ("cpu", "any")
-            and claims_mod.metrics()[c.metric].timed]
+            and claims_mod.metrics()[c.metric].timed and interleaves(c.study)]
+
+
+def interleaves(study: str) -> bool:
+    try:
+        validate(study, {"schedule": "interleaved"}, source=study)
+    except ParamsError:
+        return False
+    return True
 
 
 def study_params(study: str, chosen: list[claims_mod.Claim], schedule: str, rounds: int) -> dict:

@@ -59,7 +59,8 @@ FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s",
            "accel_max_abs_err", "accel_rel_err", "recompiles",
            # distributed: per-worker batch, weights across ranks, gradient all-reduce
            "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share",
-           "peak_mem_rank_min_bytes",  # the least of the ranks' peaks (peak_mem_bytes: the most)
+           # the largest and the least rank's memory (studies.distributed.Rank.memory)
+           "rank_mem_bytes", "rank_mem_min_bytes",
            # deployment: the artifact's export and size; sentence-pair agreement with float32
            "export_s", "artifact_bytes", "sts_spearman", "sts_max_abs_diff",
            # generation: greedy tokens that match PyTorch eager's, PyTorch's smallest

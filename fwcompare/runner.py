@@ -591,6 +591,8 @@ class Runner:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
         done = self.store.finished()
+        every = [c for c in planned_cells(self.study.name, self.params, specs)
+                 if (c.spec.cell_id, c.round) not in done]  # what prepare makes ready
         planned = [c for c in planned_cells(self.study.name, self.params, specs)
                    if c.round <= self.upto_round]
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
@@ -610,10 +612,10 @@ class Runner:
                         dynamic_ncols=True,
                         bar_format="{l_bar}{bar:20}| {n_fmt}/{total_fmt} cells "
                                    "[{elapsed}<{remaining}]{postfix}")
-        if self._passes_given and rounds > 1:  # a round pass: earlier rounds are done
-            self.say(f"{self.study.name} ({self.task}): rounds up to {self.upto_round + 1} "
-                     f"of {rounds}")
-        elif len(todo) < total:
+        if self._passes_given and rounds > 1:  # a round pass: the cells of rounds <= k
+            self.say(f"{self.study.name} ({self.task}): round pass {self.upto_round + 1} of "
+                     f"{rounds}, {total} cells of rounds 1 to {self.upto_round + 1}")
+        if len(todo) < total and not (self._passes_given and self.upto_round > 0):
             self.say(f"resuming: {total - len(todo)} of {total} cells already done")
         try:
             if todo:
@@ -637,8 +639,8 @@ class Runner:
                     made = (self.task, model)
                     if made not in prepared:
                         self.bar.set_postfix_str(f"preparing {model}", refresh=True)
-                        prepared[made] = self._prepare(
-                            model, [c for c in todo if c.spec.model == model])
+                        prepared[made] = self._prepare(  # for this pass and the next
+                            model, [c for c in every if c.spec.model == model])
                     groups = list(self._groups(mine, order))
                     if prepared[made]:
                         for c in (c for group in groups for c in group):

@@ -315,12 +315,17 @@ class DataParallel:
             from torch.distributed.fsdp import fully_shard
 
             mesh = init_device_mesh(self.dev.type, (self.world,))
-            self.units, names = [], []  # the layers of the outermost layer lists
+            # The layers of the outermost layer lists (a list of lists: the inner
+            # lists' layers; fully_shard takes modules with a forward, children first).
+            self.units, names = [], []
+            containers = (torch.nn.ModuleList, torch.nn.ModuleDict)
             for name, lst in model.named_modules():
                 if isinstance(lst, torch.nn.ModuleList) and not any(
                         name.startswith(n + ".") for n in names):
-                    self.units += list(lst)
-                    names += [f"{name}.{i}" for i in range(len(lst))]
+                    for i, layer in enumerate(lst):
+                        if not isinstance(layer, containers):
+                            self.units.append(layer)
+                            names.append(f"{name}.{i}")
             for unit in self.units:
                 fully_shard(unit, mesh=mesh)
             fully_shard(model, mesh=mesh)  # the rest: embeddings, head, norms
@@ -361,12 +366,12 @@ class DataParallel:
         self.dist.all_reduce(t)
         return float(t[0])
 
-    def max_weight_diff(self) -> float:
+    def max_weight_diff(self) -> float | None:
         """Largest |w_i - w_j| over every weight and every pair of ranks
-        (element-wise max and min all-reduced, one parameter at a time); 0
-        under FSDP, where each weight lives on one rank only."""
+        (element-wise max and min all-reduced, one parameter at a time); None
+        under FSDP, where each weight lives on one rank only: nothing to compare."""
         if self.sharded:
-            return 0.0
+            return None
         worst = 0.0
         with torch.no_grad():
             for p in self.model.parameters():
@@ -408,25 +413,31 @@ class DataParallel:
         return times
 
     def _sharded_comm_s(self, repeats: int) -> list[float]:
-        """FSDP's collectives of one step, timed alone: per sharded module,
-        the all-gather of its weights before the forward and again before the
-        backward, and the reduce-scatter of its gradients (float32, each rank's
-        shard padded to an equal size as FSDP pads it)."""
+        """FSDP's collectives of one step, timed alone: per sharded module, the
+        all-gather of its weights before the forward and again before the
+        backward (the root's once: FSDP2 keeps the root unsharded between its
+        forward and backward), and the reduce-scatter of its gradients;
+        float32, each weight's dim-0 chunk padded to an equal size per rank,
+        as FSDP2 pads it."""
         import time
 
         dist, world = self.dist, self.world
-        shards = [-(-sum(p.numel() for p in self._own_params(u)) // world)
-                  for u in self.units]
-        pairs = [(torch.zeros(n, device=self.dev), torch.zeros(n * world, device=self.dev))
-                 for n in shards if n]
+        gathers = []
+        for unit in self.units:
+            n = sum(-(-p.shape[0] // world) * (p.numel() // max(1, p.shape[0]))
+                    if p.dim() else 1 for p in self._own_params(unit))
+            if n:
+                gathers.append((torch.zeros(n, device=self.dev),
+                                torch.zeros(n * world, device=self.dev),
+                                1 if unit is self.model else 2))
         times = []
         for _ in range(repeats):
             self.allreduce_sum(0.0)
             t0 = time.perf_counter()
-            for shard, full in pairs:
-                for _ in range(2):
+            for shard, full, count in gathers:
+                for _ in range(count):
                     dist.all_gather_into_tensor(full, shard)
-            for shard, full in reversed(pairs):
+            for shard, full, _ in reversed(gathers):
                 dist.reduce_scatter_tensor(shard, full)
             if self.dev.type == "cuda":
                 torch.cuda.synchronize(self.dev)
