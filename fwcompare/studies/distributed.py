@@ -460,10 +460,11 @@ class Rank:
         weights, optimizer state and what the engine keeps between steps
         (DDP's gradient buckets), all of them under DDP, a 1/N share under
         FSDP. Not the CPU peak: under glibc's default heap the peak RSS of a
-        step follows what the heap held before, not the bytes in use (a 19M
-        weight BERT, 2 ranks: FSDP 431 MiB against DDP's 432 while holding
-        180 against 336), and making it exact (``memory.fix_mmap_threshold``
-        from the rank's start) slowed DDP's steps by 57% and FSDP's by 100%.
+        step follows what the heap held before, not the bytes in use (a BERT
+        of 19M weights, 2 ranks: FSDP's peak 431-438 MiB against DDP's
+        426-432 while holding 174-186 against 336), and making it exact
+        (``memory.fix_mmap_threshold`` from the rank's start) slowed DDP's
+        steps by 19-57% and FSDP's by 54-99% in two such models.
         Returns every rank's figure, in rank order (each sent in a scalar
         all-reduce of its own), and how it was measured."""
         from ..memory import current_rss_bytes
