@@ -591,10 +591,9 @@ class Runner:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
         done = self.store.finished()
-        every = [c for c in planned_cells(self.study.name, self.params, specs)
-                 if (c.spec.cell_id, c.round) not in done]  # what prepare makes ready
-        planned = [c for c in planned_cells(self.study.name, self.params, specs)
-                   if c.round <= self.upto_round]
+        whole = planned_cells(self.study.name, self.params, specs)  # every round
+        every = [c for c in whole if (c.spec.cell_id, c.round) not in done]  # prepare's
+        planned = [c for c in whole if c.round <= self.upto_round]  # this pass's
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
         # Every cell already measured (a notebook after `fwcompare report` measured
         # them): the run's records stay as the measuring run wrote them.

@@ -29,7 +29,7 @@ processes (``torchrun`` for PyTorch). Every rank runs
    stopping rule (timing.StoppingRule) and sends its decision in the
    barrier's value, so every rank runs the same number of steps. Then the
    gradient all-reduce (FSDP: its all-gathers and reduce-scatter) is timed
-   alone, the weights are compared across ranks again, and every rank's peak
+   alone, the weights are compared across ranks again, and every rank's
    memory over one more step is measured (``Rank.memory``).
 
 Rank 0 writes the rows and sends the events; a rank that fails exits with an
@@ -474,6 +474,7 @@ class Rank:
         if self.job.device == "gpu":
             got = self.backend.gpu_memory(lambda: dp.step(batch))
             mine, method = got["peak_mem_bytes"], got["mem_method"]
+            mine = math.nan if mine is None else mine  # none the allocator could give
         else:
             dp.step(batch)
             release_freed_heap()
