@@ -470,7 +470,6 @@ class Rank:
         from ..memory import current_rss_bytes
 
         dp = self.dp
-        release_freed_heap()
         if self.job.device == "gpu":
             got = self.backend.gpu_memory(lambda: dp.step(batch))
             mine, method = got["peak_mem_bytes"], got["mem_method"]
@@ -886,29 +885,38 @@ def _bars_by_workers(table: pd.DataFrame, ylabel: str):
     return fig, axes, draws
 
 
+def _ratio_bars(ax, g, x, h, style, col: str, fmt: str, top: float, pad: float) -> None:
+    """One panel's bars of a ratio (``col``, its CI in ``col``_low/_high)
+    against 1 (dashed): each bar labelled with ``fmt`` of its value, a failed
+    cell marked on the axis; the y axis up to ``top`` at least, or ``pad``
+    times the highest CI end."""
+    from ..plots import STATUS_MARK
+
+    ax.bar(x, h[col], yerr=[h[col] - h[f"{col}_low"], h[f"{col}_high"] - h[col]],
+           capsize=3, **style)
+    for xx, (_, r) in zip(x, h.iterrows()):
+        if r[col] == r[col]:
+            ax.annotate(fmt.format(r[col]), (xx, r[f"{col}_high"]), ha="center",
+                        va="bottom", fontsize=8)
+        elif isinstance(r["status"], str):
+            ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
+                        ha="center", fontsize=8, color="crimson")
+    ax.axhline(1.0, color="0.3", lw=1, ls="--")
+    ax.set_ylim(0, max(top, float(np.nanmax(g[f"{col}_high"].to_numpy(float), initial=0))
+                       * pad))
+
+
 def scaling_efficiency(table: pd.DataFrame, manifest: dict):
     """Scaling efficiency (speed-up over the baseline / worker ratio) per
     worker count and framework, with its 95% CI; 1 is linear."""
-    from ..plots import STATUS_MARK, legend_right, no_data
+    from ..plots import legend_right, no_data
 
     rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
     if rest.empty:
         return no_data("scaling efficiency needs two worker counts")
     fig, axes, draws = _bars_by_workers(rest, "scaling efficiency")
-    for ax, g, x, h, style in draws:
-        ax.bar(x, h["efficiency"], yerr=[h["efficiency"] - h["efficiency_low"],
-                                         h["efficiency_high"] - h["efficiency"]],
-               capsize=3, **style)
-        for xx, (_, r) in zip(x, h.iterrows()):
-            if r["efficiency"] == r["efficiency"]:
-                ax.annotate(f"{r['efficiency']:.0%}", (xx, r["efficiency_high"]),
-                            ha="center", va="bottom", fontsize=8)
-            elif isinstance(r["status"], str):
-                ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
-                            ha="center", fontsize=8, color="crimson")
-        ax.axhline(1.0, color="0.3", lw=1, ls="--")
-        ax.set_ylim(0, max(1.15, float(np.nanmax(g["efficiency_high"].to_numpy(float),
-                                                  initial=0)) * 1.1))
+    for draw in draws:
+        _ratio_bars(*draw, "efficiency", "{:.0%}", 1.15, 1.1)
     return legend_right(fig, axes, "Scaling efficiency against the fewest workers (1 = linear)",
                         manifest, "error bars: 95% CI from the raw step times of "
                         "both cells", 0.82)
@@ -941,26 +949,15 @@ def allreduce_share(table: pd.DataFrame, manifest: dict):
 def engine_speedup(table: pd.DataFrame, manifest: dict):
     """Each engine's step time against its framework's plain engine at the
     same worker count (plain / engine: above 1 is faster), with its 95% CI."""
-    from ..plots import STATUS_MARK, legend_right, no_data
+    from ..plots import legend_right, no_data
 
     rest = table[table["mode"] != table["framework"].map(lambda fw: DIST_MODES[fw][0])] \
         if len(table) else table
     if rest.empty or rest["speedup"].isna().all():
         return no_data("no engine ran beside its framework's plain one")
     fig, axes, draws = _bars_by_workers(rest, "speed-up over the plain engine")
-    for ax, g, x, h, style in draws:
-        ax.bar(x, h["speedup"], yerr=[h["speedup"] - h["speedup_low"],
-                                      h["speedup_high"] - h["speedup"]], capsize=3, **style)
-        for xx, (_, r) in zip(x, h.iterrows()):
-            if r["speedup"] == r["speedup"]:
-                ax.annotate(f"{r['speedup']:.2f}x", (xx, r["speedup_high"]), ha="center",
-                            va="bottom", fontsize=8)
-            elif isinstance(r["status"], str):
-                ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (xx, 0.02),
-                            ha="center", fontsize=8, color="crimson")
-        ax.axhline(1.0, color="0.3", lw=1, ls="--")
-        ax.set_ylim(0, max(1.3, float(np.nanmax(g["speedup_high"].to_numpy(float),
-                                                 initial=0)) * 1.12))
+    for draw in draws:
+        _ratio_bars(*draw, "speedup", "{:.2f}x", 1.3, 1.12)
     return legend_right(fig, axes, "Engines against their framework's plain engine "
                         "(DDP, MultiWorkerMirroredStrategy), same workers and batch", manifest,
                         "error bars: 95% CI from both cells' raw step times", 0.82)
