@@ -9,7 +9,10 @@
 - TensorFlow: one process per worker with ``TF_CONFIG`` naming the whole
   cluster (every worker's host:port) and this worker's index;
   ``MultiWorkerMirroredStrategy`` connects them. Forked from a fork server
-  where there is one (on one host).
+  where there is one (on one host). ``ParameterServerStrategy`` (mode ps, one
+  host): a chief, the workers and the parameter servers, each with its task
+  in ``TF_CONFIG``; the chief runs the steps (its stdout carries the events),
+  the others serve it until the launch ends them.
 - JAX: one process per rank with the coordinator's address (rank 0's host),
   the process count and this process's id, for ``jax.distributed.initialize``
   (``frameworks.jax.DataParallel``); forked likewise.
@@ -48,6 +51,10 @@ from .protocol import parse_event
 # Every rank runs the worker entry point; the job names its study, whose
 # ``work`` hook is the rank's program.
 MODULE = "fwcompare.worker"
+# A directory of the launch's own, for its processes to leave files in for
+# each other (frameworks.tensorflow's parameter servers and workers: their
+# pids, for the chief); removed with the launch.
+LAUNCH_DIR_ENV = "FWCOMPARE_LAUNCH_DIR"
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -107,6 +114,18 @@ def tf_configs(workers: int, hosts: list[str], node_rank: int,
             for i in range(k)]
 
 
+def tf_ps_configs(workers: int, servers: int, ports: list[int]) -> list[tuple[str, dict]]:
+    """(name, TF_CONFIG) of each process of a ParameterServerStrategy cluster
+    on this host: the chief (``ports[0]``), ``workers`` workers and
+    ``servers`` parameter servers (the ports after it), in that order."""
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
+               "worker": [f"127.0.0.1:{p}" for p in ports[1:1 + workers]],
+               "ps": [f"127.0.0.1:{p}" for p in ports[1 + workers:1 + workers + servers]]}
+    return [(f"{kind} {i}" if kind != "chief" else kind,
+             {"cluster": cluster, "task": {"type": kind, "index": i}})
+            for kind in ("chief", "worker", "ps") for i in range(len(cluster[kind]))]
+
+
 def jax_rank_envs(workers: int, hosts: list[str], node_rank: int, port: int) -> list[dict]:
     """What ``frameworks.jax.DataParallel`` reads on each rank of this host:
     the coordinator (served by process 0, on ``hosts[0]``), the process count
@@ -118,10 +137,13 @@ def jax_rank_envs(workers: int, hosts: list[str], node_rank: int, port: int) -> 
              PROCESS_ID_ENV: str(node_rank * k + i), "LOCAL_RANK": str(i)} for i in range(k)]
 
 
-def choose_ports(framework: str, workers: int, hosts: list[str], master_port: int) -> list[int]:
-    """torch: [rendezvous port]; jax: [coordinator port]; tensorflow: every worker's port."""
+def choose_ports(framework: str, workers: int, hosts: list[str], master_port: int,
+                 servers: int = 0) -> list[int]:
+    """torch: [rendezvous port]; jax: [coordinator port]; tensorflow: every
+    worker's port (with ``servers`` parameter servers: the chief's, the
+    workers', the servers')."""
     one = framework in ("torch", "jax")
-    n = 1 if one else workers
+    n = 1 if one else workers + (1 + servers if servers else 0)
     if master_port:
         return [master_port] if one else [master_port + 1 + j for j in range(n)]
     if len(hosts) > 1:
@@ -191,15 +213,22 @@ class Launch:
 
     def __init__(self, job, job_dir: Path, name: str, env: dict, *, framework: str,
                  workers: int, hosts: list[str], node_rank: int = 0, master_port: int = 0,
-                 server=None):
+                 server=None, servers: int = 0):
         """``server``: a fork server of this environment (fwcompare.forkserver):
         the ranks are forked from it, with the environment torchrun or
         TF_CONFIG would give them, instead of started as fresh interpreters
-        (their imports took the quick distributed study 41 s)."""
+        (their imports took the quick distributed study 41 s). ``servers``:
+        TensorFlow's parameter servers (a ParameterServerStrategy cluster on
+        this host; 0: none, MultiWorkerMirroredStrategy's workers)."""
         path = job.write(job_dir / f"{name}.json")
-        self.ports = choose_ports(framework, workers, hosts, master_port)
+        self.ports = choose_ports(framework, workers, hosts, master_port, servers)
+        self.servers = servers
         env = dict(env)
         self.cache_dir = fresh_compile_cache(env)
+        env[LAUNCH_DIR_ENV] = self.cache_dir
+        # What each process is called in an error: the ParameterServerStrategy
+        # cluster's tasks by name, other launches' ranks by number.
+        self.names: list[str] = []
         self.events: queue.Queue = queue.Queue()
         self.procs: list = []  # subprocess.Popen or forkserver.Forked
         self.log_paths: list[Path] = []
@@ -241,6 +270,12 @@ class Launch:
         if framework == "jax":
             return [(None if forked else command, e)
                     for e in jax_rank_envs(workers, hosts, node_rank, self.ports[0])]
+        if self.servers:  # workers on cores 0.., the chief and servers on the next ones
+            tasks = tf_ps_configs(workers, self.servers, self.ports)
+            self.names = [name for name, _ in tasks]
+            local = [workers, *range(workers), *range(workers + 1, workers + 1 + self.servers)]
+            return [(command, {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
+                    for (_, c), i in zip(tasks, local)]
         return [(command, {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
                 for i, c in enumerate(tf_configs(workers, hosts, node_rank, self.ports))]
 
@@ -318,5 +353,6 @@ class Launch:
         return log_tail(self.log_paths[self.procs.index(self.proc)], chars)
 
     def exit_description(self) -> str:
-        who = "" if len(self.procs) == 1 else f"worker {self.procs.index(self.proc)}: "
-        return who + describe_exit(self.proc.returncode)
+        i = self.procs.index(self.proc)
+        who = self.names[i] if self.names else "" if len(self.procs) == 1 else f"worker {i}"
+        return (who and f"{who}: ") + describe_exit(self.proc.returncode)

@@ -66,9 +66,11 @@ from .training import AGREEMENT, OPTIMIZER, train_settings
 # torchrun; ddp-fp16 / ddp-bf16: the same with PyTorch's fp16 / bf16 gradient
 # compression hook; fsdp: fully sharded data parallel (FSDP2 fully_shard);
 # tensorflow graph: MultiWorkerMirroredStrategy with the step in tf.function;
+# ps: ParameterServerStrategy, a chief, the workers and ``ps_servers``
+# parameter servers, synchronous steps (frameworks.tensorflow.ParameterServer);
 # jax jit: jax.distributed processes, the step jax.jit over a global mesh.
-DIST_MODES = {"torch": ("eager", "ddp-fp16", "ddp-bf16", "fsdp"), "tensorflow": ("graph",),
-              "jax": ("jit",)}
+DIST_MODES = {"torch": ("eager", "ddp-fp16", "ddp-bf16", "fsdp"),
+              "tensorflow": ("graph", "ps"), "jax": ("jit",)}
 SCALINGS = ("weak", "strong")
 
 
@@ -109,6 +111,7 @@ class Distributed(Study):
             "global_batch": Param("int", 8, "strong scaling: samples per step over all workers (a multiple of every workers value)", positive),
             "seq_len": Param("int", 64, "sequence length in tokens", positive),
             **OPTIMIZER, **AGREEMENT,
+            "ps_servers": Param("int", 1, "tensorflow ps: parameter servers holding the variables (spread over them round-robin); the cluster is these, the workers and a chief, on this host", positive),
             "weight_tol": Param("float", 1e-6, "max abs difference of any weight across ranks (after the agreement steps and after each cell) before the cells are flagged not_equivalent", non_negative),
             "allreduce_repeats": Param("int", 5, "all-reduces of one step's gradients timed alone per cell", positive),
             "hosts": Param("list[str]", ["127.0.0.1"], "hosts taking part, node 0 first (rank 0, torchrun's rendezvous); one entry: this machine, workers on loopback", non_empty),
@@ -121,7 +124,9 @@ class Distributed(Study):
         s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
                           "ddp-fp16 / ddp-bf16 (the same with PyTorch's fp16 / bf16 gradient "
                           "compression hook), fsdp (FSDP2 fully_shard: weights, gradients and "
-                          "optimizer state sharded over the ranks), tensorflow graph (MultiWorkerMirroredStrategy), jax jit "
+                          "optimizer state sharded over the ranks), tensorflow graph (MultiWorkerMirroredStrategy), "
+                          "ps (ParameterServerStrategy: a chief, the workers and ps_servers parameter "
+                          "servers, synchronous steps; CPU, one host), jax jit "
                           "(jax.distributed, the step jax.jit over a global mesh)",
                           check=_dist_modes)
         s = replace_param(s, "threads", help="intra-op threads per worker, each worker on cores of its own (0: this host's cores / its most workers)")
@@ -151,6 +156,14 @@ class Distributed(Study):
             problems.append("key 'modes': torch ddp-bf16 needs a GPU (PyTorch's "
                             "bf16_compress_hook requires CUDA 11+ and NCCL 2.10+; gloo has no "
                             "bfloat16 path for it): use ddp-fp16 on the CPU")
+        if "ps" in full["modes"].get("tensorflow", ()):
+            if len(hosts) > 1:
+                problems.append("key 'modes': tensorflow ps runs its cluster (chief, workers, "
+                                "parameter servers) on this host only: one entry in hosts")
+            if full["device"] != "cpu":
+                problems.append("key 'modes': tensorflow ps runs on the CPU only "
+                                "(ParameterServerStrategy makes every GPU a worker sees a "
+                                "replica of its own; the launch gives each worker one device)")
         if len(hosts) > 1 and not full["master_port"]:
             problems.append("key 'master_port': several hosts need a fixed port (0 picks a free "
                             "port on one host only)")
@@ -204,10 +217,12 @@ class Distributed(Study):
         # torchrun or TF_CONFIG would give them); across hosts the launchers start them.
         with runner.phase("process start and imports"):  # the server's imports, if not done
             server = runner.server_for(env) if len(hosts) == 1 else None
+        ps = job.framework == "tensorflow" and spec.mode == "ps"
         return Launch(job, runner.work_dir / "jobs", f"{name}-x{spec.workers}", env,
                       framework=job.framework, workers=spec.workers, hosts=hosts,
                       node_rank=runner.params["node_rank"],
-                      master_port=runner.params["master_port"], server=server)
+                      master_port=runner.params["master_port"], server=server,
+                      servers=runner.params["ps_servers"] if ps else 0)
 
     def run_group(self, runner, model, group):
         """Node 0 runs the launch and writes the rows; another host only runs
@@ -262,11 +277,21 @@ def shard(rows, rank: int, world: int):
 def _fault(label: str, rank: int, dp=None) -> None:
     """Fault injection for the robustness tests: FWCOMPARE_FAULT holds
     comma-separated ``kind@rank:label-part`` (kind crash, hang or desync;
-    without @rank, every rank)."""
+    without @rank, every rank). ``@ps-0``, ``@worker-1``: that task of a
+    ParameterServerStrategy cluster, which its chief sends SIGSEGV (crash)
+    or SIGSTOP (hang): the task runs none of this study's code."""
+    import signal
+
     for fault in filter(None, os.environ.get("FWCOMPARE_FAULT", "").split(",")):
         spec, _, where = fault.partition(":")
         kind, _, who = spec.partition("@")
-        if not where or where not in label or (who and int(who) != rank):
+        if not where or where not in label:
+            continue
+        if who and not who.isdigit():
+            if rank == 0 and hasattr(dp, "signal_task"):
+                dp.signal_task(who, {"crash": signal.SIGSEGV, "hang": signal.SIGSTOP}[kind])
+            continue
+        if who and int(who) != rank:
             continue
         if kind == "crash":
             os._exit(3)
@@ -286,6 +311,9 @@ class Rank:
         self.job, self.dp, self.load_s = job, dp, load_s
         self.backend, self.baseline_rss = backend, baseline_rss
         self.rank0 = dp.rank == 0
+        # The processes that run this loop: every rank, or the chief alone
+        # (a parameter-server cluster's, which feeds the whole global batch).
+        self.loop_ranks = getattr(dp, "loop_ranks", dp.world)
         self.cfg = job.timing
         self.store = ResultStore(job.store_dir, run_id=job.run_id) if self.rank0 else None
         self.gate = Gate(job.gate_path)
@@ -297,8 +325,8 @@ class Rank:
         self.first_call: tuple[str, float, list[float]] | None = None
 
     def data(self, ids, labels):
-        return self.dp.batch(shard(ids, self.dp.rank, self.dp.world),
-                             shard(labels, self.dp.rank, self.dp.world))
+        return self.dp.batch(shard(ids, self.dp.rank, self.loop_ranks),
+                             shard(labels, self.dp.rank, self.loop_ranks))
 
     # -- 1. agreement ---------------------------------------------------------
     def agreement(self) -> tuple[dict, str]:
@@ -357,7 +385,7 @@ class Rank:
         dp = self.dp
         dp.allreduce_sum(0.0)
         t0 = time.perf_counter()
-        loss = dp.allreduce_sum(dp.step(batch)) / dp.world
+        loss = dp.allreduce_sum(dp.step(batch)) / self.loop_ranks
         return loss, time.perf_counter() - t0
 
     def time_steps(self, batch, first: float | None = None, made: list[float] = ()):
@@ -466,10 +494,15 @@ class Rank:
         (``memory.fix_mmap_threshold`` from the rank's start) slowed DDP's
         steps by 19-57% and FSDP's by 54-99% in two such models.
         Returns every rank's figure, in rank order (each sent in a scalar
-        all-reduce of its own), and how it was measured."""
+        all-reduce of its own), and how it was measured. A parameter-server
+        cluster's chief measures its parameter servers' and workers' RSS
+        instead (``task_memory``): they run no code of the study."""
         from ..memory import current_rss_bytes
 
         dp = self.dp
+        if hasattr(dp, "task_memory"):
+            per_task, method = dp.task_memory(lambda: dp.step(batch))
+            return per_task, f"{method}, per process"
         if self.job.device == "gpu":
             got = self.backend.gpu_memory(lambda: dp.step(batch))
             mine, method = got["peak_mem_bytes"], got["mem_method"]
