@@ -312,7 +312,9 @@ class Launch:
             codes = [p.poll() for p in self.procs]
             bad = [p for p, rc in zip(self.procs, codes) if rc not in (None, 0)]
             if bad:
-                self.failed = bad[0]
+                # One killed by a signal first: the others' errors follow from it
+                # (a chief that lost its parameter server exits with an error).
+                self.failed = min(bad, key=lambda p: p.returncode >= 0)
                 # Events rank 0 sent before the failure come first (which cell
                 # was in flight); its output may stay open if it hangs.
                 if self._reader is not None:

@@ -43,6 +43,15 @@ def test_params_name_every_problem():
         validate("distributed", {"schedule": "interleaved"})
     with pytest.raises(ParamsError, match="unknown key 'settle_s'"):
         validate("distributed", {"settle_s": 0.01})
+    # The parameter server's cluster: one host, the CPU
+    with pytest.raises(ParamsError) as exc:
+        validate("distributed", {"modes": {"tensorflow": ["ps"]}, "hosts": ["a", "b"],
+                                 "master_port": 29500, "device": "gpu"})
+    msg = str(exc.value)
+    assert "tensorflow ps runs its cluster (chief, workers, parameter servers) on this host" in msg
+    assert "tensorflow ps runs on the CPU only" in msg
+    with pytest.raises(ParamsError, match="key 'ps_servers': must be positive"):
+        validate("distributed", {"ps_servers": 0})
 
 
 def test_cells_weak_and_strong():
@@ -83,6 +92,16 @@ def test_launch_commands_for_two_hosts(tmp_path):
         launch.choose_ports("torch", 2, ["h0", "h1"], 0)
     free = launch.choose_ports("tensorflow", 3, ["127.0.0.1"], 0)
     assert len(set(free)) == 3 and all(launch.port_is_free(p) for p in free)
+    # ParameterServerStrategy: a chief, 2 workers and 2 parameter servers
+    ports = launch.choose_ports("tensorflow", 2, ["127.0.0.1"], 0, 2)
+    assert len(set(ports)) == 5
+    tasks = launch.tf_ps_configs(2, 2, ports)
+    assert [name for name, _ in tasks] == ["chief", "worker 0", "worker 1", "ps 0", "ps 1"]
+    assert [c["task"] for _, c in tasks][2:4] == [{"type": "worker", "index": 1},
+                                                  {"type": "ps", "index": 0}]
+    assert tasks[0][1]["cluster"] == {"chief": [f"127.0.0.1:{ports[0]}"],
+                                      "worker": [f"127.0.0.1:{q}" for q in ports[1:3]],
+                                      "ps": [f"127.0.0.1:{q}" for q in ports[3:]]}
 
 
 def _study_data(step_s: dict, framework: str = "torch"):
@@ -335,6 +354,69 @@ def test_fsdp_trains_as_ddp_with_less_memory_per_rank(tmp_path, ports_used):
     row, _ = claims.evaluate(compress, data)  # no ddp-fp16 launch here
     assert row["verdict"] == "not measured here" and "torch/ddp-fp16" in row["note"]
     assert not _ranks_alive(tmp_path)
+
+
+@pytest.mark.slow
+def test_parameter_server_trains_as_mirrored_strategy(tmp_path, ports_used):
+    """TensorFlow's ParameterServerStrategy (a chief, two workers, one
+    parameter server, forked) beside MultiWorkerMirroredStrategy, strong
+    scaling: its synchronous steps follow the single-process run's losses and
+    the all-reduce's; there are no replicas to compare (NaN spread); its
+    pulls and pushes are timed; the memory of each parameter server and
+    worker is measured; the engine table and the all-reduce claim read both."""
+    p = _smoke(["tensorflow"], scaling=["strong"])
+    p["modes"] = {"tensorflow": ["graph", "ps"]}
+    res = fwcompare.run_study("distributed", p, output_dir=tmp_path, progress=False)
+    df = res.results.set_index("mode")
+    assert (df["status"] == "ok").all(), df[["status", "error"]]
+    assert "ParameterServerStrategy, synchronous: 2 worker(s)" in df.loc["ps", "mode_setup"]
+    assert df.loc["ps", "equiv_rel_err"] <= 1e-2  # losses: PyTorch single-process run
+    losses = res.losses.assign(engine=res.losses["mode"].str.split(" x").str[0])
+    final = losses.sort_values("step").groupby("engine")["loss"].last()
+    assert final["ps"] == pytest.approx(final["graph"], rel=1e-4)
+    assert math.isnan(df.loc["ps", "weight_max_abs_diff"])
+    assert df.loc["graph", "weight_max_abs_diff"] == 0.0
+    assert (df["allreduce_s"] > 0).all() and (df["median_s"] > 0).all()
+    assert df.loc["ps", "mem_method"].startswith("cpu_rss_after_a_step_over_task_start")
+    assert 0 < df.loc["ps", "rank_mem_min_bytes"] <= df.loc["ps", "rank_mem_bytes"]
+    # a log per process: the prepare job, two ring workers, the cluster's four
+    assert sorted(map(len, _rank_pids(tmp_path).values())) == [1] * 7
+    summary = tables.summarize(res.results, res.samples)
+    engines = study.engine_table(summary, res.samples).set_index("mode")
+    ratio = df.loc["graph", "median_s"] / df.loc["ps", "median_s"]
+    assert engines.loc["ps", "speedup"] == pytest.approx(ratio, rel=0.35)
+    data = SimpleNamespace(present=True, summary=summary, samples=res.samples,
+                           results=res.results, losses=res.losses, manifest=res.manifest,
+                           by_cell=tables.samples_by_cell(res.samples))
+    (claim,) = [c for c in claims.load_claims()
+                if c.id == "ring-allreduce-beats-parameter-server"]
+    row, _ = claims.evaluate(claim, data)
+    assert row["value"] == engines.loc["ps", "speedup"]
+    assert row["verdict"] in ("supported", "contradicted", "inconclusive")
+    assert not _ranks_alive(tmp_path)
+    assert len(ports_used) == 4 + 2 and all(launch.port_is_free(q) for q in ports_used)
+
+
+@pytest.mark.slow
+def test_a_crashed_parameter_server_and_a_hung_worker(tmp_path, monkeypatch, ports_used):
+    """The parameter server dies in the weak cell (SIGSEGV from its chief):
+    that cell is an error naming it, and the strong cell runs in a fresh
+    launch, where worker 1 stops answering (SIGSTOP): a timeout. No process
+    of either cluster is left running, stopped or not, and every port is free."""
+    monkeypatch.setenv("FWCOMPARE_FAULT", "crash@ps-0:tensorflow/ps weak x2,"
+                                          "hang@worker-1:tensorflow/ps strong x2")
+    p = _smoke(["tensorflow"], cell_timeout_s=15.0)
+    p["modes"] = {"tensorflow": ["ps"]}
+    res = fwcompare.run_study("distributed", p, output_dir=tmp_path, progress=False)
+    df = res.results.set_index("scaling")
+    assert df.loc["weak", "status"] == "error"
+    assert "ps 0: killed by signal SIGSEGV" in df.loc["weak", "error"]
+    assert df.loc["strong", "status"] == "timeout"
+    assert "cell_timeout_s" in df.loc["strong", "error"]
+    # the chief, two workers and a ps, each with a log of its own; two launches
+    assert [len(ps) for name, ps in _rank_pids(tmp_path).items() if "-x2-" in name] == [2] * 4
+    assert not _ranks_alive(tmp_path)
+    assert len(ports_used) == 2 * 4 and all(launch.port_is_free(q) for q in ports_used)
 
 
 @pytest.mark.slow

@@ -8,7 +8,10 @@ for ``jax.distributed``). On one host the ranks are
 forked from the run's fork server; across hosts they start as fresh
 processes (``torchrun`` for PyTorch). Every rank runs
 :meth:`Distributed.work` with its framework's engine
-(``frameworks.<fw>.DataParallel``):
+(``frameworks.<fw>.DataParallel``). TensorFlow's ParameterServerStrategy
+(mode ps) is the exception: its chief alone runs what follows, feeding the
+whole global batch (``loop_ranks`` 1), and its workers and parameter servers
+serve it (``frameworks.tensorflow.ParameterServer``):
 
 1. **Agreement**: ``agreement_steps`` training steps on the gate batch, split
    evenly over the ranks. The loss of each step (mean over ranks: the mean
@@ -683,8 +686,10 @@ def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     - ``mem_ratio`` = this engine's memory per rank / the plain engine's
       (the largest rank's each: one measurement per cell, no CI;
       ``Rank.memory`` says what is measured);
-    - memory per rank, the largest and the least rank (MiB), and the
-      communication timed alone and its share of the step."""
+    - memory per rank, the largest and the least rank (MiB; a parameter
+      server cluster's: its parameter servers and workers), and the
+      communication timed alone and its share of this engine's step and of
+      the plain engine's."""
     if summary.empty:
         return pd.DataFrame()
     by_cell = samples_by_cell(samples)
@@ -699,9 +704,11 @@ def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
                    mem_rank_max_mib=r.get("rank_mem_bytes", math.nan) / 2**20,
                    mem_rank_min_mib=r.get("rank_mem_min_bytes", math.nan) / 2**20,
                    mem_ratio=math.nan, allreduce_s=r["allreduce_s"],
-                   allreduce_share=r["allreduce_share"], mode_setup=r["mode_setup"])
+                   allreduce_share=r["allreduce_share"], plain_allreduce_share=math.nan,
+                   mode_setup=r["mode_setup"])
         if base is not None:
             row["plain_median_s"] = base["median_s"]
+            row["plain_allreduce_share"] = base["allreduce_share"]
             row["mem_ratio"] = r.get("rank_mem_bytes", math.nan) / base.get(
                 "rank_mem_bytes", math.nan)
             if both_measured(r, base, by_cell):
@@ -775,7 +782,8 @@ def engine_speedup_metric(data: StudyData, claim: Claim, devices) -> Measurement
         m.value, m.low, m.high = r["speedup"], r["speedup_low"], r["speedup_high"]
         m.points = [(m.cells[0], m.value)]
         m.note = (f"{r['workers']} workers; communication timed alone: "
-                  f"{r['allreduce_share']:.0%} of {claim.cells['b']}'s step")
+                  f"{r['plain_allreduce_share']:.0%} of {claim.cells['a']}'s step, "
+                  f"{r['allreduce_share']:.0%} of {claim.cells['b']}'s")
     return m
 
 
@@ -974,9 +982,10 @@ def allreduce_share(table: pd.DataFrame, manifest: dict):
         ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     return legend_right(fig, axes, "Gradient communication as a share of the training step",
                         manifest, "all-reduce of every gradient timed alone (FSDP: its "
-                        "all-gathers and reduce-scatter; labels: the median); the engines "
-                        "overlap it with the backward pass, so this bounds the cost it adds",
-                        0.82)
+                        "all-gathers and reduce-scatter; parameter server: every worker's "
+                        "pull of the weights and push of a gradient; labels: the median); "
+                        "DDP and FSDP overlap it with the backward pass, so this bounds the "
+                        "cost it adds", 0.82)
 
 
 def engine_speedup(table: pd.DataFrame, manifest: dict):
@@ -992,7 +1001,8 @@ def engine_speedup(table: pd.DataFrame, manifest: dict):
     for draw in draws:
         _ratio_bars(*draw, "speedup", "{:.2f}x", 1.3, 1.12)
     return legend_right(fig, axes, "Engines against their framework's plain engine "
-                        "(DDP, MultiWorkerMirroredStrategy), same workers and batch", manifest,
+                        "(DDP; MultiWorkerMirroredStrategy's ring all-reduce), same workers "
+                        "and batch", manifest,
                         "error bars: 95% CI from both cells' raw step times", 0.82)
 
 
@@ -1021,5 +1031,7 @@ def _memory_scope(table: pd.DataFrame) -> str:
     gpu = (table["device"] == "gpu").any()
     return ("each framework allocator's peak over a step on its GPU" if gpu else
             "RSS held after a step over the rank's RSS before its model was loaded (weights, "
-            "optimizer state, what the engine keeps between steps)")
+            "optimizer state, what the engine keeps between steps); parameter server: each "
+            "parameter server's and worker's RSS after a step over its start, the chief "
+            "left out")
 
