@@ -45,7 +45,8 @@ def test_params_name_every_problem():
         validate("distributed", {"settle_s": 0.01})
     # The parameter server's cluster: one host, the CPU
     with pytest.raises(ParamsError) as exc:
-        validate("distributed", {"modes": {"tensorflow": ["ps"]}, "hosts": ["a", "b"],
+        validate("distributed", {"frameworks": ["tensorflow"], "modes": {"tensorflow": ["ps"]},
+                                 "hosts": ["a", "b"],
                                  "master_port": 29500, "device": "gpu"})
     msg = str(exc.value)
     assert "tensorflow ps runs its cluster (chief, workers, parameter servers) on this host" in msg
