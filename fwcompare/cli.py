@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="archive earlier results and measure every cell again")
     p.set_defaults(fn=_cmd_report)
     args = ap.parse_args(argv)
+    previous = _stop_on_sigterm()
     try:
         return args.fn(args)
     except (DoctorError, CheckoutError) as exc:  # the machine or the install, not the params
@@ -286,3 +288,21 @@ def main(argv: list[str] | None = None) -> int:
         print("fwcompare: interrupted; finished cells are kept, run again to resume",
               file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm():
+    """SIGTERM (``timeout``, ``kill``, a scheduler's stop) ends a command as
+    Ctrl-C does, through the clean-up that ends its workers, launches and
+    fork servers: Python's default would leave them running. Returns the
+    handler it replaced (None off the main thread, where none can be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    return signal.signal(signal.SIGTERM, stop)

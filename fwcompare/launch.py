@@ -312,9 +312,7 @@ class Launch:
             codes = [p.poll() for p in self.procs]
             bad = [p for p, rc in zip(self.procs, codes) if rc not in (None, 0)]
             if bad:
-                # One killed by a signal first: the others' errors follow from it
-                # (a chief that lost its parameter server exits with an error).
-                self.failed = min(bad, key=lambda p: p.returncode >= 0)
+                self.failed = self._culprit()
                 # Events rank 0 sent before the failure come first (which cell
                 # was in flight); its output may stay open if it hangs.
                 if self._reader is not None:
@@ -326,6 +324,18 @@ class Launch:
                 return
             time.sleep(0.2)
 
+    def _culprit(self):
+        """The process whose failure ends the launch, or None if none failed:
+        one killed by a signal first, as the others' errors follow from it (a
+        chief that lost its parameter server exits with an error). A forked
+        process's end comes from its fork server, maybe after that of a peer
+        it made fail: a second for every end to land."""
+        if not any(p.poll() not in (None, 0) for p in self.procs):
+            return None
+        time.sleep(1.0)
+        bad = [p for p in self.procs if p.poll() not in (None, 0)]
+        return min(bad, key=lambda p: p.returncode >= 0)
+
     @property
     def proc(self) -> subprocess.Popen:
         return self.failed or self.procs[0]
@@ -334,6 +344,8 @@ class Launch:
         return any(p.poll() is None for p in self.procs)
 
     def kill(self) -> None:
+        if self.failed is None:  # before this kill's own signals blur who failed
+            self.failed = self._culprit()
         victims = [d for p in self.procs for d in descendants(p.pid)]
         for p in self.procs:
             if p.poll() is None:

@@ -421,6 +421,46 @@ def test_a_crashed_parameter_server_and_a_hung_worker(tmp_path, monkeypatch, por
 
 
 @pytest.mark.slow
+def test_sigterm_ends_a_run_and_its_parameter_server_cluster(tmp_path):
+    """``fwcompare run`` stopped by SIGTERM (``timeout``, a scheduler) while a
+    parameter-server cluster trains: it exits as after Ctrl-C (130) and
+    leaves none of the cluster's processes, nor its fork servers, running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    p = _smoke(["tensorflow"], scaling=["strong"], max_time_s=60.0, min_time_s=60.0)
+    p["modes"] = {"tensorflow": ["ps"]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(p))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fwcompare", "run", "distributed", "--params",
+         str(tmp_path / "p.yaml"), "--out", str(tmp_path)], cwd=launch.ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while sum(len(ps) for name, ps in _rank_pids(tmp_path).items() if "-x2-" in name) < 4:
+            assert proc.poll() is None and time.monotonic() < end, "the cluster did not start"
+            time.sleep(0.2)
+        time.sleep(5)  # into the steps
+        servers = [c for c in psutil.Process(proc.pid).children() if "forkserver" in
+                   " ".join(c.cmdline())]
+        assert servers
+        os.kill(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+        assert proc.returncode == 130, out
+        assert "interrupted" in out
+        time.sleep(1)
+        assert not _ranks_alive(tmp_path)
+        assert not [s for s in servers if s.is_running() and s.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
 def test_jax_ranks_agree_and_a_shifted_weight_is_caught(tmp_path, monkeypatch, ports_used):
     """Two JAX processes (jax.distributed, gloo on loopback), forked from the
     JAX fork server: the weak cell agrees with the single-process run and its
