@@ -264,7 +264,7 @@ class Runner:
 
     # -- rows the parent writes for cells no worker finished -------------------
     def fail(self, ref: CellRef, status: str, error: str) -> None:
-        self.record(ref, status, error)
+        self.record(ref, status, error, self.study.failure_figures(self.params, ref))
 
     def record(self, ref: CellRef, status: str, error: str = "", figures: dict | None = None,
                provenance: dict | None = None) -> None:

@@ -169,3 +169,26 @@ def test_a_try_that_allocates_without_letting_go_of_python_is_stopped_from_outsi
     assert w.stop_note.startswith("over the budget: resident memory"), w.stop_note
     over = float(w.stop_note.split("memory ")[1].split(" GiB")[0])
     assert 0.25 < over < 1.0  # stopped on the way up, far below the 2 GiB
+
+
+def test_the_row_of_a_try_stopped_from_outside_names_its_budget():
+    """The parent writes the row of a try its guard killed (the try wrote
+    none): it carries the try's budget as the try's own rows do, and a
+    technique cell's failure row gets no budget."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from fwcompare.job import CellRef
+    from fwcompare.runner import Runner
+
+    p = params.validate("memory", {})
+    cells = STUDIES["memory"].cells(p)
+    search = next(c for c in cells if c.task == memory.SEARCH)
+    fit = dataclasses.replace(search, task=memory.TRY, batch_size=8)  # as the search makes
+    train = next(c for c in cells if c.task == "train")
+    rows = []
+    fake = SimpleNamespace(study=memory.STUDY, params=p,
+                           record=lambda ref, status, error, figures: rows.append(figures))
+    Runner.fail(fake, CellRef(fit), "oom", "stopped from outside")
+    Runner.fail(fake, CellRef(train), "error", "crashed")
+    assert rows == [{"budget_bytes": p["fit_budget_gib"] * memory.GIB}, {}]

@@ -175,6 +175,12 @@ class Study:
     def train_settings(self, params: dict) -> "TrainSettings | None":
         return None
 
+    def failure_figures(self, params: dict, ref) -> dict:
+        """Figures of a row the parent writes for a cell no worker finished
+        (crashed, stopped, timed out): what the study knows without the worker.
+        None by default."""
+        return {}
+
     # -- worker side -------------------------------------------------------------------
     def backend(self, framework: str):
         from ..frameworks import get_backend

@@ -202,6 +202,13 @@ class Memory(Study):
     def train_settings(self, params):
         return train_settings(params)  # PyTorch's plain step is the reference
 
+    def failure_figures(self, params, ref):
+        """A try's budget, on the row of a try stopped from outside
+        (``OutsideGuard``) as on the rows the try writes itself."""
+        if ref.spec.task != TRY:
+            return {}
+        return {"budget_bytes": params["fit_budget_gib"] * GIB or math.nan}
+
     # -- worker side -------------------------------------------------------------------
     def settings(self, params, framework: str, mode: str):
         acc, ckpt = TECHNIQUES[mode]
