@@ -221,6 +221,12 @@ def ports_used(monkeypatch):
     return used
 
 
+def _final_losses(losses: pd.DataFrame) -> pd.Series:
+    """Each engine's last agreement-step loss (its ``mode``, less `` xN``)."""
+    engine = losses["mode"].str.split(" x").str[0]
+    return losses.assign(engine=engine).sort_values("step").groupby("engine")["loss"].last()
+
+
 def _smoke(frameworks, **over) -> dict:
     from fwcompare.params import load_file
     from fwcompare.paths import PARAMS
@@ -296,8 +302,7 @@ def test_ddp_compression_hooks_keep_the_replicas_equal(tmp_path):
     assert "fp16_compress_hook" in df.loc["ddp-fp16", "mode_setup"]
     assert "compress" not in df.loc["eager", "mode_setup"]
     assert (df["allreduce_s"] > 0).all()
-    losses = res.losses.assign(engine=res.losses["mode"].str.split(" x").str[0])
-    final = losses.sort_values("step").groupby("engine")["loss"].last()
+    final = _final_losses(res.losses)
     # the compressed gradients move the weights almost as plain DDP's do
     assert final["ddp-fp16"] == pytest.approx(final["eager"], rel=1e-3)
     assert not _ranks_alive(tmp_path)
@@ -331,8 +336,7 @@ def test_fsdp_trains_as_ddp_with_less_memory_per_rank(tmp_path, ports_used):
     assert (df["status"] == "ok").all(), df[["status", "error"]]
     assert "fully_shard" in df.loc["fsdp", "mode_setup"]
     assert df.loc["fsdp", "equiv_rel_err"] <= 1e-2  # losses: PyTorch single-process run
-    losses = res.losses.assign(engine=res.losses["mode"].str.split(" x").str[0])
-    final = losses.sort_values("step").groupby("engine")["loss"].last()
+    final = _final_losses(res.losses)
     assert final["fsdp"] == pytest.approx(final["eager"], rel=1e-4)
     assert (df["allreduce_s"] > 0).all()
     ddp, fsdp = df.loc["eager", "rank_mem_bytes"], df.loc["fsdp", "rank_mem_bytes"]
@@ -372,8 +376,7 @@ def test_parameter_server_trains_as_mirrored_strategy(tmp_path, ports_used):
     assert (df["status"] == "ok").all(), df[["status", "error"]]
     assert "ParameterServerStrategy, synchronous: 2 worker(s)" in df.loc["ps", "mode_setup"]
     assert df.loc["ps", "equiv_rel_err"] <= 1e-2  # losses: PyTorch single-process run
-    losses = res.losses.assign(engine=res.losses["mode"].str.split(" x").str[0])
-    final = losses.sort_values("step").groupby("engine")["loss"].last()
+    final = _final_losses(res.losses)
     assert final["ps"] == pytest.approx(final["graph"], rel=1e-4)
     assert math.isnan(df.loc["ps", "weight_max_abs_diff"])
     assert df.loc["graph", "weight_max_abs_diff"] == 0.0

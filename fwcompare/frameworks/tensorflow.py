@@ -199,6 +199,18 @@ def _adamw(opt: dict):
         beta_1=opt["beta1"], beta_2=opt["beta2"], epsilon=opt["eps"])
 
 
+def _shard_grads(model, variables, ids, labels, head: str, world: int):
+    """A data-parallel shard's loss and the gradients of loss / ``world``, as
+    dense tensors: summed over the ``world`` shards (an all-reduce, or a
+    parameter server's accumulators) they are the gradients of the mean loss
+    over the global batch. The division is taped: outside the tape no
+    gradient reaches the variables."""
+    with tf.GradientTape() as tape:
+        loss = _loss(model(input_ids=ids, training=True).logits, labels, head)
+        scaled = loss / world
+    return loss, [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
+
+
 def make_train_step(model, mode: str, device: str, opt: dict, head: str,
                     accumulation_steps: int = 1, dtype: str = "float32",
                     checkpointing: bool = False):
@@ -396,10 +408,7 @@ class Mirrored:
         world = self.world
 
         def replica_step(ids, labels):
-            with tf.GradientTape() as tape:
-                loss = _loss(model(input_ids=ids, training=True).logits, labels, head)
-                scaled = loss / world
-            grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
+            loss, grads = _shard_grads(model, variables, ids, labels, head, world)
             optimizer.apply_gradients(zip(grads, variables))  # sums over replicas
             return loss
 
@@ -558,12 +567,9 @@ class ParameterServer:
         world = self.world
 
         def push(ids, labels):
-            with tf.GradientTape() as tape:
-                loss = _loss(model(input_ids=ids, training=True).logits, labels, head)
-                scaled = loss / world
-            grads = tape.gradient(scaled, variables)
+            loss, grads = _shard_grads(model, variables, ids, labels, head, world)
             for a, g in zip(accum, grads):
-                a.assign_add(tf.convert_to_tensor(g))
+                a.assign_add(g)
             return loss
 
         def apply():
