@@ -17,9 +17,15 @@ order. For each cell measured in both:
   with its interval (:func:`stats.geomean_ratio_ci`).
 - the cells present in one run only, with their status there;
 - the two environment manifests (``results/env.json``) side by side where they
-  differ: versions, CPU/GPU, threads, flags, the measured peak.
+  differ: versions, CPU/GPU, threads, flags, the measured peak; a warning
+  where they differ in what changes results (:data:`HARDWARE_KEYS`: the CPU's
+  instruction-set flags, the GPUs' clocks and power limits).
 
-Printed as tables, and written as CSV and Markdown (``--out``).
+Printed as tables, and written as CSV and Markdown (``--out``) or JSON.
+:meth:`Comparison.regressions` makes it a regression gate, as asv's
+``continuous`` and pytest-benchmark's ``--benchmark-compare-fail`` are: the
+cells whose B/A ratio lies above a threshold for sure (its interval's lower
+end above it), or below one (the upper end below it).
 """
 from __future__ import annotations
 
@@ -32,13 +38,17 @@ import numpy as np
 import pandas as pd
 
 from . import load_results
-from .results import MEASURED
+from .results import MEASURED, RUN_FAILED
 from .spec import RunSpec
 from .stats import CellSamples, geomean_ratio_ci, ratio_ci
 from .tables import samples_by_cell, variant
 
 MATCH = [f for f in RunSpec.__dataclass_fields__ if f != "threads"]
 GROUP = ["study", "task", "variant", "dtype"]
+# Manifest keys (dotted, as env_diff writes them) whose difference between two
+# runs makes their timings incomparable cell by cell: each prefix, what it is.
+HARDWARE_KEYS = {"cpu_flags.": "instruction-set flags of the CPU",
+                 "gpus": "GPUs (model, clocks, power limit)"}
 
 
 class CompareError(ValueError):
@@ -113,6 +123,28 @@ def env_diff(a: dict, b: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["key", "a", "b"])
 
 
+def hardware_warnings(env: pd.DataFrame) -> list[str]:
+    """One warning per kind of :data:`HARDWARE_KEYS` in which the two runs'
+    manifests (``env``: :func:`env_diff`'s rows, any study) differ."""
+    out = []
+    for prefix, what in HARDWARE_KEYS.items():
+        rows = env[env["key"].str.startswith(prefix)].drop_duplicates("key")
+        if not len(rows):
+            continue
+        parts = [f"{r.key[len(prefix):] if prefix.endswith('.') else r.key} "
+                 f"(A: {r.a if r.a != '' else 'not recorded'}, "
+                 f"B: {r.b if r.b != '' else 'not recorded'})" for r in rows.itertuples()]
+        out.append(f"A and B differ in the {what}: {'; '.join(parts)}. These change "
+                   f"which kernels run: a ratio between them measures the machines as much "
+                   f"as the code")
+    return out
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    """A table as JSON-ready rows (NaN as null)."""
+    return json.loads(df.to_json(orient="records")) if len(df) else []
+
+
 def markdown_table(df: pd.DataFrame) -> str:
     """A GitHub Markdown table (pandas' own needs tabulate, which is no dependency)."""
     def cell(v) -> str:
@@ -135,6 +167,38 @@ class Comparison:
     only: pd.DataFrame        # cells present in one run only
     env: pd.DataFrame         # manifest entries that differ, per study
 
+    @property
+    def warnings(self) -> list[str]:
+        return hardware_warnings(self.env)
+
+    def regressions(self, above: float | None = None,
+                    below: float | None = None) -> pd.DataFrame:
+        """The cells a gate stops on: B/A above ``above`` for sure (the
+        interval's lower end above it; or measured in A and failed in B),
+        or below ``below`` for sure (the upper end below it); ``why`` says
+        which. Empty when neither threshold is given."""
+        cells = self.cells
+        if not len(cells) or (above is None and below is None):
+            return pd.DataFrame(columns=[*cells.columns, "why"])
+        why = pd.Series("", index=cells.index)
+        if above is not None:
+            why[cells["ci_low"] > above] = f"B/A above {above:g} (interval's lower end)"
+            why[cells["status_a"].eq("ok") & cells["status_b"].isin(RUN_FAILED)] = \
+                "measured in A, failed in B"
+        if below is not None:
+            why[cells["ci_high"] < below] = f"B/A below {below:g} (interval's upper end)"
+        hit = cells[why != ""].assign(why=why[why != ""])
+        return hit.sort_values("time_b_over_a", ascending=False, ignore_index=True)
+
+    def to_json(self, above: float | None = None, below: float | None = None) -> dict:
+        """The comparison as one JSON document (``fwcompare compare --json``)."""
+        return {"a": self.a, "b": self.b, "ratio": "time_b_over_a (above 1: B is slower)",
+                "warnings": self.warnings,
+                "gate": {"fail_above": above, "fail_below": below,
+                         "regressions": _records(self.regressions(above, below))},
+                "variants": _records(self.variants), "cells": _records(self.cells),
+                "only_in_one": _records(self.only), "env_diff": _records(self.env)}
+
     def text(self) -> str:
         """The comparison as plain-text tables (what ``fwcompare compare`` prints)."""
         def fmt(df: pd.DataFrame) -> str:
@@ -147,7 +211,8 @@ class Comparison:
             "per variant (geometric mean over its cells, 95% CI):\n" + fmt(self.variants),
             "per cell:\n" + fmt(self.cells[[c for c in cols if c in self.cells]]),
             "in one run only:\n" + fmt(self.only),
-            "environment, where it differs:\n" + fmt(self.env)])
+            "environment, where it differs:\n" + fmt(self.env),
+            *(f"warning: {w}" for w in self.warnings)])
 
     def markdown(self) -> str:
         def md(df: pd.DataFrame) -> str:
@@ -159,7 +224,7 @@ class Comparison:
             "per run (a rerun can fall outside it).",
             "## Per variant", md(self.variants), "## Per cell", md(self.cells),
             "## In one run only", md(self.only), "## Environment, where it differs",
-            md(self.env)]) + "\n"
+            md(self.env), *(f"**Warning:** {w}" for w in self.warnings)]) + "\n"
 
     def write(self, out: Path | str) -> list[Path]:
         out = Path(out)

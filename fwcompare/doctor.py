@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import env
 from .params import ParamsError
 from .spec import FRAMEWORKS
 
@@ -131,20 +131,6 @@ def _tf32_on(framework: str, backend, device: str) -> bool:
     return bool(backend.runtime_info(device).get("tf32_matmul"))
 
 
-def nvidia_smi() -> str:
-    """What the NVIDIA driver reports, or why there is nothing to report."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return "no NVIDIA driver (nvidia-smi not found)"
-    try:
-        out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"nvidia-smi failed: {exc}"
-    return out.stdout.strip() or f"nvidia-smi found no GPU: {out.stderr.strip()[:200]}"
-
-
 def examine(frameworks: list[str], device: str, timeout_s: float = 300.0) -> dict[str, list]:
     """Every framework probed in a fresh interpreter of its own, two at a time."""
     def one(fw: str) -> list[dict]:
@@ -170,7 +156,7 @@ def passed(found: dict[str, list]) -> bool:
 
 
 def format_findings(device: str, found: dict[str, list]) -> str:
-    lines = [f"device {device}" + (f": {nvidia_smi()}" if device == "gpu" else "")]
+    lines = [f"device {device}" + (f": {env.describe_gpus()}" if device == "gpu" else "")]
     for fw, checks in found.items():
         for c in checks:
             lines.append(f"  {fw:<11} {c['check']:<7} {'ok  ' if c['ok'] else 'FAIL'} "

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import platform
-import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -46,18 +45,108 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The CPU's instruction-set extensions that decide which kernels the frameworks
+# run (oneDNN, XLA:CPU, Eigen): with AMX or AVX512-BF16 a bfloat16 matmul runs
+# in hardware, without them it is emulated, and mixed-precision verdicts turn
+# over. Keys are Linux's /proc/cpuinfo flag names.
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "avx512_vnni",
+             "amx_bf16", "amx_int8", "amx_tile")
+
+
+def cpu_flags(cpuinfo: str | None = None) -> dict[str, bool]:
+    """Whether the CPU has each of :data:`ISA_FLAGS` (the first processor's
+    ``flags`` line of /proc/cpuinfo, or of ``cpuinfo``); empty where the
+    flags cannot be read (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {}
+    line = next((ln for ln in cpuinfo.splitlines()
+                 if ln.split(":", 1)[0].strip() in ("flags", "Features")), None)
+    if line is None:
+        return {}
+    have = set(line.split(":", 1)[1].split())
+    return {flag: flag in have for flag in ISA_FLAGS}
+
+
+def cpu_freq_mhz() -> dict[str, float]:
+    """The CPU's current and maximum clock in MHz where the OS tells them
+    (psutil; a virtual machine often reports no maximum: left out)."""
+    try:
+        f = psutil.cpu_freq()
+    except (OSError, NotImplementedError, AttributeError):
+        f = None
+    if f is None:
+        return {}
+    return {k: round(float(v), 1) for k, v in (("current", f.current), ("max", f.max)) if v}
+
+
 def gpus() -> list[dict]:
-    """GPUs seen by nvidia-smi (name, memory, driver); empty without one."""
-    if not shutil.which("nvidia-smi"):
+    """Each NVIDIA GPU as NVML tells it (nvidia-ml-py): name, memory, driver,
+    the highest SM and memory clocks, the application clocks it is set to and
+    its power limit, each where the driver answers; empty without NVML or a
+    GPU. Only settings, never the clocks of the moment: two runs on one
+    machine record the same."""
+    try:
+        import pynvml
+    except ImportError:
         return []
     try:
-        text = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-             "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
         return []
-    rows = [r.split(", ") for r in text.strip().splitlines() if r.strip()]
-    return [dict(zip(("name", "memory_total", "driver"), r)) for r in rows]
+    try:
+        driver = _nvml(pynvml.nvmlSystemGetDriverVersion)
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = _nvml(pynvml.nvmlDeviceGetMemoryInfo, h)
+            power = _nvml(pynvml.nvmlDeviceGetPowerManagementLimit, h)
+            g = {"name": _nvml(pynvml.nvmlDeviceGetName, h),
+                 "memory_total_bytes": int(mem.total) if mem is not None else None,
+                 "driver": driver,
+                 "sm_clock_max_mhz": _nvml(pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                           pynvml.NVML_CLOCK_SM),
+                 "mem_clock_max_mhz": _nvml(pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                            pynvml.NVML_CLOCK_MEM),
+                 "sm_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
+                                           pynvml.NVML_CLOCK_SM),
+                 "power_limit_w": power / 1000 if power is not None else None}
+            out.append({k: v.decode() if isinstance(v, bytes) else v for k, v in g.items()})
+        return out
+    except pynvml.NVMLError:
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _nvml(fn, *args):
+    """``fn(*args)``, or None where this GPU or driver does not support it."""
+    import pynvml
+
+    try:
+        return fn(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def describe_gpus(found: list[dict] | None = None) -> str:
+    """One line per GPU NVML sees (name, memory, driver, power limit), or why none."""
+    found = gpus() if found is None else found
+    if not found:
+        try:
+            import pynvml  # noqa: F401
+        except ImportError:
+            return "no NVML (nvidia-ml-py not installed)"
+        return "no NVIDIA GPU (NVML found no driver or no device)"
+    return "; ".join(
+        f"{g['name']}, {(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB, driver "
+        f"{g.get('driver')}" + (f", power limit {g['power_limit_w']:.0f} W"
+                                if g.get("power_limit_w") else "") for g in found)
 
 
 def git_info(root: Path = ROOT) -> dict:
@@ -105,6 +194,8 @@ def manifest(params: dict | None = None) -> dict:
         "cpu_logical_cores": os.cpu_count(),
         "cpu_physical_cores": psutil.cpu_count(logical=False),
         "cpu_cores_available": default_threads(),
+        "cpu_flags": cpu_flags(),
+        "cpu_freq_mhz": cpu_freq_mhz(),
         "memory_total_bytes": vm.total,
         "gpus": gpu_list,
         "versions": versions(),

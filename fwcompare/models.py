@@ -196,7 +196,26 @@ def check_model(model: str) -> None:
             raise ModelError(f"model path {model!r} has no {WEIGHTS_FILE} (safetensors only)")
         return
     raise ModelError(f"unknown model {model!r}; known: {', '.join([*ZOO, *REAL])} "
-                     f"or a local checkpoint directory")
+                     f"or a local checkpoint directory (a path with a '/', e.g. ./my-bert)")
+
+
+def describe_zoo() -> list[tuple[str, str]]:
+    """Each model a params file can name, with its architecture and size
+    (``fwcompare list models``)."""
+    rows = []
+    for name in [*ZOO, *REAL]:
+        try:
+            c = config_for(name)
+        except (ModelError, OSError) as exc:
+            rows.append((name, f"not available here: {exc}"))
+            continue
+        kind = ("encoder-decoder" if c.model_type in ENCODER_DECODER_TYPES else
+                "decoder" if c.model_type in DECODERS else "encoder")
+        real = "real trained weights" if name in REAL else "random weights from a fixed seed"
+        rows.append((name, f"{c.model_type} {kind}, {c.num_hidden_layers} layers, hidden "
+                           f"{c.hidden_size}, {c.num_attention_heads} heads, vocabulary "
+                           f"{c.vocab_size}; {real}"))
+    return rows
 
 
 def config_for(model: str):

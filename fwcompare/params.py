@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -276,6 +278,93 @@ def load_file(path: Path | str, study: str | None = None) -> dict:
         raise ParamsError(f"{path}: cannot tell which study this params file is for; put it "
                           f"under params/<study>/ or name the study ({', '.join(STUDIES)})")
     return validate(study, read_yaml(path, "params"), source=str(path))
+
+
+# -- overrides from the command line ---------------------------------------------------
+# ``fwcompare run|report --models a,b --batch-sizes 1,8 --set key=value``: merged
+# into a profile's params file and checked by :func:`validate` as the file is.
+# Their results go to a folder of their own (:func:`overridden_profile`), never
+# into the profile's, which a report judges.
+
+# The list flags: the params key each sets, and whether its items are YAML
+# scalars (numbers) or taken as written (names and paths).
+LIST_FLAGS = {"models": ("--models", False), "frameworks": ("--frameworks", False),
+              "batch_sizes": ("--batch-sizes", True), "seq_lens": ("--seq-lens", True)}
+
+
+def _yaml_value(text: str, what: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{what}: not a YAML value: {' '.join(str(exc).split())}") from None
+
+
+def command_line_overrides(lists: dict[str, str | None], sets: list[str]) -> dict:
+    """The params a command line sets: ``lists`` maps a :data:`LIST_FLAGS` key
+    to its comma-separated text (None: not given), ``sets`` holds each
+    ``--set KEY=VALUE`` (VALUE in YAML). A key given twice, or a ``--set``
+    without ``=``, is a ParamsError naming it; the values' types and ranges
+    are :func:`validate`'s to check."""
+    out: dict = {}
+    given_by: dict[str, str] = {}
+    for key, text in lists.items():
+        if text is None:
+            continue
+        flag, numeric = LIST_FLAGS[key]
+        items = [t.strip() for t in text.split(",")]
+        out[key] = [_yaml_value(t, f"{flag} {text}") if numeric else t for t in items]
+        given_by[key] = flag
+    for item in sets:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ParamsError(f"--set {item!r}: expected KEY=VALUE (e.g. --set rounds=3)")
+        if key in out:
+            raise ParamsError(f"--set {item}: key {key!r} is given twice (also by "
+                              f"{given_by[key]})")
+        out[key] = _yaml_value(text, f"--set {item}")
+        given_by[key] = "--set"
+    return out
+
+
+def describe_overrides(overrides: dict) -> str:
+    return "the command line's " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+
+
+def with_overrides(study: str, path: Path, overrides: dict) -> dict:
+    """The params file at ``path`` (checked alone first) with ``overrides``
+    merged in, validated; a problem names the key and says it came from
+    the command line."""
+    checked = load_file(path, study)
+    if not overrides:
+        return checked
+    return validate(study, {**read_yaml(path, "params"), **overrides},
+                    source=f"{path} with {describe_overrides(overrides)}")
+
+
+def overrides_by_study(studies: list[str], overrides: dict) -> dict[str, dict]:
+    """``fwcompare report``'s overrides per study: each key goes to every
+    chosen study whose params have it; a key none has is a ParamsError."""
+    keys = {s: set(schema(s)) for s in studies}
+    known = set().union(*keys.values()) if keys else set()
+    unknown = [k for k in overrides if k not in known]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ParamsError(f"command line: key {unknown[0]!r} is in no chosen study's params"
+                          f"{hint}; a study's keys, with their help, are its notebook's "
+                          f"parameters cell (notebooks/STUDY.ipynb)")
+    return {s: {k: v for k, v in overrides.items() if k in keys[s]} for s in studies}
+
+
+def overridden_profile(profile: str, overrides: dict) -> str:
+    """The output folder (and profile label) of a run with overrides:
+    ``<profile>-<8 hex digits of the overrides>``, so that the same question
+    asked again resumes there and no other run's results mix in."""
+    if not overrides:
+        return profile
+    blob = json.dumps(overrides, sort_keys=True, default=str)
+    return f"{profile}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
 
 
 def read_yaml(path: Path, kind: str, error: type[Exception] = ParamsError):

@@ -34,7 +34,8 @@ from . import claims, doctor, env, load_results, run_studies
 from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
-from .params import ParamsError, load_file
+from .params import (ParamsError, describe_overrides, overridden_profile, overrides_by_study,
+                     with_overrides)
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
 from .runner import PEAK_PHASE
@@ -51,8 +52,9 @@ def _hash_files(files: list[Path], extra: str = "") -> str:
     return h.hexdigest()[:16]
 
 
-def _inputs_hash(study: str, profile: str) -> str:
-    return _hash_files([PARAMS / study / f"{profile}.yaml", NOTEBOOKS / STUDIES[study].notebook])
+def _inputs_hash(study: str, profile: str, overrides: dict | None = None) -> str:
+    return _hash_files([PARAMS / study / f"{profile}.yaml", NOTEBOOKS / STUDIES[study].notebook],
+                       json.dumps(overrides or {}, sort_keys=True, default=str))
 
 
 def _summary_hash(out_root: Path) -> str:
@@ -145,19 +147,33 @@ def run_notebook(study: str, profile: str, params: dict, out: Path,
 
 
 def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = False,
-          studies: list[str] | None = None) -> Path:
-    out_root = Path(out_root or OUTPUTS) / profile
+          studies: list[str] | None = None, overrides: dict | None = None,
+          progress: bool = True) -> Path:
+    """The report of ``profile`` (``studies``: a subset), into
+    ``out_root/<profile>``; with ``overrides`` (the command line's params,
+    :func:`params.overrides_by_study`) into ``out_root/<profile>-<hash>``
+    (:func:`params.overridden_profile`). ``progress``: False prints only
+    failures and where the report is."""
+    say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if progress else (
+        lambda *a, **k: None)
+    overrides = overrides or {}
+    label = overridden_profile(profile, overrides)
+    out_root = Path(out_root or OUTPUTS) / label
     chosen = studies or list(STUDIES)
+    per_study = overrides_by_study(chosen, overrides)
     # Validate every params file first: a typo fails in seconds, before any run.
     raw, on_gpu = {}, []
     for study in chosen:
         path = PARAMS / study / f"{profile}.yaml"
         if not path.is_file():
             raise ParamsError(f"no params file {path} for profile {profile!r}")
-        full = load_file(path, study)
+        full = with_overrides(study, path, per_study[study])
         if full.get("device") == "gpu":
             on_gpu += full["frameworks"]
-        raw[study] = yaml.safe_load(path.read_text()) or {}
+        raw[study] = {**(yaml.safe_load(path.read_text()) or {}), **per_study[study]}
+    if overrides:
+        say(f"your own question ({describe_overrides(overrides)}): the report goes to "
+            f"{out_root}")
     claims.load_claims()  # the scorecard's claims, checked before anything runs too
     if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
         doctor.require(on_gpu, "gpu")
@@ -165,7 +181,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     t_all = time.perf_counter()
     stale = []
     for study in chosen:
-        digest = _inputs_hash(study, profile)
+        digest = _inputs_hash(study, profile, per_study[study])
         if fresh or not _unchanged(study, out_root / study, digest):
             stale.append((study, digest))
     # 1. Every study's cells in round passes (round 0 of every study, then round 1...),
@@ -176,32 +192,33 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
             ResultStore(out_root / study / "results").archive()
     with ForkServers(out_root / ".forkservers") as servers:
         times, failed = run_studies({study: (raw[study], out_root / study) for study, _ in stale},
-                                    profile=profile, servers=servers)
+                                    profile=label, servers=servers, progress=progress,
+                                    log=None if progress else _failures_only)
     for study in failed:  # its notebook runs it again and keeps the error
         print(f"{study}: the measurement failed; its notebook runs it again", file=sys.stderr)
     # 2. The notebooks (tables, figures, HTML), a few at a time: they only read
     # what step 1 stored, so measuring is over when they share the CPU.
     t0 = time.perf_counter()
-    took = run_notebooks([NotebookJob(study, profile, out_root / study, digest, raw[study],
+    took = run_notebooks([NotebookJob(study, label, out_root / study, digest, raw[study],
                                       str(NOTEBOOKS / STUDIES[study].notebook),
                                       PARAMS / study / f"{profile}.yaml")
-                          for study, digest in stale], failures)
+                          for study, digest in stale], failures, progress)
     notebooks_s = time.perf_counter() - t0 if stale else 0.0
     # 3. The scorecard judges whatever results are stored, so it runs after every study.
     out = out_root / SUMMARY
-    print("[scorecard] ", end="", file=sys.stderr)
+    say("[scorecard] ", end="")
     digest = _summary_hash(out_root)
     summary_s = 0.0
     if _unchanged(SUMMARY, out, digest):
-        print(f"{SUMMARY}: inputs unchanged, not run again ({out})", file=sys.stderr)
+        say(f"{SUMMARY}: inputs unchanged, not run again ({out})")
     else:
         t0 = time.perf_counter()
-        took.update(run_notebooks([NotebookJob(SUMMARY, profile, out, digest,
+        took.update(run_notebooks([NotebookJob(SUMMARY, label, out, digest,
                                                {"results_dir": str(out_root)},
                                                str(NOTEBOOKS / SUMMARY_NOTEBOOK),
-                                               claims.CLAIMS_FILE)], failures))
+                                               claims.CLAIMS_FILE)], failures, progress))
         summary_s = time.perf_counter() - t0
-    index = write_index(profile, out_root, failures)
+    index = write_index(label, out_root, failures)
     if times or took:
         parts = [f"{k} {_mmss(v)}" for k, v in times.items()]
         if stale:
@@ -209,13 +226,12 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
                          f"{notebook_jobs()} at a time)")
         if summary_s:
             parts.append(f"scorecard {_mmss(summary_s)}")
-        print("times: " + ", ".join(parts)
-              + f"; report {_mmss(time.perf_counter() - t_all)}", file=sys.stderr)
+        say("times: " + ", ".join(parts) + f"; report {_mmss(time.perf_counter() - t_all)}")
         breakdown = time_breakdown(out_root, times, time.perf_counter() - t_all,
                                    notebooks_s + summary_s)
         breakdown.to_csv(out_root / "time_breakdown.csv", index=False)
-        print(format_breakdown(breakdown), file=sys.stderr)
-        print(host_line(out_root, list(times)), file=sys.stderr)
+        say(format_breakdown(breakdown))
+        say(host_line(out_root, list(times)))
     print(f"report: {index}", file=sys.stderr)
     if failures:
         raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
@@ -325,7 +341,14 @@ def notebook_jobs() -> int:
 _FAILED = "fwcompare-notebook-failed: "
 
 
-def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str]) -> dict[str, float]:
+def _failures_only(text: str) -> None:
+    """``run_studies``' log under ``-q``: a failed study's traceback, nothing else."""
+    if "failed" in text.splitlines()[-1]:
+        print(text, file=sys.stderr, flush=True)
+
+
+def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str],
+                  progress: bool = True) -> dict[str, float]:
     """Execute and render ``jobs``, :func:`notebook_jobs` at a time, each in a
     process of its own (``python -m fwcompare.report``, its output in
     ``<out>/.notebook.log``); a failure is recorded in ``failures``, never
@@ -341,8 +364,9 @@ def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str]) -> dict[str
                 job = pending.pop(0)
                 job.out.mkdir(parents=True, exist_ok=True)
                 log = open(job.out / ".notebook.log", "w")
-                print(f"{job.name}: running {Path(job.notebook).name} (profile {job.profile})",
-                      file=sys.stderr)
+                if progress:
+                    print(f"{job.name}: running {Path(job.notebook).name} "
+                          f"(profile {job.profile})", file=sys.stderr)
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "fwcompare.report", json.dumps(
                         {**dataclasses.asdict(job), "out": str(job.out),
@@ -359,7 +383,8 @@ def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str]) -> dict[str
                 text = (job.out / ".notebook.log").read_text(errors="replace")
                 if proc.returncode == 0:
                     took[name] = time.perf_counter() - t0
-                    print(f"{name}: done in {_mmss(took[name])}", file=sys.stderr)
+                    if progress:
+                        print(f"{name}: done in {_mmss(took[name])}", file=sys.stderr)
                     continue
                 said = [ln[len(_FAILED):] for ln in text.splitlines() if ln.startswith(_FAILED)]
                 failures[name] = said[-1] if said else (
@@ -398,8 +423,13 @@ def _notebook_main(spec: str) -> int:
         print(f"{_FAILED}{type(exc).__name__}: {last_line}", flush=True)
         return 1
     _render_html(executed, job.out / f"{job.name}.html")
-    shutil.copyfile(job.params_file, job.out / job.params_file.name if job.name == SUMMARY
-                    else job.out / "params.yaml")
+    if job.name == SUMMARY:
+        shutil.copyfile(job.params_file, job.out / job.params_file.name)
+    elif job.params == (yaml.safe_load(job.params_file.read_text()) or {}):
+        shutil.copyfile(job.params_file, job.out / "params.yaml")
+    else:  # the command line's overrides merged in: what the study ran with
+        write_text(job.out / "params.yaml", f"# {job.params_file} with the command line's "
+                   f"overrides\n" + yaml.safe_dump(job.params, sort_keys=False))
     (job.out / ".inputs").write_text(job.digest)
     return 0
 

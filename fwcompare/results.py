@@ -40,6 +40,9 @@ MEASURED = ("ok", "not_equivalent")
 FAILED_STATUSES = ("oom", "unsupported", "error", "timeout")
 # Statuses a resumed run keeps; error and timeout cells are tried again.
 FINAL_STATUSES = ("ok", "oom", "unsupported", "not_equivalent")
+# The run failed the cell (not a finding about the framework, as oom and
+# unsupported are): `fwcompare run` exits 1, compare's gate counts it slower.
+RUN_FAILED = tuple(s for s in STATUSES if s not in FINAL_STATUSES)
 
 SPEC_COLUMNS = list(RunSpec.__dataclass_fields__)
 IDENTITY = ["run_id", "profile", "cell_id", "round"]

@@ -17,7 +17,7 @@ def spec(batch=1, threads=2, mode="eager", seq=8):
                    device="cpu", dtype="float32", batch_size=batch, seq_len=seq, threads=threads)
 
 
-def write_run(folder, cells, run_id, host, versions, rounds=1):
+def write_run(folder, cells, run_id, host, versions, rounds=1, env=None):
     """A study output folder: ``cells`` maps a spec to (status, samples of round 0);
     later rounds repeat round 0's samples scaled by 1 + 0.01 * round."""
     store = ResultStore(folder / "results", run_id=run_id, hostname=host)
@@ -30,7 +30,8 @@ def write_run(folder, cells, run_id, host, versions, rounds=1):
     store.append_losses(losses_frame("tiny-bert", "torch", "eager", [1.0, 0.9], [1.0, 0.9]),
                         "tiny-bert-torch-eager")
     (folder / "results" / "env.json").write_text(json.dumps(
-        {"hostname": host, "cpu_model": "CPU " + host, "versions": versions, "threads": 0}))
+        {"hostname": host, "cpu_model": "CPU " + host, "versions": versions, "threads": 0,
+         **(env or {})}))
     return folder
 
 
@@ -155,3 +156,77 @@ def test_the_command_prints_writes_and_refuses(two_runs, tmp_path, capsys):
     assert (tmp_path / "cmp" / "compare.md").is_file()
     assert main(["compare", str(tmp_path / "nothing"), str(two_runs[1])]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+@pytest.fixture
+def slower_faster(tmp_path):
+    """B against A: batch 1 10% slower, batch 2 the same, batch 4 10% faster,
+    batch 8 measured in A and failed in B; the CPUs differ in AMX."""
+    rng = np.random.default_rng(7)
+    base = {b: rng.lognormal(np.log(0.01 * b), 0.02, 40) for b in (1, 2, 4, 8)}
+    flags = {"avx512f": True, "amx_bf16": True, "amx_tile": True}
+    a = write_run(tmp_path / "a" / "inference_sweep",
+                  {spec(b): ("ok", x) for b, x in base.items()}, "ra", "ha", {"torch": "1"},
+                  env={"cpu_flags": flags})
+    b = write_run(tmp_path / "b" / "inference_sweep", {
+        spec(1): ("ok", base[1] * 1.10), spec(2): ("ok", base[2]),
+        spec(4): ("ok", base[4] * 0.90), spec(8): ("error", None)}, "rb", "hb", {"torch": "1"},
+        env={"cpu_flags": {**flags, "amx_bf16": False, "amx_tile": False}})
+    return a, b
+
+
+def test_regression_gate_names_the_slower_cell_and_exits_1(slower_faster, capsys):
+    from fwcompare.cli import main
+
+    a, b = map(str, slower_faster)
+    assert main(["compare", a, b, "--fail-above", "1.05"]) == 1
+    out, err = capsys.readouterr()
+    head = out.split("A: ", 1)[0]  # what is printed before the comparison's own tables
+    assert head.startswith("FAIL: 2 cell(s) beyond the gate")
+    rows = [line.split() for line in head.splitlines()[2:] if line.strip()]
+    assert [(r[4], r[-1]) for r in rows][:1] == [("1", "end)")]  # batch 1, above 1.05
+    assert "measured in A, failed in B" in head and len(rows) == 2
+    assert "2 cell(s) beyond the gate (--fail-above 1.05)" in err
+    # A threshold the slowdown does not pass, and the other direction.
+    assert main(["compare", a, b, "--fail-above", "1.2", "--json"]) == 1  # the failed cell
+    assert main(["compare", str(slower_faster[0]), str(slower_faster[0]),
+                 "--fail-above", "1.05"]) == 0
+    capsys.readouterr()
+    assert main(["compare", a, b, "--fail-below", "0.95", "--json"]) == 1
+    gate = json.loads(capsys.readouterr().out)["gate"]
+    assert [r["batch_size"] for r in gate["regressions"]] == [4]
+    assert gate["regressions"][0]["ci_high"] < 0.95 and gate["fail_below"] == 0.95
+
+
+def test_regressions_from_the_intervals(slower_faster):
+    c = cmp.compare(*slower_faster)
+    hit = c.regressions(above=1.05)
+    assert list(hit["batch_size"]) == [1, 8]
+    assert hit.iloc[0]["ci_low"] > 1.05 and hit.iloc[0]["time_b_over_a"] == pytest.approx(
+        1.10, rel=0.02)
+    assert list(c.regressions(below=0.95)["batch_size"]) == [4]
+    assert c.regressions().empty and c.regressions(above=1.5)["batch_size"].tolist() == [8]
+
+
+def test_runs_on_cpus_with_other_instruction_sets_warn(slower_faster, capsys):
+    from fwcompare.cli import main
+
+    c = cmp.compare(*slower_faster)
+    assert len(c.warnings) == 1
+    assert "instruction-set flags" in c.warnings[0] and "amx_bf16 (A: True, B: False)" in \
+        c.warnings[0] and "avx512f" not in c.warnings[0]
+    assert main(["compare", *map(str, slower_faster)]) == 0
+    assert "warning: A and B differ in the instruction-set flags" in capsys.readouterr().err
+    same = cmp.compare(slower_faster[0], slower_faster[0])
+    assert same.warnings == []
+
+
+def test_compare_json_is_one_document(slower_faster, capsys):
+    from fwcompare.cli import main
+
+    assert main(["compare", *map(str, slower_faster), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ratios = {r["batch_size"]: r["time_b_over_a"] for r in doc["cells"]}
+    assert ratios[1] == pytest.approx(1.10, rel=0.02) and ratios[8] is None
+    assert doc["gate"] == {"fail_above": None, "fail_below": None, "regressions": []}
+    assert doc["warnings"] and doc["variants"][0]["variant"] == "torch/eager"

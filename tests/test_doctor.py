@@ -27,7 +27,7 @@ def test_doctor_passes_the_cpu_and_reports_no_gpu_clearly():
         # On the GPU: the framework itself says it sees none.
         dev = next(l for l in gpu.splitlines() if l.split()[:1] == [fw] and "FAIL" in l)
         assert "gpu" in dev.lower(), dev
-    assert "no NVIDIA driver" in gpu or "nvidia-smi" in gpu
+    assert "no NVIDIA GPU" in gpu or "no NVML" in gpu or "GiB, driver" in gpu
     assert "device: gpu runs stop before measuring" in text
     strict = subprocess.run([sys.executable, "-m", "fwcompare", "doctor", "--device", "gpu",
                              "--frameworks", "jax"], capture_output=True, text=True, timeout=300)

@@ -1,0 +1,168 @@
+"""The command line: --version, list, overrides (merged into a profile's params,
+refused before anything runs when bad), where their results go, exit codes.
+Exit 130 (Ctrl-C, SIGTERM) is tested where a run is stopped: test_distributed.py
+and test_shard.py."""
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import fwcompare
+from fwcompare import cli, report
+from fwcompare.claims import load_claims
+from fwcompare.env import ISA_FLAGS
+from fwcompare.models import REAL, ZOO
+from fwcompare.params import ParamsError, command_line_overrides, overridden_profile
+from fwcompare.paths import PARAMS, ROOT
+from fwcompare.studies import STUDIES
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fwcompare {fwcompare.__version__}"
+
+
+@pytest.mark.parametrize("what", ["studies", "profiles", "models", "claims"])
+def test_list(capsys, what):
+    assert cli.main(["list", what]) == cli.DONE
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    expected = {"studies": list(STUDIES),
+                "profiles": sorted({f.stem for f in PARAMS.glob("*/*.yaml")}),
+                "models": [*ZOO, *REAL, "PATH/"],
+                "claims": [c.id for c in load_claims()]}[what]
+    assert sorted(names) == sorted(expected)
+
+
+def test_every_command_has_help_with_an_example(capsys):
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    assert {"run", "report", "compare", "list", "doctor"} <= set(commands)
+    for name in commands:
+        with pytest.raises(SystemExit) as exc:
+            cli.main([name, "--help"])
+        assert exc.value.code == 0
+        text = capsys.readouterr().out
+        assert "example" in text and f"fwcompare {name}" in text.split("example", 1)[1], name
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    top = capsys.readouterr().out
+    for code in ("0 ", "1 ", "2 ", "130"):  # the exit codes, documented
+        assert f"\n  {code}" in top
+
+
+def test_overrides_parse_lists_and_yaml_values():
+    got = command_line_overrides(
+        {"models": "tiny-bert,./ckpt/my-bert", "frameworks": None, "batch_sizes": "1, 8",
+         "seq_lens": "128"}, ["rounds=3", "modes={torch: [eager]}", "device=gpu"])
+    assert got == {"models": ["tiny-bert", "./ckpt/my-bert"], "batch_sizes": [1, 8],
+                   "seq_lens": [128], "rounds": 3, "modes": {"torch": ["eager"]},
+                   "device": "gpu"}
+    with pytest.raises(ParamsError, match="given twice"):
+        command_line_overrides({"batch_sizes": "2"}, ["batch_sizes=[3]"])
+    with pytest.raises(ParamsError, match="KEY=VALUE"):
+        command_line_overrides({}, ["rounds"])
+    # The folder of a question is its own, and the same question finds it again.
+    a = overridden_profile("quick", got)
+    assert a.startswith("quick-") and a == overridden_profile("quick", dict(got))
+    assert a != overridden_profile("quick", {**got, "rounds": 2})
+    assert overridden_profile("quick", {}) == "quick"
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Fail the test if anything is measured."""
+    def boom(*a, **k):
+        raise AssertionError("a measurement started")
+    monkeypatch.setattr(fwcompare, "run_study", boom)
+    monkeypatch.setattr(report, "run_studies", boom)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--set", "bacth_sizes=2"], "unknown key 'bacth_sizes' (did you mean 'batch_sizes'?)"),
+    (["--batch-sizes", "1,x"], "key 'batch_sizes': expected list[int]"),
+    (["--batch-sizes", "0"], "key 'batch_sizes': must be positive"),
+    (["--set", "rounds=three"], "key 'rounds': expected int"),
+    (["--models", "no-such-bert"], "key 'models': unknown model 'no-such-bert'"),
+    (["--models", "./no/such/dir"], "key 'models': model path './no/such/dir' has no config.json"),
+    (["--frameworks", "torch,mxnet"], "key 'frameworks': unknown value 'mxnet'"),
+    (["--set", "rounds"], "expected KEY=VALUE"),
+    (["--set", "modes=[torch"], "not a YAML value"),
+])
+def test_bad_overrides_exit_2_before_anything_runs(capsys, tmp_path, nothing_runs, argv, says):
+    rc = cli.main(["run", "inference_sweep", "--profile", "smoke", "--out", str(tmp_path / "o"),
+                   *argv])
+    err = capsys.readouterr().err
+    assert rc == cli.BAD_INPUT, err
+    assert says in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_report_overrides_checked_for_every_study_before_anything_runs(capsys, tmp_path,
+                                                                        nothing_runs):
+    base = ["report", "--profile", "smoke", "--out", str(tmp_path), "--study", "inference_sweep",
+            "--study", "generation"]
+    assert cli.main([*base, "--set", "nonsense_key=1"]) == cli.BAD_INPUT
+    assert "key 'nonsense_key' is in no chosen study's params" in capsys.readouterr().err
+    # A key of one study goes to that study alone, and is checked there.
+    assert cli.main([*base, "--set", "new_tokens=[0]"]) == cli.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "params/generation/smoke.yaml with the command line's new_tokens=[0]: key " \
+        "'new_tokens'" in err, err
+    assert cli.main([*base, "--batch-sizes", "2", "--seq-lens", "-8"]) == cli.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "params/inference_sweep/smoke.yaml" in err and "key 'seq_lens'" in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_dry_run_with_overrides_plans_only_their_cells(capsys, tmp_path):
+    rc = cli.main(["run", "inference_sweep", "--profile", "smoke", "--frameworks", "torch",
+                   "--models", "tiny-bert", "--batch-sizes", "1,2,4", "--seq-lens", "8",
+                   "--dry-run", "--out", str(tmp_path)])
+    assert rc == cli.DONE
+    assert "inference_sweep: 3 cells, 3 measurements over 1 round (torch 3)" in \
+        capsys.readouterr().out
+
+
+def _run(args, outputs, timeout=300):
+    env = {**os.environ, "FWCOMPARE_OUTPUTS": str(outputs)}
+    return subprocess.run([sys.executable, "-m", "fwcompare", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_own_question_runs_into_its_own_folder_and_records_the_cpu_flags(tmp_path):
+    args = ["run", "inference_sweep", "--profile", "smoke", "--frameworks", "torch",
+            "--models", "tiny-bert", "--batch-sizes", "2", "--seq-lens", "8,16"]
+    p = _run(["-q", *args], tmp_path)
+    assert p.returncode == cli.DONE, p.stderr
+    folders = [f.name for f in tmp_path.iterdir()]
+    assert len(folders) == 1 and folders[0].startswith("smoke-"), folders  # not smoke/
+    res = fwcompare.load_results(tmp_path / folders[0] / "inference_sweep")
+    df = res.results
+    assert set(df["framework"]) == {"torch"} and set(df["model"]) == {"tiny-bert"}
+    assert set(df["batch_size"]) == {2} and set(df["seq_len"]) == {8, 16}
+    assert (df["status"] == "ok").all() and (df["median_s"] > 0).all()
+    assert "measuring" not in p.stderr and "elapsed" not in p.stderr  # -q
+    # env.json names the CPU's instruction-set flags, each true or false.
+    flags = res.manifest["cpu_flags"]
+    assert set(flags) == set(ISA_FLAGS) and all(isinstance(v, bool) for v in flags.values())
+    # The same question again resumes there: nothing is measured twice.
+    again = _run(args, tmp_path)
+    assert again.returncode == cli.DONE, again.stderr
+    assert [f.name for f in tmp_path.iterdir()] == folders
+    assert len(pd.read_parquet(tmp_path / folders[0] / "inference_sweep" / "results"
+                               / "results.parquet")) == len(df)
+
+
+@pytest.mark.slow
+def test_a_failed_cell_exits_1_naming_it(tmp_path):
+    p = _run(["-q", "run", "inference_sweep", "--profile", "smoke", "--frameworks", "torch",
+              "--models", "tiny-bert", "--batch-sizes", "2", "--seq-lens", "8",
+              "--set", "group_timeout_s=0.5"], tmp_path)
+    assert p.returncode == cli.FAILED, p.stderr
+    assert "1 cell(s) failed" in p.stderr and "tiny-bert torch/eager b=2 s=8" in p.stderr
+    assert "timed out" in p.stderr
