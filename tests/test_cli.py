@@ -166,3 +166,27 @@ def test_a_failed_cell_exits_1_naming_it(tmp_path):
     assert p.returncode == cli.FAILED, p.stderr
     assert "1 cell(s) failed" in p.stderr and "tiny-bert torch/eager b=2 s=8" in p.stderr
     assert "timed out" in p.stderr
+
+
+@pytest.mark.slow
+def test_report_with_overrides_writes_its_own_report(tmp_path):
+    """`report` with overrides: the study ran with them (its rows and the
+    params.yaml beside its notebook say so), in a report folder of its own."""
+    import yaml
+
+    p = _run(["-q", "report", "--profile", "smoke", "--study", "inference_sweep",
+              "--frameworks", "torch,jax", "--models", "tiny-bert", "--batch-sizes", "3",
+              "--seq-lens", "8"], tmp_path, timeout=600)
+    assert p.returncode == cli.DONE, p.stderr[-3000:]
+    (root,) = tmp_path.iterdir()
+    assert root.name.startswith("smoke-") and (root / "index.html").is_file()
+    study = root / "inference_sweep"
+    ran = yaml.safe_load((study / "params.yaml").read_text())
+    assert (ran["frameworks"], ran["models"], ran["batch_sizes"]) == (
+        ["torch", "jax"], ["tiny-bert"], [3])
+    assert "with the command line's overrides" in (study / "params.yaml").read_text()
+    df = fwcompare.load_results(study).results
+    assert set(df["framework"]) == {"torch", "jax"} and set(df["batch_size"]) == {3}
+    assert (df["status"] == "ok").all()
+    assert (study / "inference_sweep.html").is_file()
+    assert "measuring" not in p.stderr  # -q
