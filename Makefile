@@ -1,23 +1,57 @@
 # fwcompare: `make report` regenerates every study; `make test` runs the test suite.
 PROFILE ?= quick
-PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # The venv is (re)built only when the pins change: a second call installs nothing.
 STAMP := $(VENV)/.installed
+PYPI := https://pypi.org/simple
 
 .DEFAULT_GOAL := help
-.PHONY: help setup report test test-fast lab validate env clean browser gpu-deps lock
+.PHONY: help setup report test test-fast lab validate env clean browser gpu-deps lock \
+	check-install python-check
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
-	@echo "  PROFILE=smoke|quick|full (default quick)"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@echo "  PROFILE=smoke|quick|full (default quick); PYTHON=/path/to/python3.12: the interpreter of a new .venv"
+
+# The Python versions fwcompare supports: pyproject.toml's requires-python, which
+# tests/test_environment.py checks against this list. Without PYTHON=, a new .venv
+# is made by the first of python3, python3.11, python3.12 that runs and is one of
+# them: 3.11 before 3.12, since the whole test suite runs on 3.11 (CI).
+PYTHON_VERSIONS := 3.11 3.12
+empty :=
+PYTHON_ACCEPTED := $(subst $(empty) $(empty), or ,$(PYTHON_VERSIONS))
+# Prints the interpreter to use, or stops with the versions it accepts. A name may
+# be on PATH and still not run (a pyenv shim of a version not selected): it counts
+# as missing. `make setup PYTHON=...` checks the one given.
+PICK_PYTHON = for p in $(or $(PYTHON),python3 $(addprefix python,$(PYTHON_VERSIONS))); do \
+	  v=$$("$$p" -c 'import sys; print(*sys.version_info[:3], sep=".")' 2>/dev/null) \
+	    || { seen="$$seen$${seen:+, }$$p not found"; continue; }; \
+	  case " $(PYTHON_VERSIONS) " in *" $${v%.*} "*) echo "$$p"; exit 0;; esac; \
+	  seen="$$seen$${seen:+, }$$p is $$v"; \
+	done; \
+	echo "fwcompare needs Python $(PYTHON_ACCEPTED); $$seen. Install one, or run" \
+	  "make setup PYTHON=/path/to/python$(lastword $(PYTHON_VERSIONS))" >&2; exit 1
+
+# Before anything uses or makes .venv: an existing .venv must be of a supported
+# version (and of PYTHON='s, when given); a new one needs a supported interpreter.
+python-check:
+	@if [ -e $(PY) ]; then \
+	  v=$$($(PY) -c 'import sys; print(*sys.version_info[:3], sep=".")') || exit 1; \
+	  case " $(PYTHON_VERSIONS) " in *" $${v%.*} "*) ;; *) echo "$(VENV) is Python $$v;" \
+	    "fwcompare needs Python $(PYTHON_ACCEPTED). Remove it (rm -rf $(VENV)) and run" \
+	    "make setup again (PYTHON=/path/to/python$(lastword $(PYTHON_VERSIONS)) to choose one)" >&2; exit 1;; esac; \
+	  if [ -n "$(PYTHON)" ]; then p=$$($(PICK_PYTHON)) || exit 1; \
+	    w=$$("$$p" -c 'import sys; print(*sys.version_info[:3], sep=".")'); \
+	    [ "$${w%.*}" = "$${v%.*}" ] || { echo "$(VENV) is Python $$v, PYTHON=$(PYTHON) is $$w:" \
+	      "remove $(VENV) (rm -rf $(VENV)) to make it again with $(PYTHON)" >&2; exit 1; }; fi; \
+	else p=$$($(PICK_PYTHON)) || exit 1; fi
 
 # Every package from the lock (runtime and the test and lab groups, each at its
 # pinned version), then fwcompare itself without resolving anything again; its
 # build backend is the lock's setuptools (no isolated build that fetches another).
-$(STAMP): pyproject.toml requirements.lock
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(STAMP): pyproject.toml requirements.lock | python-check
+	@test -x $(PY) || { p=$$($(PICK_PYTHON)) && echo "making $(VENV) with $$p" && "$$p" -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
@@ -25,20 +59,66 @@ $(STAMP): pyproject.toml requirements.lock
 
 setup: $(STAMP) ## create .venv and install the locked dependencies (requirements.lock)
 
-# requirements.lock: pip-compile (pip-tools, in a venv of its own under build/) resolves
-# pyproject.toml's pins with the groups `test` and `lab` and pins every package under
-# them. A pin already in the lock stays unless pyproject.toml's pins call for another;
-# UPGRADE=1 moves every unpinned package under them to its newest version. The command
-# (written into the lock's header too):
-#   pip-compile --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
-#     --extra test --extra lab --output-file requirements.lock pyproject.toml
-LOCK_TOOLS := build/pip-tools
+# requirements.lock: one universal lock, for Python 3.11 and 3.12 on every platform
+# (a line with a marker, `; python_full_version < '3.12'`, applies where it holds),
+# made by uv (in a venv of its own under build/) from pyproject.toml's pins with the
+# groups `test` and `lab`, from PyPI alone: uv reads no pip configuration, and
+# --no-config and the unset UV_ variables keep any uv.toml or uv setting out. A pin
+# already in the lock stays unless pyproject.toml's pins call for another; UPGRADE=1
+# moves every unpinned package under them to its newest version.
+# torch==2.13.0 carries no local label: pip installs PyPI's build (on Linux x86_64 the
+# CUDA one), or a +cpu build of 2.13.0 where an index or a wheel folder offers one
+# (PyTorch's CPU index; this machine's local wheel, so CI installs no CUDA library).
+# torch's CUDA-only packages (LOCK_NO_EMIT) are left out of the lock: torch's own
+# metadata names them (cuda-toolkit exactly, through its extras one release of each
+# NVIDIA library; cuda-bindings and nvidia-nvjitlink by a range), so PyPI's build
+# still brings them and a CPU build none. The note below goes under uv's header.
+UV := build/uv/bin/uv
+UV_VERSION := 0.13.9
+LOCK_NO_EMIT := cuda-bindings cuda-pathfinder cuda-toolkit triton nvidia-cublas \
+	nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft \
+	nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13 \
+	nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx
+LOCK_NOTE := \
+	"\#" \
+	"\# One lock for Python 3.11 and 3.12 on every platform, from PyPI alone (uv's" \
+	"\# universal resolution: a line with a marker applies where the marker holds)." \
+	"\# torch==2.13.0 has no local label: pip takes PyPI's build, CUDA on Linux x86_64," \
+	"\# or the +cpu build of 2.13.0 where an index or a wheel folder offers one" \
+	"\# (PyTorch's CPU index). torch's CUDA-only packages (cuda-*, nvidia-* but" \
+	"\# nvidia-ml-py, triton) are left out on purpose: torch's own metadata names them" \
+	"\# (cuda-toolkit exactly, one release of each NVIDIA library through its extras;" \
+	"\# cuda-bindings and nvidia-nvjitlink by a range), so PyPI's build brings them and" \
+	"\# a CPU build none. \`make check-install\` resolves this file against PyPI alone."
 lock: ## regenerate requirements.lock from pyproject.toml (UPGRADE=1: newest versions)
-	@test -x $(LOCK_TOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_TOOLS) && \
-		$(LOCK_TOOLS)/bin/pip install --quiet pip==23.2.1 pip-tools==7.6.2; }
-	$(LOCK_TOOLS)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url \
-		--no-emit-find-links --extra test --extra lab $(if $(UPGRADE),--upgrade) \
+	@test -x $(UV) || { p=$$($(PICK_PYTHON)) && "$$p" -m venv build/uv && \
+		build/uv/bin/pip install --quiet uv==$(UV_VERSION); }
+	env -u UV_INDEX -u UV_INDEX_URL -u UV_DEFAULT_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS \
+		-u UV_CONSTRAINT -u UV_OVERRIDE -u UV_EXCLUDE_NEWER -u UV_TORCH_BACKEND -u UV_NO_INDEX \
+		$(UV) --no-config --quiet pip compile --universal --python-version $(firstword $(PYTHON_VERSIONS)) \
+		--index-url $(PYPI) --extra test --extra lab $(if $(UPGRADE),--upgrade) \
+		$(addprefix --no-emit-package ,$(LOCK_NO_EMIT)) --custom-compile-command "make lock" \
 		--output-file requirements.lock pyproject.toml
+	@{ head -n 2 requirements.lock; printf '%s\n' $(LOCK_NOTE); tail -n +3 requirements.lock; } \
+		> requirements.lock.tmp && mv requirements.lock.tmp requirements.lock
+
+# Resolves requirements.lock as a machine whose pip reaches PyPI alone would: this
+# machine's pip configuration (its files and PIP_ variables: a local wheel folder,
+# extra indexes, constraints) set aside, nothing installed, .venv not used; for the
+# interpreter `make setup` picks (PYTHON=python3.12: for 3.12). tools/check_install.py
+# reads pip's report: the packages, torch's build and its CUDA libraries, any version
+# that is not the lock's, the download size (from PyPI's index); it fails if one differs.
+CHECK_DIR := build/check-install
+check-install: ## resolve requirements.lock against PyPI alone, as a new machine would (installs nothing)
+	@p=$$($(PICK_PYTHON)) || exit 1; \
+	report=$(CHECK_DIR)/$$("$$p" -c 'import sys; print("python%d.%d" % sys.version_info[:2])').json; \
+	mkdir -p $(CHECK_DIR) && rm -f "$$report" && \
+	echo "pip install --dry-run -r requirements.lock with $$p, from $(PYPI) alone" && \
+	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT -u PIP_NO_INDEX \
+		PIP_CONFIG_FILE=/dev/null "$$p" -m pip install --dry-run --isolated --ignore-installed \
+		--disable-pip-version-check --quiet --index-url $(PYPI) --report "$$report" \
+		-r requirements.lock && \
+	"$$p" tools/check_install.py "$$report" requirements.lock --index $(PYPI)
 
 report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.html)
 	$(PY) -m fwcompare report --profile $(PROFILE)
@@ -58,11 +138,14 @@ browser: ## install Debian's chromium and chromium-driver if missing (needs root
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "browser test needs: sudo apt-get install chromium chromium-driver"; fi
 
-# Resolves the pins with the gpu group against PyPI, as a GPU machine would (this
-# machine's local CPU wheel of torch set aside); installs nothing.
-gpu-deps: $(STAMP) ## check that the pins and the gpu group (CUDA builds) resolve together
-	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip install --dry-run \
-		--ignore-installed --quiet --report $(VENV)/gpu-resolution.json -e ".[gpu]"
+# Resolves the pins with the gpu group against PyPI alone, as a GPU machine would
+# (this machine's pip configuration and local CPU wheel of torch set aside), every
+# package the lock pins held at its locked version; installs nothing.
+gpu-deps: $(STAMP) ## check that the pins, the lock and the gpu group (CUDA builds) resolve together
+	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT -u PIP_NO_INDEX \
+		PIP_CONFIG_FILE=/dev/null $(PY) -m pip install --dry-run --isolated --ignore-installed \
+		--disable-pip-version-check --quiet --index-url $(PYPI) -c requirements.lock \
+		--report $(VENV)/gpu-resolution.json -e ".[gpu]"
 	$(PY) -c "import json; r = json.load(open('$(VENV)/gpu-resolution.json'))['install']; \
 		print(len(r), 'packages:', ', '.join(sorted(i['metadata']['name'] + ' ' + \
 		i['metadata']['version'] for i in r if i['metadata']['name'] in \

@@ -1,18 +1,33 @@
 """The pins agree: pyproject.toml (runtime and the groups `make setup` installs),
-environment.yml and requirements.lock. Each check is a function of file paths, so
-the tests at the end can show that it fails on a copy with one pin changed."""
+environment.yml and requirements.lock, and so do the Python versions they and the
+Makefile accept. Each check is a function of file paths, so the tests at the end
+can show that it fails on a copy with one thing changed.
+
+requirements.lock is one universal lock (uv) for Python 3.11 and 3.12: a line may
+carry a marker (`; python_full_version < '3.12'`) and a package may appear twice, at
+two versions under two markers."""
+import importlib.util
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from fwcompare.paths import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"
 ENVIRONMENT = ROOT / "environment.yml"
 LOCK = ROOT / "requirements.lock"
+MAKEFILE = ROOT / "Makefile"
+# `make check-install`'s reader of pip's report (a script, not a package: loaded by path).
+_spec = importlib.util.spec_from_file_location("check_install", ROOT / "tools" / "check_install.py")
+check_install = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_install)
 # The optional groups the lock covers: `make setup` installs them (`make test` and
 # `make lab` need them). The gpu group is resolved on a GPU machine, not locked here.
 LOCKED_GROUPS = ("test", "lab")
@@ -50,13 +65,17 @@ def loose_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if not PIN.match(line)]
 
 
-def lock_versions(path: Path = LOCK) -> dict[str, str]:
-    return {_name(m[1]): m[3] for m in map(PIN.match, lock_lines(path)) if m}
+def lock_versions(path: Path = LOCK) -> dict[str, dict[str, str]]:
+    """name -> {marker: version}; the marker is "" on a line for every platform."""
+    versions: dict[str, dict[str, str]] = {}
+    for m in filter(None, map(PIN.match, lock_lines(path))):
+        versions.setdefault(_name(m[1]), {})[(m[4] or ";")[1:].strip()] = m[3]
+    return versions
 
 
-def disagreements(requirements: list[str], locked: dict[str, str]) -> list[str]:
-    """Each pinned requirement the lock does not have at that exact version (a
-    local build of it, torch's 2.13.0+cpu for 2.13.0, counts as that version)."""
+def disagreements(requirements: list[str], locked: dict[str, dict[str, str]]) -> list[str]:
+    """Each pinned requirement the lock does not have at that exact version, on one
+    line for every platform and Python version (no marker)."""
     bad = []
     for req in requirements:
         m = PIN.match(req.strip())
@@ -66,9 +85,57 @@ def disagreements(requirements: list[str], locked: dict[str, str]) -> list[str]:
         have = locked.get(name)
         if have is None:
             bad.append(f"{req}: not in the lock")
-        elif have != version and not have.startswith(version + "+"):
-            bad.append(f"{req}: the lock has {name}=={have}")
+        elif have != {"": version}:
+            bad.append(f"{req}: the lock has " + ", ".join(
+                f"{name}=={v}" + (f" ; {marker}" if marker else "") for marker, v in have.items()))
     return bad
+
+
+def local_labels(lines: list[str]) -> list[str]:
+    """Pins with a local version label (2.13.0+cpu): only another index serves
+    those, and the lock must resolve from PyPI alone."""
+    return [line for line in lines if (m := PIN.match(line)) and "+" in m[3]]
+
+
+# torch's CUDA-only packages: torch's metadata names them, PyPI's build of torch
+# brings them and a CPU build none, so the lock leaves them out (the Makefile's
+# LOCK_NO_EMIT). nvidia-ml-py, the NVML binding, is a pin of ours, pure Python.
+CUDA_ONLY = check_install.CUDA_ONLY
+
+
+def cuda_only_packages(lines: list[str]) -> list[str]:
+    return [line for line in lines if (m := PIN.match(line)) and CUDA_ONLY.match(_name(m[1]))]
+
+
+def requires_python_versions(path: Path = PYPROJECT) -> list[str]:
+    """The 3.x versions pyproject.toml's requires-python admits."""
+    spec = SpecifierSet(tomllib.loads(path.read_text())["project"]["requires-python"])
+    return [f"3.{minor}" for minor in range(30) if f"3.{minor}" in spec]
+
+
+def environment_python_versions(path: Path = ENVIRONMENT) -> list[str]:
+    """The 3.x versions environment.yml's python (a conda match spec) admits."""
+    deps = yaml.safe_load(path.read_text())["dependencies"]
+    spec = next(d for d in deps if isinstance(d, str) and re.match(r"python\b", d))
+    spec = re.sub(r"^python\s*", "", spec).strip()
+    spec = SpecifierSet(f"=={spec[1:]}.*" if re.fullmatch(r"=\d+\.\d+", spec) else spec)
+    return [f"3.{minor}" for minor in range(30) if f"3.{minor}" in spec]
+
+
+def makefile_python_versions(path: Path = MAKEFILE) -> list[str]:
+    """PYTHON_VERSIONS: what `make setup` accepts, in the order it tries them."""
+    return re.search(r"^PYTHON_VERSIONS := (.*)$", path.read_text(), re.M)[1].split()
+
+
+def python_disagreements(pyproject: Path = PYPROJECT, environment: Path = ENVIRONMENT,
+                         makefile: Path = MAKEFILE) -> list[str]:
+    want = requires_python_versions(pyproject)
+    return [f"{source} accepts Python {', '.join(have) or 'none'}, requires-python "
+            f"{', '.join(want)}" for source, have in [
+                ("environment.yml", environment_python_versions(environment)),
+                ("the Makefile", sorted(makefile_python_versions(makefile),
+                                        key=lambda v: int(v.split(".")[1])))]
+            if have != want]
 
 
 def environment_disagreements(pyproject: Path = PYPROJECT,
@@ -81,7 +148,13 @@ def environment_disagreements(pyproject: Path = PYPROJECT,
 
 def test_environment_yml_matches_pyproject_pins():
     assert not environment_disagreements()
-    assert "python=3.11" in yaml.safe_load(ENVIRONMENT.read_text())["dependencies"]
+
+
+def test_python_versions_agree():
+    """pyproject.toml's requires-python, environment.yml's python and the versions
+    `make setup` accepts name the same versions: 3.11 and 3.12."""
+    assert not python_disagreements()
+    assert requires_python_versions() == ["3.11", "3.12"]
 
 
 def test_every_dependency_is_pinned_exactly():
@@ -116,11 +189,90 @@ def test_lock_has_every_environment_yml_pin():
     assert not disagreements(environment_requirements(), lock_versions())
 
 
+def test_lock_resolves_from_pypi_alone():
+    """No local version label (torch==2.13.0, never 2.13.0+cpu), and none of torch's
+    CUDA-only packages; nvidia-ml-py, our NVML pin, is there."""
+    assert not local_labels(lock_lines())
+    assert not cuda_only_packages(lock_lines())
+    assert lock_versions()["torch"] == {"": "2.13.0"}
+    assert "nvidia-ml-py" in lock_versions()
+
+
+def test_the_lock_leaves_out_only_cuda_packages():
+    """`make lock` leaves out (--no-emit-package) torch's CUDA-only packages and no
+    other: a package of ours left out would be missing from every install."""
+    no_emit = re.search(r"^LOCK_NO_EMIT := ((?:.*\\\n)*.*)$", MAKEFILE.read_text(), re.M)[1]
+    names = no_emit.replace("\\\n", " ").split()
+    assert {"torch", "triton", "cuda-toolkit", "nvidia-cudnn-cu13"} - {"torch"} <= set(names)
+    assert [n for n in names if not CUDA_ONLY.match(n)] == []
+
+
 def test_make_setup_installs_the_lock_then_fwcompare_alone():
-    rule = (ROOT / "Makefile").read_text().split("$(STAMP): ", 1)[1].split("\n\n", 1)[0]
-    assert "requirements.lock" in rule.splitlines()[0]  # a changed lock installs again
+    rule = MAKEFILE.read_text().split("$(STAMP): ", 1)[1].split("\n\n", 1)[0]
+    first = rule.splitlines()[0]
+    assert "requirements.lock" in first  # a changed lock installs again
+    assert first.endswith("| python-check")  # the Python check comes first, always
+    assert "$(PICK_PYTHON)" in rule  # a new .venv: a supported interpreter, or stop
     assert "pip install --quiet -r requirements.lock" in rule
     assert re.search(r"pip install .*--no-deps.* -e \.", rule)
+
+
+# What `make setup` does with the interpreters it finds: fake ones, shell scripts
+# that print a version, on a PATH of their own, and no .venv (a temporary folder).
+def _fake_python(folder: Path, name: str, version: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _make(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make")
+    for name in ("pyproject.toml", "requirements.lock"):  # what the .venv stamp depends on
+        (tmp_path / name).touch()
+    return subprocess.run([make, "-s", "-f", str(MAKEFILE), "-C", str(tmp_path), *args,
+                           "--eval", "picked: ; @p=$$($(PICK_PYTHON)) && echo $$p"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": str(tmp_path / "bin")})
+
+
+def test_make_setup_takes_the_first_supported_python(tmp_path):
+    _fake_python(tmp_path / "bin", "python3", "3.13.1")
+    _fake_python(tmp_path / "bin", "python3.12", "3.12.4")
+    assert _make(tmp_path, "picked").stdout.strip() == "python3.12"
+    _fake_python(tmp_path / "bin", "python3.11", "3.11.9")
+    assert _make(tmp_path, "picked").stdout.strip() == "python3.11"
+    _fake_python(tmp_path / "bin", "python3", "3.12.1")
+    assert _make(tmp_path, "picked").stdout.strip() == "python3"
+
+
+def test_make_setup_stops_without_a_supported_python(tmp_path):
+    _fake_python(tmp_path / "bin", "python3", "3.13.1")
+    done = _make(tmp_path, "setup")
+    assert done.returncode != 0
+    assert ("fwcompare needs Python 3.11 or 3.12; python3 is 3.13.1, python3.11 not found, "
+            "python3.12 not found.") in done.stderr
+    assert not (tmp_path / ".venv").exists()  # stopped before making anything
+
+
+def test_make_setup_checks_the_python_it_is_given(tmp_path):
+    old = _fake_python(tmp_path / "bin", "old", "3.10.14")
+    done = _make(tmp_path, "setup", f"PYTHON={old}")
+    assert done.returncode != 0 and f"{old} is 3.10.14" in done.stderr
+    assert not (tmp_path / ".venv").exists()
+    new = _fake_python(tmp_path / "bin", "new", "3.12.2")
+    assert _make(tmp_path, "picked", f"PYTHON={new}").stdout.strip() == str(new)
+
+
+def test_make_refuses_a_venv_of_an_unsupported_python(tmp_path):
+    _fake_python(tmp_path / ".venv" / "bin", "python", "3.13.0")
+    _fake_python(tmp_path / "bin", "python3", "3.11.9")
+    done = _make(tmp_path, "setup")
+    assert done.returncode != 0
+    assert ".venv is Python 3.13.0; fwcompare needs Python 3.11 or 3.12." in done.stderr
 
 
 # The checks above, on copies with one thing broken: each must fail.
@@ -134,6 +286,86 @@ def _copy(tmp_path: Path, source: Path, old: str, new: str) -> Path:
 
 def _lock_line(name: str) -> str:
     return next(line for line in lock_lines() if _name(line.split("==")[0]) == name)
+
+
+def test_lock_checks_fail_on_a_local_label_or_a_cuda_package(tmp_path):
+    line = _lock_line("torch")
+    broken = lock_lines(_copy(tmp_path, LOCK, f"\n{line}\n",
+                              f"\n{line}+cpu\nnvidia-cublas==13.1.1.3 ; sys_platform == 'linux'\n"))
+    assert local_labels(broken) == ["torch==2.13.0+cpu"]
+    assert cuda_only_packages(broken) == ["nvidia-cublas==13.1.1.3 ; sys_platform == 'linux'"]
+    assert disagreements(pyproject_requirements(), lock_versions(_copy(
+        tmp_path, LOCK, f"\n{line}\n", f"\n{line}+cpu\n")))
+
+
+def test_lock_checks_fail_on_a_pin_under_a_marker(tmp_path):
+    """A pin of ours on a line for one Python version only is missing on the other."""
+    line = _lock_line("pandas")
+    broken = lock_versions(_copy(tmp_path, LOCK, f"\n{line}\n",
+                                 f"\n{line} ; python_full_version < '3.12'\n"))
+    assert [d for d in disagreements(pyproject_requirements(), broken) if "pandas" in d]
+
+
+def test_lock_versions_keep_both_lines_of_a_package(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("soupsieve==2.10 ; python_full_version < '3.11.5'\n    # via x\n"
+                    "soupsieve==4.1.2 ; python_full_version >= '3.11.5'\n")
+    assert lock_versions(lock) == {"soupsieve": {"python_full_version < '3.11.5'": "2.10",
+                                                 "python_full_version >= '3.11.5'": "4.1.2"}}
+
+
+def _report(*packages: tuple[str, str, list[str]]) -> dict:
+    return {"install": [{"metadata": {"name": name, "version": version, "requires_dist": requires},
+                         "download_info": {"url": f"https://files.pythonhosted.org/{name}.whl"}}
+                        for name, version, requires in packages]}
+
+
+def test_check_install_accepts_the_lock_and_the_cuda_packages_torch_brings(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("filelock==3.20.0\n    # via torch\ntorch==2.13.0\n"
+                    "colorama==0.4.6 ; sys_platform == 'win32'\n")
+    resolution = check_install.Resolution(_report(
+        ("torch", "2.13.0", ["filelock", "cuda-toolkit[cublas]==13.0.3; sys_platform == 'linux'"]),
+        ("filelock", "3.20.0", []),
+        ("cuda-toolkit", "13.0.3.0", ["nvidia-cublas==13.1.1.3.*; extra == 'cublas'"]),
+        ("nvidia-cublas", "13.1.1.3", [])), check_install.lock_pins(lock))
+    assert resolution.failures == []
+    assert resolution.cuda == ["cuda-toolkit", "nvidia-cublas"]
+    assert resolution.left_out == ["colorama"]
+
+
+@pytest.mark.parametrize("change, failure", [
+    (("filelock", "3.19.1", []), "differs from the lock: filelock 3.19.1 (the lock: 3.20.0)"),
+    (("nvidia-ml-py", "13.615.71", []), "not in the lock and not a CUDA package of torch: "
+                                         "nvidia-ml-py 13.615.71"),
+    (("nvidia-nccl-cu12", "2.27.3", []), "not in the lock and not a CUDA package of torch: "
+                                         "nvidia-nccl-cu12 2.27.3"),
+    (None, "in the lock for every platform but not resolved: filelock"),
+])
+def test_check_install_fails_where_the_resolution_is_not_the_lock(tmp_path, change, failure):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("filelock==3.20.0\ntorch==2.13.0\n")
+    packages = {"torch": ("torch", "2.13.0", ["filelock"]), "filelock": ("filelock", "3.20.0", [])}
+    if change is None:
+        del packages["filelock"]
+    else:
+        packages[change[0]] = change
+    resolution = check_install.Resolution(_report(*packages.values()),
+                                          check_install.lock_pins(lock))
+    assert resolution.failures == [failure]
+
+
+@pytest.mark.parametrize("source, old, new", [
+    (PYPROJECT, 'requires-python = ">=3.11,<3.13"', 'requires-python = ">=3.11,<3.14"'),
+    (ENVIRONMENT, "python>=3.11,<3.13", "python=3.11"),
+    (MAKEFILE, "PYTHON_VERSIONS := 3.11 3.12", "PYTHON_VERSIONS := 3.11"),
+])
+def test_python_check_fails_on_a_changed_version_list(tmp_path, source, old, new):
+    broken = _copy(tmp_path, source, old, new)
+    files = {PYPROJECT.name: PYPROJECT, ENVIRONMENT.name: ENVIRONMENT, MAKEFILE.name: MAKEFILE,
+             source.name: broken}
+    assert python_disagreements(files["pyproject.toml"], files["environment.yml"],
+                                files["Makefile"])
 
 
 @pytest.mark.parametrize("name", ["transformers", "submitit", "pytest"])
@@ -175,7 +407,7 @@ def test_transformers_keeps_tensorflow_and_flax_classes():
     project = tomllib.loads(PYPROJECT.read_text())["project"]
     pin = next(d for d in project["dependencies"] if d.startswith("transformers=="))
     assert int(pin.split("==")[1].split(".")[0]) < 5
-    assert int(lock_versions()["transformers"].split(".")[0]) < 5
+    assert all(int(v.split(".")[0]) < 5 for v in lock_versions()["transformers"].values())
 
 
 def test_rows_record_fwcompare_own_commit_never_an_enclosing_repository(tmp_path):
