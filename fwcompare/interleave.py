@@ -21,12 +21,12 @@ asv's interleaved processes). For one model in one round:
    lane at a time, the others idle.
 4. Turns: every prepared cell takes one block, in an order drawn at random
    per turn, after ``settle_s`` of idle time (an idle PyTorch worker's OpenMP
-   threads spin for about 2 ms after its block; see README). Turns go on until
-   every cell's stopping rule holds, or the set has spent its members'
-   ``max_time_s`` together (never before ``min_iters`` turns). A slow
-   minute hits every variant of the set alike, so each round's ratio of
-   medians is paired in time; the rounds' spread makes the interval
-   (``stats.geomean_ratio_ci``).
+   threads spin for about 2 ms after its block; docs/methodology.md,
+   "Interleaving"). Turns go on until every cell's stopping rule holds, or
+   the set has spent its members' ``max_time_s`` together (never before
+   ``min_iters`` turns). A slow minute hits every variant of the set alike,
+   so each round's ratio of medians is paired in time; the rounds' spread
+   makes the interval (``stats.geomean_ratio_ci``).
 5. Memory passes and rows, one lane at a time. Each row carries what else
    the machine did during the set's turns (``host.HostMeter``). A set whose
    turns found the machine busy (other processes and steal above

@@ -29,7 +29,7 @@ def test_every_committed_params_file_is_valid():
 
 
 def test_gpu_check_params_are_valid():
-    """benchmarks/gpu/<study>[_suffix].yaml: the params of the GPU runs README quotes."""
+    """benchmarks/gpu/<study>[_suffix].yaml: the params of the GPU runs in docs/measurements.md."""
     files = sorted((ROOT / "benchmarks" / "gpu").glob("*.yaml"))
     assert files
     for f in files:

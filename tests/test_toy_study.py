@@ -195,7 +195,7 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     from fwcompare import stats
 
     # One thread: numpy's OpenBLAS threads spin for up to ~0.1 s after a product, far
-    # past settle_s (the three frameworks' pools stop within 2 ms: README).
+    # past settle_s (the three frameworks' pools stop within 2 ms: docs/methodology.md).
     p = {**smoke_timing, "rounds": 2, "block_s": 0.01, "settle_s": 0.001, "threads": 1}
     res = run_study(toy.name, p, output_dir=tmp_path, progress=False)
     df, s = res.results, res.samples
