@@ -3,11 +3,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import numpy as np  # noqa: E402
+
+# PyPI's torch on Linux brings triton, and triton imported after TensorFlow 2.21
+# kills the process (SIGSEGV: `import tensorflow; import triton` alone does it; the
+# other order loads both). transformers' TF classes import its generation code,
+# which imports torch._dynamo, which imports triton. So: triton first where it is
+# installed (0.15 s; a CPU build of torch has none); where TensorFlow is already
+# loaded (a notebook imported it), triton is marked absent, as torch and
+# transformers then find it (a TensorFlow process compiles nothing with it).
+if "tensorflow" not in sys.modules:
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: E402,F401
+elif "triton" not in sys.modules:
+    sys.modules["triton"] = None
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
