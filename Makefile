@@ -105,17 +105,25 @@ lock: ## regenerate requirements.lock from pyproject.toml (UPGRADE=1: newest ver
 # Resolves requirements.lock as a machine whose pip reaches PyPI alone would: this
 # machine's pip configuration (its files and PIP_ variables: a local wheel folder,
 # extra indexes, constraints) set aside, nothing installed, .venv not used; for the
-# interpreter `make setup` picks (PYTHON=python3.12: for 3.12). tools/check_install.py
-# reads pip's report: the packages, torch's build and its CUDA libraries, any version
-# that is not the lock's, the download size (from PyPI's index); it fails if one differs.
+# interpreter `make setup` picks (PYTHON=python3.12: for 3.12). The resolving pip is
+# PyPI's newest, in a venv of its own under build/ (a system's pip may lack --report,
+# or be missing). tools/check_install.py reads pip's report: the packages, torch's
+# build and its CUDA libraries, any version that is not the lock's, the download size
+# (from PyPI's index); it fails if one differs.
 CHECK_DIR := build/check-install
+PYPI_ONLY := env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
+	-u PIP_NO_INDEX PIP_CONFIG_FILE=/dev/null
 check-install: ## resolve requirements.lock against PyPI alone, as a new machine would (installs nothing)
 	@p=$$($(PICK_PYTHON)) || exit 1; \
-	report=$(CHECK_DIR)/$$("$$p" -c 'import sys; print("python%d.%d" % sys.version_info[:2])').json; \
+	v=$$("$$p" -c 'import sys; print("python%d.%d" % sys.version_info[:2])'); \
+	venv=$(CHECK_DIR)/$$v-pip; report=$(CHECK_DIR)/$$v.json; \
 	mkdir -p $(CHECK_DIR) && rm -f "$$report" && \
-	echo "pip install --dry-run -r requirements.lock with $$p, from $(PYPI) alone" && \
-	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT -u PIP_NO_INDEX \
-		PIP_CONFIG_FILE=/dev/null "$$p" -m pip install --dry-run --isolated --ignore-installed \
+	{ test -x "$$venv/bin/python" || "$$p" -m venv "$$venv"; } && \
+	$(PYPI_ONLY) "$$venv/bin/python" -m pip install --isolated --quiet --index-url $(PYPI) \
+		--upgrade pip && \
+	echo "pip install --dry-run -r requirements.lock with $$p" \
+		"(pip $$("$$venv/bin/python" -m pip --version | cut -d' ' -f2)), from $(PYPI) alone" && \
+	$(PYPI_ONLY) "$$venv/bin/python" -m pip install --dry-run --isolated --ignore-installed \
 		--disable-pip-version-check --quiet --index-url $(PYPI) --report "$$report" \
 		-r requirements.lock && \
 	"$$p" tools/check_install.py "$$report" requirements.lock --index $(PYPI)

@@ -3,9 +3,11 @@ accurately on this machine? PyTorch, TensorFlow and JAX measured side by side.
 
 exit codes:
   0    done
-  1    a study, a cell (status error or timeout) or a check failed, or
-       compare's gate (--fail-above/--fail-below) found a cell beyond it
-  2    bad input: params, overrides, paths (nothing was measured)
+  1    run, report: a study or a cell (status error or timeout) failed;
+       doctor: a check failed; compare: its gate (--fail-above,
+       --fail-below) found a cell beyond it
+  2    bad input, nothing measured: params, overrides, paths, or a device: gpu
+       run where the doctor finds the GPU unusable
   130  interrupted (Ctrl-C or SIGTERM): finished cells are kept; run again
        to resume
 """
@@ -45,7 +47,7 @@ def _cmd_run(args) -> int:
     params = with_overrides(args.study, path, overrides)
     profile = overridden_profile(args.profile, overrides)
     out = study_dir(args.study, profile, args.out)
-    if overrides and not args.quiet:
+    if overrides and not args.quiet and not args.shard:
         print(f"your own question: results in {out}", file=sys.stderr)
     if args.shard:
         return _run_shard(args, params, profile)
@@ -202,7 +204,9 @@ def _cmd_compare(args) -> int:
         print(f"fwcompare: {exc}", file=sys.stderr)
         return BAD_INPUT
     hits = c.regressions(args.fail_above, args.fail_below)
-    for w in c.warnings:
+    for w in c.warnings if args.json else []:  # the text prints them itself
+        print(f"fwcompare: warning: {w}", file=sys.stderr)
+    for w in c.gate_warnings(hits):
         print(f"fwcompare: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps(c.to_json(args.fail_above, args.fail_below), indent=1))
@@ -255,14 +259,22 @@ def _cmd_export(args) -> int:
 def _cmd_report(args) -> int:
     from .report import ReportError, build
 
+    import pandas as pd
+
+    from . import load_results
+    from .studies import STUDIES
+
     require_checkout()
     try:
-        build(args.profile, out_root=args.out, fresh=args.fresh, studies=args.study or None,
-              overrides=_overrides(args), progress=not args.quiet)
+        index = build(args.profile, out_root=args.out, fresh=args.fresh,
+                      studies=args.study or None, overrides=_overrides(args),
+                      progress=not args.quiet)
     except ReportError as exc:
         print(f"fwcompare: {exc}", file=sys.stderr)
         return FAILED
-    return DONE
+    results = [load_results(index.parent / s).results for s in args.study or STUDIES
+               if (index.parent / s / "results").is_dir()]
+    return _cells_failed(pd.concat(results, ignore_index=True) if results else pd.DataFrame())
 
 
 def _cmd_doctor(args) -> int:
@@ -327,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     loud.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                       help="print no progress lines (results, warnings and errors only)")
     loud.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                      help="debug logging")
+                      help="debug logging, and the traceback of an error")
     ap = argparse.ArgumentParser(
         prog="fwcompare", description=__doc__, parents=[common],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -407,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--fail-above", _cmd_compare,
                 "fwcompare compare outputs/quick old-run/quick",
                 "fwcompare compare main/quick branch/quick --fail-above 1.05   "
-                "(exit 1: a cell is 5% slower for sure)")
+                "(exit 1: a cell's interval lies wholly above 1.05)")
     p.add_argument("a", help="output folder A: outputs/PROFILE or outputs/PROFILE/STUDY")
     p.add_argument("b", help="output folder B (time_b_over_a above 1: B is slower)")
     p.add_argument("--out", help="also write cells.csv, variants.csv, only_in_one.csv, "
@@ -457,9 +469,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (DoctorError, CheckoutError) as exc:  # the machine or the install, not the params
+        _traceback(args)
         print(f"fwcompare: {exc}", file=sys.stderr)
         return BAD_INPUT
     except ParamsError as exc:
+        _traceback(args)
         print(f"fwcompare: invalid params: {exc}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:
@@ -469,6 +483,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _traceback(args) -> None:
+    """Under ``-v``, where an error was raised."""
+    if getattr(args, "verbose", False):
+        import traceback
+
+        traceback.print_exc()
 
 
 def _stop_on_sigterm():

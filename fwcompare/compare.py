@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import load_results
-from .results import MEASURED, RUN_FAILED
+from .results import FAILED_STATUSES, MEASURED
 from .spec import RunSpec
 from .stats import CellSamples, geomean_ratio_ci, ratio_ci
 from .tables import samples_by_cell, variant
@@ -48,6 +48,7 @@ GROUP = ["study", "task", "variant", "dtype"]
 # Manifest keys (dotted, as env_diff writes them) whose difference between two
 # runs makes their timings incomparable cell by cell: each prefix, what it is.
 HARDWARE_KEYS = {"cpu_flags.": "instruction-set flags of the CPU",
+                 "cpu_freq_mhz.": "CPU's highest clock",
                  "gpus": "GPUs (model, clocks, power limit)"}
 
 
@@ -131,12 +132,18 @@ def hardware_warnings(env: pd.DataFrame) -> list[str]:
         rows = env[env["key"].str.startswith(prefix)].drop_duplicates("key")
         if not len(rows):
             continue
+        unrecorded = [side for side in ("a", "b") if (rows[side].astype(str) == "").all()]
+        if unrecorded:  # a run from before fwcompare recorded them
+            out.append(f"{unrecorded[0].upper()} does not record the {what} (a run made "
+                       f"before fwcompare recorded them): whether the machines differ in "
+                       f"them is unknown")
+            continue
         parts = [f"{r.key[len(prefix):] if prefix.endswith('.') else r.key} "
                  f"(A: {r.a if r.a != '' else 'not recorded'}, "
                  f"B: {r.b if r.b != '' else 'not recorded'})" for r in rows.itertuples()]
         out.append(f"A and B differ in the {what}: {'; '.join(parts)}. These change "
-                   f"which kernels run: a ratio between them measures the machines as much "
-                   f"as the code")
+                   f"which kernels run and how fast: a ratio between them measures the "
+                   f"machines as much as the code")
     return out
 
 
@@ -174,28 +181,43 @@ class Comparison:
     def regressions(self, above: float | None = None,
                     below: float | None = None) -> pd.DataFrame:
         """The cells a gate stops on: B/A above ``above`` for sure (the
-        interval's lower end above it; or measured in A and failed in B),
-        or below ``below`` for sure (the upper end below it); ``why`` says
-        which. Empty when neither threshold is given."""
+        interval's lower end above it; or measured in A and not in B: an
+        error, a timeout, out of memory, unsupported), or below ``below`` for
+        sure (the upper end below it); ``why`` says which. Empty when neither
+        threshold is given. "For sure" is as sure as the interval: with one
+        round per side it holds one sampling window's noise only
+        (``interval`` says ``blocks``; :meth:`gate_warnings`)."""
         cells = self.cells
         if not len(cells) or (above is None and below is None):
             return pd.DataFrame(columns=[*cells.columns, "why"])
         why = pd.Series("", index=cells.index)
         if above is not None:
             why[cells["ci_low"] > above] = f"B/A above {above:g} (interval's lower end)"
-            why[cells["status_a"].eq("ok") & cells["status_b"].isin(RUN_FAILED)] = \
-                "measured in A, failed in B"
+            lost = cells["status_a"].isin(MEASURED) & cells["status_b"].isin(FAILED_STATUSES)
+            why[lost] = "measured in A, " + cells.loc[lost, "status_b"].astype(str) + " in B"
         if below is not None:
             why[cells["ci_high"] < below] = f"B/A below {below:g} (interval's upper end)"
         hit = cells[why != ""].assign(why=why[why != ""])
         return hit.sort_values("time_b_over_a", ascending=False, ignore_index=True)
 
+    def gate_warnings(self, hits: pd.DataFrame) -> list[str]:
+        """A warning when the gate stops on a ratio whose interval holds one
+        sampling window per run: a rerun can fall outside it."""
+        one = hits[hits["interval"] == "blocks"] if len(hits) else hits
+        if not len(one):
+            return []
+        return [f"{len(one)} of the gate's cells ran one round per side: their intervals "
+                f"hold one sampling window's noise, not the spread between processes "
+                f"(docs/methodology.md, \"Rounds and intervals\"); measure both runs with "
+                f"--set rounds=3 --set rounds_for=all before trusting a gate on them"]
+
     def to_json(self, above: float | None = None, below: float | None = None) -> dict:
         """The comparison as one JSON document (``fwcompare compare --json``)."""
+        hits = self.regressions(above, below)
         return {"a": self.a, "b": self.b, "ratio": "time_b_over_a (above 1: B is slower)",
-                "warnings": self.warnings,
+                "warnings": self.warnings + self.gate_warnings(hits),
                 "gate": {"fail_above": above, "fail_below": below,
-                         "regressions": _records(self.regressions(above, below))},
+                         "regressions": _records(hits)},
                 "variants": _records(self.variants), "cells": _records(self.cells),
                 "only_in_one": _records(self.only), "env_diff": _records(self.env)}
 

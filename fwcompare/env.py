@@ -71,15 +71,15 @@ def cpu_flags(cpuinfo: str | None = None) -> dict[str, bool]:
 
 
 def cpu_freq_mhz() -> dict[str, float]:
-    """The CPU's current and maximum clock in MHz where the OS tells them
-    (psutil; a virtual machine often reports no maximum: left out)."""
+    """The CPU's highest clock in MHz where the OS tells it (psutil), a setting
+    of the machine; empty where it does not (a virtual machine often does
+    not). The clock of the moment is left out: it differs between any two
+    readings."""
     try:
         f = psutil.cpu_freq()
     except (OSError, NotImplementedError, AttributeError):
         f = None
-    if f is None:
-        return {}
-    return {k: round(float(v), 1) for k, v in (("current", f.current), ("max", f.max)) if v}
+    return {"max": round(float(f.max), 1)} if f is not None and f.max else {}
 
 
 def gpus() -> list[dict]:
@@ -102,7 +102,7 @@ def gpus() -> list[dict]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = _nvml(pynvml.nvmlDeviceGetMemoryInfo, h)
-            power = _nvml(pynvml.nvmlDeviceGetPowerManagementLimit, h)
+            power = _nvml(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)  # the limit in force
             g = {"name": _nvml(pynvml.nvmlDeviceGetName, h),
                  "memory_total_bytes": int(mem.total) if mem is not None else None,
                  "driver": driver,
@@ -112,6 +112,8 @@ def gpus() -> list[dict]:
                                             pynvml.NVML_CLOCK_MEM),
                  "sm_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
                                            pynvml.NVML_CLOCK_SM),
+                 "mem_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
+                                            pynvml.NVML_CLOCK_MEM),
                  "power_limit_w": power / 1000 if power is not None else None}
             out.append({k: v.decode() if isinstance(v, bytes) else v for k, v in g.items()})
         return out

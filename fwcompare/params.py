@@ -312,6 +312,9 @@ def command_line_overrides(lists: dict[str, str | None], sets: list[str]) -> dic
             continue
         flag, numeric = LIST_FLAGS[key]
         items = [t.strip() for t in text.split(",")]
+        if key == "models":  # a checkpoint path, from the folder the command runs in
+            items = [str(Path(t).expanduser().resolve()) if models.is_path(t) else t
+                     for t in items]
         out[key] = [_yaml_value(t, f"{flag} {text}") if numeric else t for t in items]
         given_by[key] = flag
     for item in sets:

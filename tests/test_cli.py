@@ -2,10 +2,10 @@
 refused before anything runs when bad), where their results go, exit codes.
 Exit 130 (Ctrl-C, SIGTERM) is tested where a run is stopped: test_distributed.py
 and test_shard.py."""
-import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,10 +21,13 @@ from fwcompare.studies import STUDIES
 
 
 def test_version(capsys):
+    from importlib.metadata import version
+
     with pytest.raises(SystemExit) as exc:
         cli.main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"fwcompare {fwcompare.__version__}"
+    # The installed package's version (pyproject.toml's), which the module repeats.
+    assert capsys.readouterr().out.strip() == f"fwcompare {version('fwcompare')}"
 
 
 @pytest.mark.parametrize("what", ["studies", "profiles", "models", "claims"])
@@ -58,7 +61,8 @@ def test_overrides_parse_lists_and_yaml_values():
     got = command_line_overrides(
         {"models": "tiny-bert,./ckpt/my-bert", "frameworks": None, "batch_sizes": "1, 8",
          "seq_lens": "128"}, ["rounds=3", "modes={torch: [eager]}", "device=gpu"])
-    assert got == {"models": ["tiny-bert", "./ckpt/my-bert"], "batch_sizes": [1, 8],
+    assert got == {"models": ["tiny-bert", str(Path("ckpt/my-bert").resolve())],
+                   "batch_sizes": [1, 8],
                    "seq_lens": [128], "rounds": 3, "modes": {"torch": ["eager"]},
                    "device": "gpu"}
     with pytest.raises(ParamsError, match="given twice"):
@@ -87,10 +91,12 @@ def nothing_runs(monkeypatch):
     (["--batch-sizes", "0"], "key 'batch_sizes': must be positive"),
     (["--set", "rounds=three"], "key 'rounds': expected int"),
     (["--models", "no-such-bert"], "key 'models': unknown model 'no-such-bert'"),
-    (["--models", "./no/such/dir"], "key 'models': model path './no/such/dir' has no config.json"),
+    (["--models", "./no/such/dir"], "/no/such/dir' has no config.json"),
     (["--frameworks", "torch,mxnet"], "key 'frameworks': unknown value 'mxnet'"),
     (["--set", "rounds"], "expected KEY=VALUE"),
     (["--set", "modes=[torch"], "not a YAML value"),
+    # The CPU profiles interleave; a GPU run of them says to run its variants in turn.
+    (["--set", "device=gpu"], "key 'schedule': interleaved on a GPU"),
 ])
 def test_bad_overrides_exit_2_before_anything_runs(capsys, tmp_path, nothing_runs, argv, says):
     rc = cli.main(["run", "inference_sweep", "--profile", "smoke", "--out", str(tmp_path / "o"),
@@ -116,6 +122,36 @@ def test_report_overrides_checked_for_every_study_before_anything_runs(capsys, t
     err = capsys.readouterr().err
     assert "params/inference_sweep/smoke.yaml" in err and "key 'seq_lens'" in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_relative_checkpoint_path_is_taken_from_where_the_command_runs(monkeypatch,
+                                                                        tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    got = command_line_overrides({"models": "./ckpt,tiny-bert"}, [])
+    assert got["models"] == [str(tmp_path / "ckpt"), "tiny-bert"]
+
+
+def test_report_exits_1_when_a_cell_failed(monkeypatch, tmp_path, capsys):
+    """The report itself goes on past a failed cell; its exit code says so."""
+    import dataclasses
+
+    from fwcompare.results import ResultStore, make_row
+    from fwcompare.spec import RunSpec
+
+    root = tmp_path / "smoke"
+    store = ResultStore(root / "inference_sweep" / "results", run_id="r", hostname="h")
+    s = RunSpec(study="inference_sweep", model="tiny-bert", framework="jax", mode="jit",
+                device="cpu", dtype="float32", batch_size=1, seq_len=8, threads=2)
+    monkeypatch.setattr(report, "build", lambda *a, **k: root / "index.html")
+    argv = ["report", "--profile", "smoke", "--study", "inference_sweep"]
+    store.append(make_row(s, status="ok", run_id="r", figures={"calls_per_sample": 1}),
+                 [0.01] * 8)
+    assert cli.main(argv) == cli.DONE
+    store.append(make_row(dataclasses.replace(s, batch_size=2), status="timeout", run_id="r",
+                          error="cell timed out after 900 s"))
+    assert cli.main(argv) == cli.FAILED
+    assert "1 cell(s) failed" in capsys.readouterr().err
 
 
 def test_dry_run_with_overrides_plans_only_their_cells(capsys, tmp_path):
@@ -146,7 +182,8 @@ def test_own_question_runs_into_its_own_folder_and_records_the_cpu_flags(tmp_pat
     assert set(df["framework"]) == {"torch"} and set(df["model"]) == {"tiny-bert"}
     assert set(df["batch_size"]) == {2} and set(df["seq_len"]) == {8, 16}
     assert (df["status"] == "ok").all() and (df["median_s"] > 0).all()
-    assert "measuring" not in p.stderr and "elapsed" not in p.stderr  # -q
+    for said in ("estimate", "elapsed", "your own question"):  # -q: no progress lines
+        assert said not in p.stdout and said not in p.stderr, said
     # env.json names the CPU's instruction-set flags, each true or false.
     flags = res.manifest["cpu_flags"]
     assert set(flags) == set(ISA_FLAGS) and all(isinstance(v, bool) for v in flags.values())

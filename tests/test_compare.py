@@ -185,8 +185,9 @@ def test_regression_gate_names_the_slower_cell_and_exits_1(slower_faster, capsys
     assert head.startswith("FAIL: 2 cell(s) beyond the gate")
     rows = [line.split() for line in head.splitlines()[2:] if line.strip()]
     assert [(r[4], r[-1]) for r in rows][:1] == [("1", "end)")]  # batch 1, above 1.05
-    assert "measured in A, failed in B" in head and len(rows) == 2
+    assert "measured in A, error in B" in head and len(rows) == 2
     assert "2 cell(s) beyond the gate (--fail-above 1.05)" in err
+    assert "ran one round per side" in err  # one process a side: said, not hidden
     # A threshold the slowdown does not pass, and the other direction.
     assert main(["compare", a, b, "--fail-above", "1.2", "--json"]) == 1  # the failed cell
     assert main(["compare", str(slower_faster[0]), str(slower_faster[0]),
@@ -216,9 +217,16 @@ def test_runs_on_cpus_with_other_instruction_sets_warn(slower_faster, capsys):
     assert "instruction-set flags" in c.warnings[0] and "amx_bf16 (A: True, B: False)" in \
         c.warnings[0] and "avx512f" not in c.warnings[0]
     assert main(["compare", *map(str, slower_faster)]) == 0
-    assert "warning: A and B differ in the instruction-set flags" in capsys.readouterr().err
+    assert "warning: A and B differ in the instruction-set flags" in capsys.readouterr().out
     same = cmp.compare(slower_faster[0], slower_faster[0])
     assert same.warnings == []
+
+
+def test_a_run_that_records_no_flags_is_said_once(slower_faster, tmp_path):
+    old = write_run(tmp_path / "old" / "inference_sweep", {spec(1): ("ok", [0.01] * 12)},
+                    "ro", "ho", {"torch": "1"})
+    (w,) = cmp.compare(old, slower_faster[0]).warnings
+    assert w.startswith("A does not record the instruction-set flags of the CPU")
 
 
 def test_compare_json_is_one_document(slower_faster, capsys):

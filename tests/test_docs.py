@@ -165,8 +165,18 @@ def measurement_entry_problems(root: Path) -> list[str]:
     return problems
 
 
+PLACEHOLDER = re.compile(r"\b(TBD|TODO|FIXME|XXX)\b|_TBD\b")
+
+
+def placeholders(root: Path) -> list[str]:
+    """A figure or sentence left to fill in (TBD, TODO...) in README or docs/."""
+    return [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in documents(root)
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if PLACEHOLDER.search(line)]
+
+
 CHECKS = (broken_links, readme_too_long, dates_outside_latest_figures,
-          measurement_entry_problems)
+          measurement_entry_problems, placeholders)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
@@ -307,3 +317,9 @@ def test_bad_measurement_entries_are_found(tiny, old, new, expected):
     _edit(tiny / "docs" / "measurements.md", old, new)
     problems = measurement_entry_problems(tiny)
     assert len(problems) == 1 and expected in problems[0]
+
+
+def test_a_placeholder_is_found(tiny):
+    _edit(tiny / "README.md", "took 20 minutes", "took INSTALL_TIME_TBD")
+    assert placeholders(tiny) == ["README.md:12: The report of 2026-11-25 (commit abc1234) "
+                                  "took INSTALL_TIME_TBD."]

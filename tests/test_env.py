@@ -45,7 +45,7 @@ def _fake_nvml(power_mw=700_000, app_clock=None):
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30),
         nvmlDeviceGetMaxClockInfo=lambda h, kind: {0: 1980, 1: 2619}[kind],
         nvmlDeviceGetApplicationsClock=(lambda h, kind: app_clock) if app_clock else unsupported,
-        nvmlDeviceGetPowerManagementLimit=lambda h: power_mw)
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: power_mw)
     return m
 
 
@@ -54,7 +54,7 @@ def test_gpus_from_nvml(monkeypatch):
     (g,) = env.gpus()
     assert g == {"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * 2**30,
                  "driver": "590.48", "sm_clock_max_mhz": 1980, "mem_clock_max_mhz": 2619,
-                 "sm_clock_app_mhz": None, "power_limit_w": 700.0}
+                 "sm_clock_app_mhz": None, "mem_clock_app_mhz": None, "power_limit_w": 700.0}
     assert env.describe_gpus() == "NVIDIA H100 80GB HBM3, 80 GiB, driver 590.48, power limit 700 W"
 
 

@@ -1,7 +1,9 @@
 """PyPI's torch brings triton on Linux, and triton imported after TensorFlow
 kills the process (SIGSEGV). The TensorFlow backend imports it first, or marks
 it absent where TensorFlow came first (frameworks/tensorflow.py). This checks
-both orders in fresh interpreters; where triton is installed, a crash fails it."""
+both orders in fresh interpreters; where triton is installed (PyPI's torch), a
+crash fails it. Where it is not (CI: a CPU build of torch) it checks that the
+order is kept, not the crash, which needs triton to happen."""
 import os
 import subprocess
 import sys
