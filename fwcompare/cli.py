@@ -257,11 +257,10 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import ReportError, build
-
     import pandas as pd
 
     from . import load_results
+    from .report import ReportError, build
     from .studies import STUDIES
 
     require_checkout()
@@ -301,8 +300,8 @@ def _cmd_list(args) -> int:
         from .models import describe_zoo
 
         rows = describe_zoo()
-        rows.append(("PATH/", "a local checkpoint directory (config.json and safetensors "
-                            "weights), loaded offline"))
+        rows.append(("PATH/", "a local checkpoint directory (config.json and one "
+                            "model.safetensors), loaded offline"))
     else:
         from .claims import load_claims
 
@@ -326,7 +325,8 @@ def _add_overrides(p: argparse.ArgumentParser, where: str) -> None:
                    help="sequence lengths in tokens")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any params key, its value in YAML (repeatable): --set rounds=3, "
-                        "--set device=gpu, --set 'modes={torch: [eager, compile]}'")
+                        "--set 'modes={torch: [eager, compile]}', --set device=gpu --set "
+                        "schedule=sequential")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ order. For each cell measured in both:
 - the two environment manifests (``results/env.json``) side by side where they
   differ: versions, CPU/GPU, threads, flags, the measured peak; a warning
   where they differ in what changes results (:data:`HARDWARE_KEYS`: the CPU's
-  instruction-set flags, the GPUs' clocks and power limits).
+  instruction-set flags and highest clock, the GPUs' clocks and power limits).
 
 Printed as tables, and written as CSV and Markdown (``--out``) or JSON.
 :meth:`Comparison.regressions` makes it a regression gate, as asv's
@@ -133,10 +133,10 @@ def hardware_warnings(env: pd.DataFrame) -> list[str]:
         if not len(rows):
             continue
         unrecorded = [side for side in ("a", "b") if (rows[side].astype(str) == "").all()]
-        if unrecorded:  # a run from before fwcompare recorded them
+        if unrecorded:  # an older run, or a machine that does not tell
             out.append(f"{unrecorded[0].upper()} does not record the {what} (a run made "
-                       f"before fwcompare recorded them): whether the machines differ in "
-                       f"them is unknown")
+                       f"before fwcompare recorded them, or a machine that does not tell): "
+                       f"whether the machines differ in them is unknown")
             continue
         parts = [f"{r.key[len(prefix):] if prefix.endswith('.') else r.key} "
                  f"(A: {r.a if r.a != '' else 'not recorded'}, "
