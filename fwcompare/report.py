@@ -35,7 +35,7 @@ from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
 from .params import (ParamsError, describe_overrides, overridden_profile, overrides_by_study,
-                     with_overrides)
+                     read_yaml, with_overrides)
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
 from .runner import PEAK_PHASE
@@ -170,7 +170,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         full = with_overrides(study, path, per_study[study])
         if full.get("device") == "gpu":
             on_gpu += full["frameworks"]
-        raw[study] = {**(yaml.safe_load(path.read_text()) or {}), **per_study[study]}
+        raw[study] = {**read_yaml(path, "params"), **per_study[study]}
     if overrides:
         say(f"your own question ({describe_overrides(overrides)}): the report goes to "
             f"{out_root}")
@@ -342,7 +342,8 @@ _FAILED = "fwcompare-notebook-failed: "
 
 
 def _failures_only(text: str) -> None:
-    """``run_studies``' log under ``-q``: a failed study's traceback, nothing else."""
+    """``run_studies``' log under ``-q``: a failed study's traceback, nothing else
+    (its progress lines go to ``log`` whatever ``progress`` says: a test reads them)."""
     if "failed" in text.splitlines()[-1]:
         print(text, file=sys.stderr, flush=True)
 

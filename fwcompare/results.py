@@ -41,7 +41,7 @@ FAILED_STATUSES = ("oom", "unsupported", "error", "timeout")
 # Statuses a resumed run keeps; error and timeout cells are tried again.
 FINAL_STATUSES = ("ok", "oom", "unsupported", "not_equivalent")
 # The run failed the cell (not a finding about the framework, as oom and
-# unsupported are): `fwcompare run` exits 1, compare's gate counts it slower.
+# unsupported are): `fwcompare run` and `report` exit 1.
 RUN_FAILED = tuple(s for s in STATUSES if s not in FINAL_STATUSES)
 
 SPEC_COLUMNS = list(RunSpec.__dataclass_fields__)
