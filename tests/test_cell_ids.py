@@ -1,0 +1,28 @@
+"""Cell ids are the resume keys of every stored result: a change to the code
+must not change them. tests/data/cell_ids.json holds the ids every params file
+gave before the redesign of issue 47 (tools/behaviour_snapshot.py made it)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from fwcompare import params
+from fwcompare.studies import STUDIES
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = json.loads((ROOT / "tests" / "data" / "cell_ids.json").read_text())
+
+
+def test_every_params_file_is_stored():
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "params").glob("*/*.yaml")
+                   if p.parent.name in STUDIES)
+    assert files == sorted(STORED)
+
+
+@pytest.mark.parametrize("path", sorted(STORED))
+def test_cell_ids_unchanged(path):
+    file = ROOT / path
+    study = STUDIES[file.parent.name]
+    ids = [c.cell_id for c in study.cells(params.load_file(file, study.name))]
+    assert len(ids) == len(STORED[path])
+    assert ids == STORED[path]
