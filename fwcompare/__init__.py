@@ -1,140 +1,25 @@
-"""fwcompare: trustworthy PyTorch / TensorFlow / JAX comparisons of Transformer models."""
-from __future__ import annotations
+"""fwcompare: trustworthy PyTorch / TensorFlow / JAX comparisons of Transformer models.
 
-import contextlib
-import json
-from dataclasses import dataclass
-from pathlib import Path
+The names a notebook or script uses are here (``fwcompare.run_study``,
+``load_results``, ``study_dir``, ``LAB``); each lives in its module and is
+imported when first asked for, so that a worker importing one low module does
+not import the runner.
+"""
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
-
-@dataclass
-class StudyResults:
-    """What a study run leaves behind: one row per cell, raw samples, manifest."""
-
-    results: "object"   # pandas.DataFrame, one row per (cell, round)
-    samples: "object"   # pandas.DataFrame, raw samples
-    manifest: dict
-    output_dir: Path
-    losses: "object" = None  # pandas.DataFrame, training studies: loss per agreement step
-
-    @property
-    def figures_dir(self) -> Path:
-        return self.output_dir / "figures"
+_HOMES = {"run_study": "api", "run_studies": "api", "load_results": "results",
+          "StudyResults": "results", "study_dir": "paths", "LAB": "paths"}
 
 
-# The profile folder of notebooks run by hand (JupyterLab, nothing injected):
-# outputs/lab/<study>, never a report's results (params.RUNTIME_KEYS).
-LAB = "lab"
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'fwcompare' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
 
 
-def study_dir(study: str, profile: str, output_dir: str | Path | None = None) -> Path:
-    from .paths import OUTPUTS
-
-    return Path(output_dir) if output_dir else OUTPUTS / profile / study
-
-
-def load_results(output_dir: str | Path) -> StudyResults:
-    from .results import ResultStore
-
-    output_dir = Path(output_dir)
-    store = ResultStore(output_dir / "results")
-    env_file = store.dir / "env.json"
-    manifest = json.loads(env_file.read_text()) if env_file.exists() else {}
-    return StudyResults(store.load(), store.load_samples(), manifest, output_dir,
-                        store.load_losses())
-
-
-def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
-              output_dir: str | Path | None = None, progress: bool = True,
-              cells: list | None = None, servers=None) -> StudyResults:
-    """Validate params, run (or resume) every cell of ``study`` (or only
-    ``cells``, a subset of them: a shard, fwcompare.shard), return its results.
-    ``servers``: fork servers to share (``fwcompare report`` keeps one set for
-    all its studies); by default the run starts its own and closes them."""
-    out = study_dir(study, profile, output_dir)
-    _measure(study, params, profile, out, progress, cells, servers)
-    return load_results(out)
-
-
-def _measure(study: str, params: dict | None, profile: str, out: Path, progress: bool,
-             cells: list | None = None, servers=None, upto_round: int | None = None,
-             passes=None) -> None:
-    """``run_study``'s measuring; ``upto_round`` and ``passes``: one round
-    pass of ``run_studies``."""
-    from .forkserver import ForkServers
-    from .params import study_named, validate
-    from .runner import Runner
-
-    params = validate(study, params or {}, source=f"{study} params")
-    first = not upto_round  # the whole run, or its first round pass
-    if params.get("device") == "gpu" and first:  # stop before hours of unsupported cells
-        from .doctor import require
-
-        require(list(params["frameworks"]), "gpu")
-    st = study_named(study)
-    whole = cells is None
-    cells = st.cells(params) if whole else list(cells)
-    # What it will take, before it starts (``run --dry-run`` stops here); a subset
-    # (a shard) prints its own plan instead.
-    if progress and whole and first:
-        from .estimate import estimate
-
-        print(estimate(study, params, out / "results").text(), flush=True)
-    with contextlib.nullcontext(servers) if servers is not None else ForkServers(
-            out / "results" / "work" / "jobs") as servers:  # shared by the tasks
-        for task in st.tasks:
-            if progress and len(st.tasks) > 1:
-                print(f"{study}: {task} cells", flush=True)
-            Runner(st, params, out / "results", profile=profile, progress=progress,
-                   task=task, servers=servers, upto_round=upto_round,
-                   passes=passes).run([c for c in cells if c.task == task])
-
-
-def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
-                log=None) -> tuple[dict[str, float], dict[str, str]]:
-    """Measure several studies (``runs``: study -> (params, output folder)) in
-    round passes: round 0 of every study, then round 1 of those with a second
-    round, and so on. A study's rounds are then minutes apart, with the other
-    studies between them, so a slow spell of the machine (its speed drifts by
-    10-25% over minutes) lands on one round of several studies instead of on
-    every round of one, and the between-round part of each interval sees it.
-    Weights, exports and compile caches are made in the first pass and kept
-    for the next. ``log(text)`` gets the progress lines (default: stderr).
-    Returns the seconds spent per study and, per study whose measuring
-    raised, the traceback (its later passes are skipped)."""
-    import shutil
-    import sys
-    import time
-    import traceback
-
-    from .params import validate
-    from .runner import Passes
-
-    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    rounds = {study: validate(study, params or {}, source=f"{study} params")["rounds"]
-              for study, (params, _) in runs.items()}
-    passes = {study: Passes() for study in runs}
-    times = dict.fromkeys(runs, 0.0)
-    failed: dict[str, str] = {}
-    try:
-        for k in range(max(rounds.values(), default=0)):
-            now = [s for s in runs if rounds[s] > k and s not in failed]
-            for n, study in enumerate(now, 1):
-                params, out = runs[study]
-                log(f"[{n}/{len(now)}] {study}: measuring (profile {profile}"
-                    + (f", round {k + 1} of {rounds[study]})" if rounds[study] > 1 else ")"))
-                t0 = time.perf_counter()
-                try:
-                    _measure(study, params, profile, Path(out), progress, servers=servers,
-                             upto_round=k, passes=passes[study])
-                except Exception:
-                    failed[study] = traceback.format_exc()
-                    log(failed[study] + f"{study}: the measurement failed")
-                times[study] += time.perf_counter() - t0
-                log(f"{study}: measured in {time.perf_counter() - t0:.1f} s")
-    finally:  # the compile caches kept between passes (a finished run removed its own)
-        for _, out in runs.values():
-            shutil.rmtree(Path(out) / "results" / "work" / "compile", ignore_errors=True)
-    return times, failed
+def __dir__():
+    return sorted([*globals(), *_HOMES])

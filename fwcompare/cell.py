@@ -30,31 +30,9 @@ from .job import CellRef, Job
 from .protocol import DONE, emit
 from .results import MEASURED
 from .spec import RunSpec, tokens_per_call
+from .outcome import CellFailure, describe, failure_status  # noqa: F401 (the studies' names)
+from .stats import derived_figures  # noqa: F401
 from .timing import Sampler, TimingConfig, prepare
-
-
-class CellFailure(Exception):
-    """A cell (or every cell of a variant) cannot be measured: its status and message."""
-
-    def __init__(self, status: str, message: str, figures: dict | None = None):
-        super().__init__(message)
-        self.status, self.message, self.figures = status, message, figures or {}
-
-
-def failure_status(backend, exc: BaseException) -> str:
-    from .frameworks import Unsupported
-
-    if isinstance(exc, CellFailure):
-        return exc.status
-    if isinstance(exc, Unsupported):
-        return "unsupported"
-    return "oom" if backend.is_oom(exc) else "error"
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, CellFailure):
-        return exc.message
-    return f"{type(exc).__name__}: {exc}"
 
 
 def inject_fault(label: str) -> None:
@@ -109,33 +87,6 @@ class CellPlan:
     provenance: dict = field(default_factory=dict)
 
 
-def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float = 0.95,
-                    flops: float = float("nan"), peak: float = float("nan"),
-                    traffic: float = float("nan"), tokens: int | None = None) -> dict:
-    """A cell's figures derived from its raw seconds-per-call samples: the one
-    place median, CI, spread, throughput and achieved FLOP/s are computed
-    (workers, data-parallel ranks and the tables that pool rounds use it).
-    ``samples_s``: one sampling window's samples, or a ``stats.CellSamples``
-    of several rounds (the CI is then two-level: rounds, then blocks).
-    ``peak``: the machine's FLOP/s ceiling for the cell's precision
-    (fwcompare.peak); ``pct_of_peak`` is the achieved share of it, in %.
-    ``tokens``: tokens per call (``spec.tokens_per_call``; default batch x
-    sequence)."""
-    import numpy as np
-
-    from .peak import pct_of_peak
-    from .stats import CellSamples, iqr, rounds_median_ci
-
-    cs = CellSamples.of(samples_s)
-    med, lo, hi = rounds_median_ci(cs, confidence)
-    samples_s = cs.pooled
-    return dict(n_samples=len(samples_s), median_s=med, ci_low_s=lo, ci_high_s=hi,
-                iqr_s=iqr(samples_s), mean_s=float(np.mean(samples_s)),
-                p90_s=float(np.percentile(samples_s, 90)),
-                throughput_samples_per_s=batch_size / med,
-                tokens_per_s=(tokens or batch_size * seq_len) / med,
-                flops_per_call=flops, achieved_flops_per_s=flops / med,
-                pct_of_peak=pct_of_peak(flops / med, peak), bytes_per_call=traffic)
 
 
 @dataclass

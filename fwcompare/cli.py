@@ -37,7 +37,8 @@ def _overrides(args) -> dict:
 
 
 def _cmd_run(args) -> int:
-    from . import run_study, study_dir
+    from .api import run_study
+    from .paths import study_dir
     from .params import overridden_profile, with_overrides
 
     if not args.params:
@@ -52,9 +53,12 @@ def _cmd_run(args) -> int:
     if args.shard:
         return _run_shard(args, params, profile)
     if args.dry_run:
+        from .claims import claimed_for
         from .estimate import estimate
+        from .params import study_named
 
-        print(estimate(args.study, params, out / "results").text())
+        print(estimate(study_named(args.study), params, out / "results",
+                       claimed_for(args.study, params)).text())
         return DONE
     res = run_study(args.study, params, profile=profile, output_dir=out,
                     progress=not args.quiet)
@@ -101,7 +105,7 @@ def _shard_arg(text: str):
 
 def _run_shard(args, params: dict, profile: str) -> int:
     """``run STUDY --shard I/N``: the shard's cells only, into its own folder."""
-    from . import study_dir
+    from .paths import study_dir
     from .params import study_named
     from .shard import ShardError, plan_shard, run_shard, shard_dir
 
@@ -142,7 +146,7 @@ def _print_merged(merged) -> None:
 
 
 def _cmd_submit(args) -> int:
-    from . import study_dir
+    from .paths import study_dir
     from .shard import ShardError, submit
     from .studies import STUDIES, module_file
 
@@ -259,7 +263,7 @@ def _cmd_export(args) -> int:
 def _cmd_report(args) -> int:
     import pandas as pd
 
-    from . import load_results
+    from .results import load_results
     from .report import ReportError, build
     from .studies import STUDIES
 

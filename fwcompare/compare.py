@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import load_results
+from .results import load_results
 from .results import FAILED_STATUSES, MEASURED
 from .spec import RunSpec
 from .stats import CellSamples, geomean_ratio_ci, ratio_ci

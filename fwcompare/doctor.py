@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import env
-from .params import ParamsError
+from .schema import ParamsError
 from .spec import FRAMEWORKS
 
 ALLOC_BYTES = 64 * 2 ** 20  # what the memory check allocates

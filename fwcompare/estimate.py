@@ -11,24 +11,11 @@ compiles (on a GPU JAX's compiles dominated a first full-grid run: 272 of 385 s)
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import write_json
-
-RECORD = "last_run_{task}.json"
-
-
-def record_run(store_dir: Path, task: str, run_id: str, cells: int, seconds: float,
-               device: str, cpu_model: str) -> None:
-    """What one run of a task measured and how long it took (read by :func:`estimate`)."""
-    write_json(Path(store_dir) / RECORD.format(task=task),
-               {"run_id": run_id, "cells": cells, "seconds": round(seconds, 3),
-                "device": device, "cpu_model": cpu_model,
-                "date": time.strftime("%Y-%m-%d")})
-
+from .results import RECORD, record_run  # noqa: F401 (record_run: the runner's)
 
 @dataclass
 class Estimate:
@@ -87,15 +74,16 @@ def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
                              f"measurements of the latest run here ({'; '.join(where)})")
 
 
-def estimate(study: str, params: dict, store_dir: Path) -> Estimate:
-    """The cells a run of validated ``params`` would measure and its duration."""
+def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = None) -> Estimate:
+    """The cells a run of study ``study`` (a ``Study``) with validated
+    ``params`` would measure and its duration (``claimed``: as
+    ``runner.planned_cells`` takes it)."""
     from .env import params_hash
-    from .params import study_named
     from .results import ResultStore
     from .runner import planned_cells
 
-    specs = study_named(study).cells(params)
-    planned = planned_cells(study, params, specs)
+    specs = study.cells(params)
+    planned = planned_cells(study, params, specs, claimed)
     store = ResultStore(store_dir)
     # Results of other params are archived when a run begins: it starts afresh.
     done = store.finished() if store.stamped() == params_hash(params) else set()
@@ -108,6 +96,6 @@ def estimate(study: str, params: dict, store_dir: Path) -> Estimate:
                  "measurement, model loads, first calls and compiles not included")
     else:
         per_cell, basis = rate
-    return Estimate(study, len(specs), len(planned), len(todo), params["rounds"],
+    return Estimate(study.name, len(specs), len(planned), len(todo), params["rounds"],
                     dict(Counter(c.spec.framework for c in planned)), per_cell * len(todo),
                     basis, low)

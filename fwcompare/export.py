@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import load_results
+from .results import load_results
 from .compare import study_folders
 from .results import now_iso
 

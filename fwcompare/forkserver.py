@@ -24,7 +24,7 @@ descriptors over a Unix socket (``socket.send_fds``).
 Parent side: :class:`ForkServer` (start, ``spawn``, ``close``) and
 :class:`Forked`, the handle of one forked worker with the parts of
 ``subprocess.Popen`` the runner uses. Server side: ``python -m
-fwcompare.forkserver SOCKET_FD THREADS FRAMEWORK STUDY STUDY_FILE [MODEL...]``.
+fwcompare.forkserver_main SOCKET_FD THREADS FRAMEWORK STUDY STUDY_FILE [MODEL...]``
 The server ends when the parent closes the socket or dies, and kills the
 workers it forked on its way out.
 """
@@ -47,7 +47,7 @@ from .paths import ROOT
 # at import): its own compile caches, and a data-parallel rank's place in its
 # launch (torch.distributed's env:// variables, TensorFlow's TF_CONFIG, JAX's
 # coordinator and process: frameworks.jax.DataParallel), and the launch's
-# directory (launch.LAUNCH_DIR_ENV).
+# directory (protocol.LAUNCH_DIR_ENV).
 PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_CACHE",
                   "RANK", "LOCAL_RANK",
                   "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -122,7 +122,7 @@ class ForkServer:
         self._sock = ours
         self._log = open(log_path, "a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fwcompare.forkserver", str(theirs.fileno()), str(threads),
+            [sys.executable, "-m", "fwcompare.forkserver_main", str(theirs.fileno()), str(threads),
              framework, study, study_file, *models],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=self._log, env=self.env, start_new_session=True, cwd=ROOT)
@@ -284,141 +284,3 @@ class ForkServers:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# -- server side --------------------------------------------------------------------
-def _preload(framework: str, study: str, study_file: str, models: list[str]) -> None:
-    """Import what a worker of ``framework`` will: the backend (its framework
-    and transformers), the study, and the model modules of ``models``.
-    Nothing runs: no runtime, device or thread pool is created here."""
-    import importlib
-
-    from . import cell, gate, stats, studies, worker  # noqa: F401
-    from .frameworks import get_backend
-
-    studies.load(study, study_file)
-    if framework not in ("torch", "tensorflow", "jax"):
-        framework = "torch"  # the prepare job: PyTorch only
-    get_backend(framework)
-    prefix = {"torch": "", "tensorflow": "tf_", "jax": "flax_"}[framework]
-    extra = {"jax": ("optax", "jmp", "flax.serialization"),
-             "tensorflow": ("tf_keras",)}.get(framework, ())
-    from . import models as zoo
-
-    for model in models:
-        try:
-            kind = zoo.model_type(model).replace("-", "_")
-        except Exception:  # a model the study will report on; only a preload here
-            continue
-        extra += (f"transformers.models.{kind}.modeling_{prefix}{kind}",)
-    for name in extra:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass
-
-
-def _child(sock: socket.socket, wake_r: int, fds: list[int], req: dict) -> None:
-    """In the forked worker: take its stdin, stdout and log, its environment,
-    then run the worker's entry point. Never returns."""
-    code = 1
-    try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        sock.close()
-        os.close(wake_r)
-        os.setsid()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(req["env"])
-        os.chdir(req["cwd"])
-        from .worker import main
-
-        sys.argv = [main.__code__.co_filename, req["job"]]
-        code = main([req["job"]])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
-
-
-def serve(sock: socket.socket) -> None:
-    """Fork a worker per request until the parent closes the socket; report
-    each worker's exit; kill the workers still running on the way out."""
-    import select
-
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up byte is the point
-    children: set[int] = set()
-
-    def reap() -> None:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            children.discard(pid)
-            sock.send(json.dumps({"exit": pid,
-                                  "code": os.waitstatus_to_exitcode(status)}).encode())
-
-    sock.send(json.dumps({"ready": True}).encode())
-    try:
-        while True:
-            readable, _, _ = select.select([sock, wake_r], [], [])
-            if wake_r in readable:
-                os.read(wake_r, 512)
-            reap()
-            if sock not in readable:
-                continue
-            msg, fds, _, _ = socket.recv_fds(sock, _MSG, 3)
-            if not msg:
-                return  # the parent closed its end, or died
-            req = json.loads(msg)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                _child(sock, wake_r, fds, req)
-            for fd in fds:
-                os.close(fd)
-            children.add(pid)
-            sock.send(json.dumps({"forked": pid}).encode())
-    except OSError:
-        return
-    finally:
-        for pid in children:
-            kill_group(pid)
-
-
-def main(argv: list[str]) -> int:
-    fd, threads, framework, study, study_file, *models = argv
-    sock = socket.socket(fileno=int(fd))
-    from .worker import pin_threads
-
-    pin_threads(int(threads))  # before any import, as a worker does (children inherit it)
-    _preload(framework, study, study_file, models)
-    serve(sock)
-    # Nothing left to do: skip the interpreter's teardown of the imported
-    # frameworks (seconds for TensorFlow), which the runner would wait for.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

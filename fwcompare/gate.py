@@ -164,7 +164,7 @@ def make_forwards(backend, model, modes, device: str, head: str, dtype: str,
     """Each mode's forward, built but not called (a compiled mode traces in its
     first call). Returns (forwards: mode -> fn, problems: mode -> (status,
     message) for a mode that could not be built)."""
-    from .cell import describe, failure_status
+    from .outcome import describe, failure_status
 
     forwards, problems = {}, {}
     for mode in modes:

@@ -20,6 +20,7 @@ neighbour's cache traffic) does not show here.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -103,3 +104,22 @@ class HostMeter:
         other = (b.work - a.work) - (b.own - a.own)
         return {"host_other_cpu": min(1.0, max(0.0, other / capacity)),
                 "host_steal": min(1.0, max(0.0, (b.steal - a.steal) / capacity))}
+
+
+# The time breakdown's phase of samples dropped because the machine was busy
+# with other work (the interleaved schedule's retakes).
+BUSY_PHASE = "samples taken again (machine busy)"
+
+
+def pin_threads(threads: int) -> None:
+    """Give every framework the same cores: affinity first, before any import
+    (thread pools started later inherit it). A process a launcher started as
+    local rank ``LOCAL_RANK`` (torchrun, or fwcompare.launch for TensorFlow)
+    gets the next ``threads`` cores after the lower ranks', like one GPU each,
+    so that ranks do not compete for the same cores."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    n = max(1, min(threads, len(cores)))
+    start = (int(os.environ.get("LOCAL_RANK", "0")) * threads) % len(cores)
+    os.sched_setaffinity(0, (cores + cores)[start:start + n])

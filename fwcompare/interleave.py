@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import env, protocol
-from .host import BUSY_HOST, host_load
+from .host import BUSY_HOST, BUSY_PHASE, host_load
 from .job import CELLS, CellRef
-from .runner import BUSY_PHASE, _Stop  # the runner imports this module only when it runs it
+from .protocol import WorkerStop
 from .spec import shape_text
 from .timing import StoppingRule
 
@@ -117,7 +117,7 @@ class Lane:
             try:
                 self.wait_ready()
                 return
-            except _Stop as stop:
+            except WorkerStop as stop:
                 why = str(stop)
 
     # -- requests --------------------------------------------------------------------
@@ -139,7 +139,7 @@ class Lane:
         cell ended instead (its row is written) or the worker stopped."""
         try:
             return self._wait(ref, answer, time.monotonic())
-        except _Stop as stop:
+        except WorkerStop as stop:
             self.stopped(str(stop))
             return None
 
@@ -155,12 +155,12 @@ class Lane:
                 except queue.Empty:
                     now = time.monotonic()
                     if self.busy + now - t0 > group_limit:
-                        raise _Stop("group_timeout")
+                        raise WorkerStop("group_timeout")
                     if self.flight is not None and now - started > cell_limit:
-                        raise _Stop("cell_timeout")
+                        raise WorkerStop("cell_timeout")
                     continue
                 if ev is None:
-                    raise _Stop("lost")
+                    raise WorkerStop("lost")
                 kind = ev["event"]
                 if kind == answer == protocol.READY:
                     return ev
@@ -223,7 +223,7 @@ def run_interleaved(runner, model: str, groups: list[list[CellRef]], rnd: int) -
         for lane in lanes:
             try:
                 lane.wait_ready()
-            except _Stop as stop:
+            except WorkerStop as stop:
                 lane.stopped(str(stop))
         _build(lanes, [s[1:] for s in shapes])
         for s in shapes:

@@ -46,15 +46,11 @@ import psutil
 
 from .forkserver import ForkServerError, kill_group
 from .paths import ROOT
-from .protocol import parse_event
+from .protocol import LAUNCH_DIR_ENV, parse_event
 
 # Every rank runs the worker entry point; the job names its study, whose
 # ``work`` hook is the rank's program.
 MODULE = "fwcompare.worker"
-# A directory of the launch's own, for its processes to leave files in for
-# each other (frameworks.tensorflow's parameter servers and workers: their
-# pids, for the chief); removed with the launch.
-LAUNCH_DIR_ENV = "FWCOMPARE_LAUNCH_DIR"
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

@@ -57,3 +57,12 @@ def require_checkout(*names: str) -> None:
         f"fwcompare's studies read their params files and notebooks from a source "
         f"checkout; run it from one (git clone the fwcompare repository, then `make setup` "
         f"there) or set FWCOMPARE_ROOT to a checkout's folder")
+
+
+# The profile folder of notebooks run by hand (JupyterLab, nothing injected):
+# outputs/lab/<study>, never a report's results (params.RUNTIME_KEYS).
+LAB = "lab"
+
+
+def study_dir(study: str, profile: str, output_dir: str | Path | None = None) -> Path:
+    return Path(output_dir) if output_dir else OUTPUTS / profile / study

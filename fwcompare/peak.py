@@ -71,12 +71,6 @@ def _rate(fn, sync) -> float:
     return min(times)
 
 
-def pct_of_peak(achieved_flops_per_s, ceiling):
-    """The share of a precision's ceiling a cell reached, in % (scalars or
-    pandas Series; NaN without a ceiling)."""
-    return 100.0 * achieved_flops_per_s / ceiling
-
-
 def probe(backend, framework: str, device: str, dtypes: list[str], threads: int) -> dict:
     """In this process (a worker's, pinned to its cores): one framework's
     matmul rate per precision and its add's bandwidth, through its backend
@@ -187,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from .env import default_threads
     from .frameworks import get_backend
-    from .runner import worker_env
-    from .worker import pin_threads
+    from .frameworks import worker_env
+    from .host import pin_threads
 
     threads = args.threads or default_threads()
     os.environ.update(worker_env(threads, args.device, args.framework))

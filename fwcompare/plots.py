@@ -438,14 +438,12 @@ VERDICT_COLOURS = {"supported": "#1a7f37", "contradicted": "#c62828",
                    "inconclusive": "#b26a00", "not measured here": "#6e7781"}
 
 
-def claim_figure(row: dict, points: pd.DataFrame):
+def claim_figure(row: dict, points: pd.DataFrame, count: bool = False):
     """One claim: the band where it holds (green), the claimed figure (dashed),
     every cell's value (grey dots, the measured distribution) and the summary
     figure with its 95% CI, coloured by verdict. Ratios spanning more than 3x
-    on a log axis."""
+    on a log axis; ``count``: the figure is a signed count (a linear axis)."""
     import textwrap
-
-    from .claims import is_count
 
     colour = VERDICT_COLOURS[row["verdict"]]
     value, lo, hi = (row.get(k) for k in ("value", "ci_low", "ci_high"))
@@ -455,7 +453,7 @@ def claim_figure(row: dict, points: pd.DataFrame):
     finite += list(vals[np.isfinite(vals)])
     band = (row["band_low"], row["band_high"])
     finite += [b for b in band if b is not None and math.isfinite(b)]
-    log = (not is_count(row["metric"]) and all(x > 0 for x in finite)
+    log = (not count and all(x > 0 for x in finite)
            and max(finite) / min(finite) > 3)
     fig, ax = plt.subplots(figsize=(6.4, 2.5))
     if log:
@@ -503,6 +501,6 @@ def claim_figures(card) -> list[tuple[str, object]]:
     """(figure name, figure) for every claim of a claims.Scorecard, in order."""
     out = []
     for row in card.table.to_dict("records"):
-        out.append((f"claim_{row['id']}", claim_figure(row, card.points[card.points["id"] ==
-                                                                         row["id"]])))
+        out.append((f"claim_{row['id']}", claim_figure(row, card.points[card.points["id"] == row["id"]],
+                                                        row["metric"] in card.counts)))
     return out

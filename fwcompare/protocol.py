@@ -83,3 +83,14 @@ def requests(stream: IO[str] = sys.stdin):
         if req["op"] == EXIT:
             return
         yield req
+
+
+class WorkerStop(Exception):
+    """Parent side: why a group's worker stopped answering: group_timeout,
+    cell_timeout or lost (the runner's and the interleaved schedule's)."""
+
+
+# A directory of a data-parallel launch's own (fwcompare.launch), for its
+# processes to leave files in for each other (frameworks.tensorflow's parameter
+# servers and workers: their pids, for the chief); removed with the launch.
+LAUNCH_DIR_ENV = "FWCOMPARE_LAUNCH_DIR"

@@ -25,11 +25,13 @@ import json
 import math
 import shutil
 import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from .atomic import write_atomic
+from .atomic import write_atomic, write_json
 from .spec import RunSpec
 
 STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "not_equivalent")
@@ -245,7 +247,7 @@ class ResultStore:
     def load(self) -> pd.DataFrame:
         """Every row; measured rows with the run's FLOP/s ceiling for their
         precision (``env.json``'s ``peak``, fwcompare.peak) and their share of it."""
-        from .peak import pct_of_peak
+        from .stats import pct_of_peak
 
         df = _read_all(self.cells_dir, lambda: _frame([]))
         env = self.dir / "env.json"
@@ -279,3 +281,41 @@ class ResultStore:
     def consolidate(self) -> None:
         _write_atomic(self.load(), self.dir / "results.parquet")
         _write_atomic(self.load_samples(), self.dir / "samples.parquet")
+
+
+@dataclass
+class StudyResults:
+    """What a study run leaves behind: one row per cell, raw samples, manifest."""
+
+    results: "object"   # pandas.DataFrame, one row per (cell, round)
+    samples: "object"   # pandas.DataFrame, raw samples
+    manifest: dict
+    output_dir: Path
+    losses: "object" = None  # pandas.DataFrame, training studies: loss per agreement step
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.output_dir / "figures"
+
+
+def load_results(output_dir: str | Path) -> StudyResults:
+    output_dir = Path(output_dir)
+    store = ResultStore(output_dir / "results")
+    env_file = store.dir / "env.json"
+    manifest = json.loads(env_file.read_text()) if env_file.exists() else {}
+    return StudyResults(store.load(), store.load_samples(), manifest, output_dir,
+                        store.load_losses())
+
+
+# What each run of a task measured and how long it took, beside its results
+# (``fwcompare.estimate`` reads it).
+RECORD = "last_run_{task}.json"
+
+
+def record_run(store_dir: Path, task: str, run_id: str, cells: int, seconds: float,
+               device: str, cpu_model: str) -> None:
+    """What one run of a task measured and how long it took (read by :func:`estimate`)."""
+    write_json(Path(store_dir) / RECORD.format(task=task),
+               {"run_id": run_id, "cells": cells, "seconds": round(seconds, 3),
+                "device": device, "cpu_model": cpu_model,
+                "date": time.strftime("%Y-%m-%d")})

@@ -44,40 +44,21 @@ from tqdm import tqdm
 
 from . import env, protocol
 from .atomic import write_json
-from .estimate import record_run
 from .forkserver import ForkServerError, ForkServers, kill_group
-from .frameworks import Unsupported, check_precision
+from .frameworks import Unsupported, check_precision, worker_env
 from .host import HostMeter
 from .job import CELLS, PREPARE, CellRef, Job
+from .judging import is_claimed
+from .protocol import WorkerStop
 from .launch import (describe_exit, fresh_compile_cache, last_error_line, log_tail,
                      use_compile_cache)
-from .params import timing_config
+from .schema import timing_config
 from .paths import ROOT
-from .results import ResultStore, make_row
+from .results import ResultStore, make_row, record_run
 from .spec import RunSpec
-from .studies import module_file
-from .studies.base import Study
+from .studies.base import Study, module_file
 
 MAX_RESTARTS = 3
-
-# Keep transformers from importing the other frameworks into a worker (it
-# imported TensorFlow into the PyTorch worker: +700 MB of RSS, unrelated work).
-_ONLY = {"torch": {"USE_TF": "0", "USE_FLAX": "0"}, "tensorflow": {"USE_FLAX": "0"},
-         "jax": {"USE_TF": "0", "USE_TORCH": "0"}}
-
-
-def worker_env(threads: int, device: str, framework: str) -> dict:
-    e = dict(os.environ)
-    e.update(_ONLY.get(framework, {"USE_TF": "0", "USE_FLAX": "0"}))
-    e.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-             TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", HF_HUB_OFFLINE="1",
-             TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
-             PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-                 [str(ROOT), e.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    if device == "cpu":
-        e.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
-    return e
-
 
 def _hms(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
@@ -156,10 +137,6 @@ class Worker:
         return describe_exit(self.proc.returncode)
 
 
-class _Stop(Exception):
-    """Why a group's worker stopped answering: group_timeout, cell_timeout or lost."""
-
-
 # The steps of one cell, as the sequential schedule asks for them: request,
 # its fields, the event that answers it.
 _STEPS = ((protocol.PREPARE, {}, protocol.PREPARED),
@@ -175,23 +152,20 @@ _PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
 # Measuring the machine's ceilings (peak.py), once per machine and framework.
 PEAK_PHASE = "hardware peak (matmul, bandwidth)"
 
-# Samples dropped because the machine was busy with other work (interleave.py).
-BUSY_PHASE = "samples taken again (machine busy)"
 
-def planned_cells(study: str, params: dict, specs: list[RunSpec]) -> list[CellRef]:
+def planned_cells(study: Study, params: dict, specs: list[RunSpec],
+                  claimed: set[str] | None = None) -> list[CellRef]:
     """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
-    and in the rounds after it those ``rounds_for`` names (all, or the
-    variants a claim compares in this study), none of a task the study
-    measures once (``Study.one_round_tasks``)."""
-    from .studies import STUDIES
-
-    once = STUDIES[study].one_round_tasks if study in STUDIES else ()
-    again = [s for s in specs if s.task not in once]
-    if params.get("rounds_for", "all") != "all":
-        from .claims import claimed_variants, is_claimed
-
-        keep = claimed_variants(study, params["device"])
-        again = [s for s in again if is_claimed(s.framework, s.mode, keep)]
+    and in the rounds after it those ``rounds_for`` names (all, or
+    ``claimed``: the variants a claim compares in this study, which the
+    caller reads from the claims, ``claims.claimed_variants``), none of a task
+    the study measures once (``Study.one_round_tasks``)."""
+    again = [s for s in specs if s.task not in study.one_round_tasks]
+    if params["rounds_for"] != "all":
+        if claimed is None:
+            raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "
+                             f"claimed variants")
+        again = [s for s in again if is_claimed(s.framework, s.mode, claimed)]
     return [CellRef(s, r) for r in range(params["rounds"]) for s in (specs if r == 0 else again)]
 
 
@@ -214,11 +188,13 @@ class Runner:
     def __init__(self, study: Study, params: dict, store_dir: Path, profile: str = "adhoc",
                  progress: bool = True, task: str = "inference",
                  servers: ForkServers | None = None, upto_round: int | None = None,
-                 passes: Passes | None = None):
+                 passes: Passes | None = None, claimed: set[str] | None = None):
         """``upto_round``: measure rounds 0 to ``upto_round`` only (one round
         pass; the later rounds are left for the next pass, which ``passes``
-        ties to this one); None: every round."""
+        ties to this one); None: every round. ``claimed``: the variants a
+        claim compares (:func:`planned_cells`)."""
         self.study, self.params, self.task = study, params, task
+        self.claimed = claimed
         self.servers, self._own_servers = servers, servers is None
         self.store = ResultStore(store_dir)
         self.profile = profile
@@ -357,7 +333,7 @@ class Runner:
         study's ``worker_threads``, and the prepare job), importing while the
         weights are prepared. None with FWCOMPARE_FORKSERVER=0 (every worker a
         fresh interpreter). A server is pinned to the run's cores: a rank
-        forked from it takes its own share (``worker.pin_threads``)."""
+        forked from it takes its own share (``host.pin_threads``)."""
         if os.environ.get("FWCOMPARE_FORKSERVER") == "0":
             return
         if self.servers is None:
@@ -404,7 +380,7 @@ class Runner:
                 why = ""
                 try:
                     self._drive(w, remaining, deadline, cell_limit)
-                except _Stop as stop:
+                except WorkerStop as stop:
                     why = str(stop)
                 if not remaining:  # every row is written: a short wait for a
                     with self.phase("process exits"):  # clean exit (ranks on other
@@ -483,7 +459,7 @@ class Runner:
 
     def _next_event(self, w, remaining, deadline, cell_limit, answer: str | None) -> str:
         """Wait for ``answer`` from the cell in flight (or a cell's ``done``),
-        handling progress events; raise _Stop when the worker ends or a time
+        handling progress events; raise WorkerStop when the worker ends or a time
         limit passes. A cell is in flight from its ``start`` (its variant is
         loaded and gated by then) to its ``done``."""
         while True:
@@ -492,12 +468,12 @@ class Runner:
             except queue.Empty:
                 now = time.monotonic()
                 if now > deadline:
-                    raise _Stop("group_timeout")
+                    raise WorkerStop("group_timeout")
                 if self._flight is not None and now - self._started > cell_limit:
-                    raise _Stop("cell_timeout")
+                    raise WorkerStop("cell_timeout")
                 continue
             if ev is None:
-                raise _Stop("lost")
+                raise WorkerStop("lost")
             key = f"{ev.get('cell')}-r{ev.get('round')}"
             kind = ev["event"]
             if kind == answer == protocol.READY:
@@ -591,7 +567,7 @@ class Runner:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
         done = self.store.finished()
-        whole = planned_cells(self.study.name, self.params, specs)  # every round
+        whole = planned_cells(self.study, self.params, specs, self.claimed)  # every round
         every = [c for c in whole if (c.spec.cell_id, c.round) not in done]  # prepare's
         planned = [c for c in whole if c.round <= self.upto_round]  # this pass's
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]

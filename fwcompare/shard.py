@@ -57,7 +57,7 @@ from .spec import RunSpec
 if TYPE_CHECKING:
     import pandas as pd
 
-    from . import StudyResults
+    from .results import StudyResults
     from .studies.base import Study
 
 SHARD_FILE = "shard.json"   # in a finished shard's results folder
@@ -127,10 +127,12 @@ def units(study: "Study", params: dict) -> list[Unit]:
     from those groups. Sorted by key."""
     from .interleave import variant_key
     from .job import CellRef
+    from .claims import claimed_for
     from .runner import planned_cells
 
     specs = list(dict.fromkeys(study.cells(params)))
-    per_cell = Counter(c.spec for c in planned_cells(study.name, params, specs))
+    per_cell = Counter(c.spec for c in planned_cells(study, params, specs,
+                                                     claimed_for(study.name, params)))
     parent = {s: s for s in specs}
 
     def root(s: RunSpec) -> RunSpec:
@@ -277,9 +279,11 @@ def run_shard(study: str, params: dict | None, shard: Shard, *, output_dir: Path
     ``fwcompare run STUDY --shard I/N`` and every submitted job call): as
     ``run_study`` runs a study, restricted to the shard's cells. A study
     registered outside fwcompare is imported from ``study_file``."""
-    from . import run_study, studies
+    from . import studies
+    from .api import run_study
     from .env import params_hash
     from .params import study_named, validate
+    from .claims import claimed_for
     from .runner import planned_cells
 
     if study_file:
@@ -288,7 +292,8 @@ def run_shard(study: str, params: dict | None, shard: Shard, *, output_dir: Path
     st = study_named(study)
     plan = plan_shard(st, params, shard)
     store_dir = Path(output_dir) / "results"
-    planned = {c.key for c in planned_cells(study, params, list(plan.specs))}
+    planned = {c.key for c in planned_cells(st, params, list(plan.specs),
+                                             claimed_for(study, params))}
     _claim(store_dir, plan, params_hash(params), planned)
     if progress:
         print(plan.text(), flush=True)

@@ -331,3 +331,35 @@ def rounds_median_ci(x, confidence: float = 0.95, n_resamples: int = 2000,
     _, lo, hi = rounds_t_interval([np.log(np.median(v)) for v in x.rounds.values()],
                                   confidence, floor)
     return med, float(np.exp(lo)), float(np.exp(hi))
+
+
+def pct_of_peak(achieved_flops_per_s, ceiling):
+    """The share of a precision's ceiling a cell reached, in % (scalars or
+    pandas Series; NaN without a ceiling)."""
+    return 100.0 * achieved_flops_per_s / ceiling
+
+
+def derived_figures(batch_size: int, seq_len: int, samples_s, confidence: float = 0.95,
+                    flops: float = float("nan"), peak: float = float("nan"),
+                    traffic: float = float("nan"), tokens: int | None = None) -> dict:
+    """A cell's figures derived from its raw seconds-per-call samples: the one
+    place median, CI, spread, throughput and achieved FLOP/s are computed
+    (workers, data-parallel ranks and the tables that pool rounds use it).
+    ``samples_s``: one sampling window's samples, or a ``stats.CellSamples``
+    of several rounds (the CI is then two-level: rounds, then blocks).
+    ``peak``: the machine's FLOP/s ceiling for the cell's precision
+    (fwcompare.peak); ``pct_of_peak`` is the achieved share of it, in %.
+    ``tokens``: tokens per call (``spec.tokens_per_call``; default batch x
+    sequence)."""
+    import numpy as np
+
+    cs = CellSamples.of(samples_s)
+    med, lo, hi = rounds_median_ci(cs, confidence)
+    samples_s = cs.pooled
+    return dict(n_samples=len(samples_s), median_s=med, ci_low_s=lo, ci_high_s=hi,
+                iqr_s=iqr(samples_s), mean_s=float(np.mean(samples_s)),
+                p90_s=float(np.percentile(samples_s, 90)),
+                throughput_samples_per_s=batch_size / med,
+                tokens_per_s=(tokens or batch_size * seq_len) / med,
+                flops_per_call=flops, achieved_flops_per_s=flops / med,
+                pct_of_peak=pct_of_peak(flops / med, peak), bytes_per_call=traffic)

@@ -9,7 +9,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from .cell import derived_figures
+from .stats import derived_figures
 from .host import host_load
 from .results import FAILED_STATUSES, MEASURED
 from .spec import tokens_per_call

@@ -15,21 +15,9 @@ import traceback
 from pathlib import Path
 
 
-def pin_threads(threads: int) -> None:
-    """Give every framework the same cores: affinity first, before any import
-    (thread pools started later inherit it). A process a launcher started as
-    local rank ``LOCAL_RANK`` (torchrun, or fwcompare.launch for TensorFlow)
-    gets the next ``threads`` cores after the lower ranks', like one GPU each,
-    so that ranks do not compete for the same cores."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    n = max(1, min(threads, len(cores)))
-    start = (int(os.environ.get("LOCAL_RANK", "0")) * threads) % len(cores)
-    os.sched_setaffinity(0, (cores + cores)[start:start + n])
-
-
 def main(argv: list[str]) -> int:
+    from .host import pin_threads
+
     pin_threads(json.loads(Path(argv[0]).read_text())["threads"])
     # Which process ran the job (forked from a fork server or not), for its log.
     print(f"fwcompare worker: pid {os.getpid()}, parent {os.getppid()}", file=sys.stderr,

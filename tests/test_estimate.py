@@ -3,6 +3,7 @@ may take, before anything is measured."""
 import subprocess
 import sys
 
+from fwcompare.studies import STUDIES
 from fwcompare.estimate import earlier_rate, estimate, record_run
 from fwcompare.params import load_file
 from fwcompare.paths import PARAMS, ROOT
@@ -25,14 +26,14 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
 
 def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
     params = load_file(SMOKE, "inference_sweep")
-    assert estimate("inference_sweep", params, tmp_path).seconds == 32 * 0.55
+    assert estimate(STUDIES["inference_sweep"], params, tmp_path).seconds == 32 * 0.55
     record_run(tmp_path, "inference", "r1", cells=10, seconds=25.0, device="cpu",
                cpu_model="AMD EPYC")
     record_run(tmp_path, "other", "r2", cells=5, seconds=500.0, device="gpu",
                cpu_model="AMD EPYC")  # another device: not this run's rate
     rate, basis = earlier_rate(tmp_path, "cpu")
     assert rate == 2.5 and "10 measurements" in basis and "AMD EPYC" in basis
-    est = estimate("inference_sweep", params, tmp_path)
+    est = estimate(STUDIES["inference_sweep"], params, tmp_path)
     assert (est.planned, est.todo, est.seconds) == (32, 32, 32 * 2.5)
     assert "estimate: 1 min 20 s (2.5 s per measurement" in est.text()
 
@@ -50,8 +51,8 @@ def test_a_resumed_run_counts_only_the_cells_left(tmp_path):
     store.begin(params_hash(params))
     for spec in InferenceSweep().cells(params)[:5]:
         store.append(make_row(spec, status="ok", run_id="r0", profile="smoke", round=0))
-    est = estimate("inference_sweep", params, tmp_path)
+    est = estimate(STUDIES["inference_sweep"], params, tmp_path)
     assert (est.planned, est.todo) == (32, 27)
     assert "5 already measured, 27 to run" in est.text()
-    est = estimate("inference_sweep", dict(params, warmup_s=0.2), tmp_path)
+    est = estimate(STUDIES["inference_sweep"], dict(params, warmup_s=0.2), tmp_path)
     assert est.todo == 32

@@ -15,7 +15,7 @@ from conftest import SMOKE_TIMING, children_alive
 from fwcompare import run_study
 from fwcompare.forkserver import ForkServers
 from fwcompare.paths import ROOT
-from fwcompare.runner import worker_env
+from fwcompare.frameworks import worker_env
 
 pytestmark = pytest.mark.slow  # it starts worker processes
 

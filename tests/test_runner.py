@@ -144,6 +144,7 @@ def test_the_largest_batch_search_takes_one_round_whatever_rounds_says():
     broke on the repeated rows)."""
     from collections import Counter
 
+    from fwcompare.claims import claimed_for
     from fwcompare.params import load_file, validate
     from fwcompare.paths import PARAMS
     from fwcompare.runner import planned_cells
@@ -151,7 +152,8 @@ def test_the_largest_batch_search_takes_one_round_whatever_rounds_says():
 
     p = validate("memory", load_file(PARAMS / "memory" / "quick.yaml"))
     assert p["rounds"] == 3
-    planned = planned_cells("memory", p, STUDIES["memory"].cells(p))
+    planned = planned_cells(STUDIES["memory"], p, STUDIES["memory"].cells(p),
+                            claimed_for("memory", p))
     rounds = Counter((c.spec.task, c.spec.mode) for c in planned)
     assert rounds[("train", "checkpointing")] == rounds[("train", "plain")] == 3 * 3
     assert rounds[("train", "accumulate-4")] == 3  # one per framework

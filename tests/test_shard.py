@@ -155,7 +155,7 @@ def test_shards_are_balanced_on_measurements():
 def test_rounds_count_and_stay_with_their_cell(toy):
     p = toy_params(rounds=3)
     for part in shares(toy, p, 2):
-        refs = planned_cells(toy.name, p, part)
+        refs = planned_cells(toy, p, part)
         assert len(refs) == 3 * len(part)
     assert sum(u.measurements for u in shard.units(toy, p)) == 3 * len(toy.cells(p))
 
@@ -203,7 +203,7 @@ def fake_shards(root, p, count=2, commit="c0ffee", dirty=False, versions=None):
             "cpu_model": "Xeon", "versions": versions or {"numpy": "2.0"}, "params_hash": h})
         write_json(store.dir / "params.json", p)
         write_json(store.dir / "time_breakdown_inference.json", {"total": 10.0 * i})
-        refs = planned_cells(TOY.name, p, list(plan.specs))
+        refs = planned_cells(TOY, p, list(plan.specs))
         for ref in refs:
             store.append(make_row(ref.spec, status="ok", round=ref.round, run_id=f"run{i}",
                                   figures={"median_s": 0.01, "n_samples": 3},
@@ -233,7 +233,7 @@ def test_merged_shards_read_as_one_run(toy, tmp_path, capsys):
     assert "merged 2 shards (32 rows)" in capsys.readouterr().out
     res = load_results(out)
     df = res.results
-    refs = planned_cells(toy.name, p, toy.cells(p))
+    refs = planned_cells(toy, p, toy.cells(p))
     assert sorted(zip(df["cell_id"], df["round"])) == sorted((r.spec.cell_id, r.round)
                                                              for r in refs)
     assert set(df["status"]) == {"ok"} and set(df["run_id"]) == {"run1", "run2"}

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from types import ModuleType
 from typing import Any, Callable, Protocol
 
@@ -72,6 +73,29 @@ class Backend(Protocol):
     def memory_plan_bytes(self) -> int | None: ...
     def is_oom(self, exc: BaseException) -> bool: ...
     def runtime_info(self, device: str) -> dict: ...
+
+
+# Keep transformers from importing the other frameworks into a worker (it
+# imported TensorFlow into the PyTorch worker: +700 MB of RSS, unrelated work).
+WORKER_ONLY = {"torch": {"USE_TF": "0", "USE_FLAX": "0"}, "tensorflow": {"USE_FLAX": "0"},
+         "jax": {"USE_TF": "0", "USE_TORCH": "0"}}
+
+
+def worker_env(threads: int, device: str, framework: str) -> dict:
+    """The environment of a worker process of ``framework``: its thread counts,
+    offline transformers, the project on PYTHONPATH, no GPU on a CPU run."""
+    from ..paths import ROOT
+
+    e = dict(os.environ)
+    e.update(WORKER_ONLY.get(framework, {"USE_TF": "0", "USE_FLAX": "0"}))
+    e.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+             TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", HF_HUB_OFFLINE="1",
+             TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
+             PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
+                 [str(ROOT), e.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    if device == "cpu":
+        e.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+    return e
 
 
 # The params that change how a backend builds its modes and steps (the

@@ -515,7 +515,7 @@ def serve_cluster_task() -> None:
 
     import psutil
 
-    from ..launch import LAUNCH_DIR_ENV
+    from ..protocol import LAUNCH_DIR_ENV
 
     kind, index = _task()
     out = Path(os.environ[LAUNCH_DIR_ENV]) / f"{kind}-{index}.json"
@@ -652,7 +652,7 @@ class ParameterServer:
         import json
         from pathlib import Path
 
-        from ..launch import LAUNCH_DIR_ENV
+        from ..protocol import LAUNCH_DIR_ENV
 
         found = sorted(Path(os.environ[LAUNCH_DIR_ENV]).glob("*.json"),
                        key=lambda p: (not p.stem.startswith("ps"), p.stem))

@@ -10,7 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from .base import Study
+from .base import Study, module_file  # noqa: F401
 
 STUDIES: dict[str, Study] = {}
 
@@ -42,11 +42,6 @@ def load(name: str, module_file: str = "") -> Study:
     if name not in STUDIES:
         raise KeyError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
     return STUDIES[name]
-
-
-def module_file(study: Study) -> str:
-    """The file of the module that defines ``study``'s class."""
-    return str(Path(sys.modules[type(study).__module__].__file__).resolve())
 
 
 # The built-in studies, in report order; each module registers its study.

@@ -199,3 +199,12 @@ class Study:
 
     def plan(self, ctx: "WorkerContext", spec: RunSpec) -> "CellPlan":
         raise NotImplementedError(f"{type(self).__name__} does not say how to measure a cell")
+
+
+def module_file(study: Study) -> str:
+    """The file of the module that defines ``study``'s class (a worker process
+    imports it to find a study registered outside fwcompare)."""
+    import sys
+    from pathlib import Path
+
+    return str(Path(sys.modules[type(study).__module__].__file__).resolve())

@@ -1,0 +1,340 @@
+"""What a claim is and how a study's figure for it is judged.
+
+A claim of ``params/claims.yaml`` names a study and a metric. The metric
+computes one figure from that study's raw samples (a geometric mean of median
+ratios with its CI: Student's t over rounds, or the blocks' bootstrap from one
+round; a peak-memory ratio, a count), the cells it used and the hardware they
+ran on. The verdict compares the figure's CI with the claim's band (see the
+head of claims.yaml): ``supported`` when the whole CI lies in the band,
+``contradicted`` when it lies wholly outside, ``inconclusive`` when it reaches
+both sides of an edge, ``not measured here`` when the run has no cells for the
+claim.
+
+The shared metrics live here; a study module adds its own (``Study.metrics``)
+from these pieces. The scorecard, which takes the metrics of every registered
+study, is :mod:`fwcompare.claims`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from .paths import PARAMS
+from .results import MEASURED, load_results
+from .schema import ParamsError
+from .stats import geomean, geomean_ratio_ci
+from .tables import CELL_KEYS, baseline_pairs, both_measured, samples_by_cell, summarize
+
+CLAIMS_FILE = PARAMS / "claims.yaml"
+# A claim id names its figure file (claim_<id>.png) and its anchor in the report.
+CLAIM_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,70}$")
+VERDICTS = ("supported", "contradicted", "inconclusive", "not measured here")
+HARDWARE = ("cpu", "gpu", "any")
+DIRECTIONS = ("about", "above", "below")
+
+
+SINGLE_PROCESS = ("judged from a single process per variant (rounds: 1): the interval "
+                  "covers one sampling window, not the spread between reruns")
+
+
+def busy_host_note(load: float) -> str:
+    return (f"measured on a busy machine: other processes and the hypervisor took up to "
+            f"{load:.0%} of its CPU while these cells were timed; a rerun on a quiet "
+            f"machine may differ")
+
+
+class ClaimsError(ParamsError):
+    """A claims file that cannot be judged; the message names the claim and key."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    claim: str
+    source: str
+    claimed: str
+    hardware: str
+    study: str
+    metric: str
+    cells: dict
+    expected: float
+    direction: str
+    tolerance: float
+    reference: float = math.nan
+    models: tuple = ()
+    shapes: str = "all"
+    aggregate: str = "geomean"
+    source_text: str = ""
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The values for which the claim holds."""
+        if self.direction == "about":
+            return self.expected - self.tolerance, self.expected + self.tolerance
+        if self.direction == "above":
+            return self.reference + self.tolerance, math.inf
+        return -math.inf, self.reference - self.tolerance
+
+
+@dataclass
+class Measurement:
+    """What a metric found: the figure, its CI (NaN: none can be given), the
+    cells used, per-cell values (the distribution drawn beside the claim),
+    the devices of those cells, a note, and a verdict the metric forces when
+    the band cannot decide (e.g. nothing overflowed in either precision)."""
+
+    value: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    unit: str = ""
+    cells: list[str] = field(default_factory=list)
+    points: list[tuple[str, float]] = field(default_factory=list)
+    devices: set = field(default_factory=set)
+    note: str = ""
+    forced: str = ""
+    rounds: int = 0  # fewest rounds (fresh processes) behind any cell used; 0: not a timing
+    host_load: float = math.nan  # busiest share of the machine taken by other work (host.py)
+
+
+def judge(value: float, low: float, high: float, band: tuple[float, float]) -> str:
+    """supported / contradicted / inconclusive for a figure and its CI against
+    a band; a figure without a CI is judged on its value alone. Band edges
+    count as outside (a claim of "faster" needs more than a tie)."""
+    lo_edge, hi_edge = band
+    if not math.isfinite(value):
+        return "not measured here"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        low = high = value
+    if low > lo_edge and high < hi_edge:
+        return "supported"
+    if high <= lo_edge or low >= hi_edge:
+        return "contradicted"
+    return "inconclusive"
+
+
+# -- the stored results of a profile ---------------------------------------------------
+class StudyData:
+    """A study's stored results, loaded once and summarised (rounds pooled)."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.present = (directory / "results" / "results.parquet").is_file() or \
+            (directory / "results" / "cells").is_dir()
+        res = load_results(directory) if self.present else None
+        self.results = res.results if res is not None else pd.DataFrame()
+        self.present = self.present and len(self.results) > 0
+        self.samples = res.samples if res is not None else pd.DataFrame()
+        self.losses = res.losses if res is not None else None
+        self.manifest = res.manifest if res is not None else {}
+        self.summary = summarize(self.results, self.samples) if self.present else pd.DataFrame()
+        self.by_cell = samples_by_cell(self.samples) if self.present else {}
+
+
+def _devices(hardware: str) -> tuple[str, ...]:
+    return {"cpu": ("cpu",), "gpu": ("gpu",), "any": ("cpu", "gpu")}[hardware]
+
+
+def cell_label(r) -> str:
+    return f"{r['model']} {r['batch_size']}x{r['seq_len']}"
+
+
+def _pick_shapes(rows: list, shapes: str) -> list:
+    """All rows, or each model's smallest / largest batch x sequence."""
+    if shapes == "all":
+        return rows
+    pick = {}
+    for r in rows:
+        size = r["batch_size"] * r["seq_len"]
+        best = pick.get(r["model"])
+        if best is None or (size < best[0] if shapes == "smallest" else size > best[0]):
+            pick[r["model"]] = (size, r)
+    return [r for _, r in pick.values()]
+
+
+def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
+    """(row of a, row of b) for every cell both ran ok, on these devices."""
+    s = data.summary
+    s = s[s["device"].isin(devices) & s["variant"].isin([a, b])]
+    if claim.models:
+        s = s[s["model"].isin(claim.models)]
+    pairs = {r["cell_id"]: (r, base) for r, base, _ in
+             baseline_pairs(s, CELL_KEYS, s["variant"] == b)
+             if r["variant"] == a and both_measured(r, base, data.by_cell)}
+    rows = _pick_shapes([r for r, _ in pairs.values()], shapes)
+    return [pairs[r["cell_id"]] for r in rows]
+
+
+def timed_from(m: "Measurement", data: "StudyData", cell_ids) -> None:
+    """Record on ``m`` what the timings of these cells came from: the fewest
+    rounds (fresh worker processes) behind any of them (0: none is known) and
+    the busiest host load of any of their rounds (NaN: not measured)."""
+    if "cell_id" not in data.summary:
+        return
+    s = data.summary.drop_duplicates("cell_id").set_index("cell_id")
+    ids = list(cell_ids)
+    if "rounds" in s:
+        rounds = s["rounds"].reindex(ids).dropna()
+        m.rounds = int(rounds.min()) if len(rounds) else 0
+    if "host_load" in s:
+        load = s["host_load"].reindex(ids).dropna()
+        m.host_load = float(load.max()) if len(load) else math.nan
+
+
+def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
+    s = data.summary
+    on = s[s["device"].isin(devices)]
+    if claim.models:
+        on = on[on["model"].isin(claim.models)]
+    what = f"{' or '.join(claim.models)} " if claim.models else ""
+    if on.empty:
+        return f"no {what}cells on {'/'.join(devices)} in the {claim.study} study"
+    parts = []
+    for v in needs:
+        g = on[on["variant"] == v]
+        if g.empty:
+            parts.append(f"{v} did not run")
+        elif not g["status"].isin(MEASURED).any():
+            parts.append(f"{v}: " + ", ".join(f"{k} {n}" for k, n in
+                                              g["status"].value_counts().items()))
+    return "no cell where " + " and ".join(needs) + " both ran ok" + (
+        f" ({'; '.join(parts)})" if parts else "")
+
+
+# -- metrics ------------------------------------------------------------------------
+def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Geometric mean over the cells both ran of median time(a) / median time(b),
+    with its CI from every cell's raw samples (stats.geomean_ratio_ci). aggregate ``min``: the
+    model with the lowest ratio (each model's cells pooled), with its CI."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    pairs = _pairs(data, claim, devices, a, b, claim.shapes)
+    m = Measurement(unit=f"{a} time / {b} time")
+    if not pairs:
+        m.note = _why_none(data, claim, devices, [a, b])
+        return m
+    groups = {"all": pairs}
+    if claim.aggregate == "min":
+        groups = {}
+        for ra, rb in pairs:
+            groups.setdefault(ra["model"], []).append((ra, rb))
+    best = None
+    for name, ps in groups.items():
+        est = geomean_ratio_ci([(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]])
+                                for ra, rb in ps])
+        if best is None or est[0] < best[1][0]:
+            best = (ps, est)
+    used, (m.value, m.low, m.high) = best
+    timed_from(m, data, [r["cell_id"] for pair in used for r in pair])
+    m.cells = [cell_label(ra) for ra, _ in used]
+    m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
+    m.devices = {ra["device"] for ra, _ in used}
+    if claim.aggregate == "min" and len(groups) > 1:
+        m.note = f"lowest of {len(groups)} models: {used[0][0]['model']}"
+    return m
+
+
+def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
+    """How much more b speeds up over a at each model's smallest batch x
+    sequence than at its largest: (a/b at smallest) / (a/b at largest),
+    geometric mean over models, CI from the four cells' samples."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    small = _pairs(data, claim, devices, a, b, "smallest")
+    large = {ra["model"]: (ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, "largest")}
+    m = Measurement(unit=f"({a}/{b} at smallest) / ({a}/{b} at largest)")
+    both = [(s, large[s[0]["model"]]) for s in small if s[0]["model"] in large
+            and s[0]["cell_id"] != large[s[0]["model"]][0]["cell_id"]]
+    if not both:
+        m.note = ("each model needs two sizes where both ran: "
+                  + _why_none(data, claim, devices, [a, b]) if not small else
+                  "each model ran one batch x sequence only: no trend to see")
+        return m
+    arrays = []
+    for (sa, sb), (la, lb) in both:
+        arrays += [(data.by_cell[sa["cell_id"]], data.by_cell[sb["cell_id"]]),
+                   (data.by_cell[lb["cell_id"]], data.by_cell[la["cell_id"]])]
+    # The geometric mean over 2 log-ratios per model, squared, is the product of
+    # the two per model (averaged over models): a monotone map, so the CI maps too.
+    m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
+    timed_from(m, data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
+    m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
+    for ra, rb in _pairs(data, claim, devices, a, b, "all"):
+        m.points.append((cell_label(ra), ra["median_s"] / rb["median_s"]))
+    m.devices = {sa["device"] for (sa, _), _ in both}
+    m.note = f"{a} time / {b} time: " + "; ".join(
+        f"{sa['model']} {sa['median_s'] / sb['median_s']:.2f} at {sa['batch_size']}x"
+        f"{sa['seq_len']}, {la['median_s'] / lb['median_s']:.2f} at {la['batch_size']}x"
+        f"{la['seq_len']}" for (sa, sb), (la, lb) in both)
+    return m
+
+
+def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
+    """Geometric mean over the cells both ran of peak memory(a) / peak memory(b).
+    One memory measurement per cell: no CI."""
+    a, b = claim.cells["a"], claim.cells["b"]
+    pairs = [(ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, claim.shapes)
+             if ra["peak_mem_bytes"] > 0 and rb["peak_mem_bytes"] > 0]
+    m = Measurement(unit=f"{a} peak memory / {b} peak memory")
+    if not pairs:
+        m.note = _why_none(data, claim, devices, [a, b])
+        return m
+    ratios = [ra["peak_mem_bytes"] / rb["peak_mem_bytes"] for ra, rb in pairs]
+    m.value = geomean(ratios)
+    m.cells = [cell_label(ra) for ra, _ in pairs]
+    m.points = list(zip(m.cells, ratios))
+    m.devices = {ra["device"] for ra, _ in pairs}
+    methods = sorted({str(ra.get("mem_method", "")) for ra, _ in pairs} - {""})
+    m.note = "one peak-memory measurement per cell: no CI" + (
+        f" ({', '.join(methods)})" if methods else "")
+    return m
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A claim metric: ``fn(data, claim, devices) -> Measurement``, the keys its
+    claim's ``cells`` need, a check of their values (problems, or []),
+    whether its figure is a signed count (no CI, printed as +n), and whether
+    it is a ratio of timings (what ``rounds_for: claims`` repeats and the
+    reproducibility benchmark reruns)."""
+
+    fn: Callable[..., Measurement]
+    cells: tuple[str, ...]
+    check: Callable[[dict], list[str]] | None = None
+    count: bool = False
+    timed: bool = False
+
+
+def check_cells(cells: dict, modes: dict[str, set]) -> list[str]:
+    """Names in a claim's cells that no study could have measured (``modes``:
+    per framework, every mode a registered study has)."""
+    from .spec import DTYPES, TASKS
+
+    allowed = {"dtype": DTYPES, "task": TASKS}
+    problems = []
+    for key, value in cells.items():
+        if key in allowed and value not in allowed[key]:
+            problems.append(f"{key} {value!r} is not one of {', '.join(allowed[key])}")
+        elif key in ("a", "b") and value not in DTYPES:
+            fw, _, mode = str(value).partition("/")
+            if mode not in modes.get(fw, ()):
+                problems.append(f"{key} {value!r} is neither framework/mode (e.g. torch/eager) "
+                                f"nor a precision ({', '.join(DTYPES)})")
+    return problems
+
+
+# Metrics any study's results can feed; a study module adds its own (Study.metrics).
+
+
+SHARED_METRICS = {
+    "time_ratio": Metric(time_ratio, ("a", "b"), check_cells, timed=True),
+    "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells, timed=True),
+    "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells),
+}
+
+
+def is_claimed(framework: str, mode: str, variants: set[str]) -> bool:
+    """Whether ``framework/mode`` is one of ``claims.claimed_variants``."""
+    return f"{framework}/{mode}" in variants or f"*/{mode}" in variants

@@ -1,0 +1,251 @@
+"""The language of a study's params: keys, types, defaults and checks.
+
+Papermill only warns on an unknown parameter, so every params file and every
+run is checked first: unknown keys (with the closest known key), wrong types,
+unknown models, frameworks and modes, and non-positive sizes all fail with a
+message naming the key, before anything is measured. A study module declares
+its schema with these pieces (``grid_params``, ``TIMING``, ``Param``);
+:mod:`fwcompare.params` checks a params file against a study's schema at the
+entry points.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import models
+from .host import BUSY_HOST
+from .spec import DEVICES, DTYPES, FRAMEWORKS, SCHEDULES
+from .timing import TimingConfig
+
+
+class ParamsError(ValueError):
+    """One or more bad params; the message lists each, naming its key."""
+
+
+@dataclass(frozen=True)
+class Param:
+    type: str  # int, float, str, bool, list[int], list[str], dict[str, list[str]]
+    default: Any
+    help: str
+    check: Callable[[Any], str | None] | None = None  # returns a problem or None
+
+
+def positive(v):
+    vals = v if isinstance(v, list) else [v]
+    bad = [x for x in vals if not x > 0]
+    return f"must be positive, got {bad[0]!r}" if bad else None
+
+
+def non_negative(v):
+    return None if v >= 0 else f"must be >= 0, got {v!r}"
+
+
+def non_empty(v):
+    return "must not be empty" if len(v) == 0 else None
+
+
+def one_of(allowed):
+    def check(v):
+        vals = v if isinstance(v, list) else [v]
+        bad = [x for x in vals if x not in allowed]
+        return (f"unknown value {bad[0]!r}; allowed: {', '.join(map(str, allowed))}"
+                if bad else None)
+    return check
+
+
+def all_of(*checks):
+    def check(v):
+        for c in checks:
+            problem = c(v)
+            if problem:
+                return problem
+        return None
+    return check
+
+
+def check_models(v):
+    for m in v:
+        try:
+            models.check_model(m)
+        except models.ModelError as exc:
+            return str(exc)
+    return non_empty(v)
+
+
+def modes_in(table: dict):
+    def check(v):
+        for fw, modes in v.items():
+            if fw not in FRAMEWORKS:
+                return f"unknown framework {fw!r}; known: {', '.join(FRAMEWORKS)}"
+            for mode in modes:
+                if mode not in table[fw]:
+                    return f"unknown mode {mode!r} for {fw}; allowed: {', '.join(table[fw])}"
+        return None
+    return check
+
+
+def enough_for_ci(v):
+    """A cell that stops at ``min_iters`` samples (its ``max_time_s`` spent)
+    must still have a 95% interval: with fewer samples it has none (NaN)."""
+    from .stats import fewest_for_median_ci
+
+    n = fewest_for_median_ci(TimingConfig().confidence)
+    return (None if v >= n else
+            f"must be at least {n} (the fewest samples that give a 95% CI of the median), got {v!r}")
+
+
+def _timing() -> dict[str, Param]:
+    """The timing protocol's keys, their defaults from timing.TimingConfig (one source)."""
+    d = TimingConfig()
+    return {
+        "warmup_iters": Param("int", d.warmup_iters, "warm-up calls before sampling (at least)", non_negative),
+        "warmup_s": Param("float", d.warmup_s, "warm-up seconds before sampling (at least)", non_negative),
+        "min_iters": Param("int", d.min_iters, "samples per cell (at least; 6 are the fewest with a 95% CI of the median)", enough_for_ci),
+        "min_time_s": Param("float", d.min_time_s, "sampling seconds per cell (at least)", positive),
+        "max_time_s": Param("float", d.max_time_s, "sampling seconds per cell (at most; past it the cell is marked not converged)", positive),
+        "target_rel_ci": Param("float", d.target_rel_ci, "stop once the 95% CI half-width of the median is within this share of it", positive),
+    }
+
+
+TIMING = _timing()
+
+
+def timing_config(params: dict) -> TimingConfig:
+    """The TimingConfig of a study's validated params (an interleaved schedule
+    makes each block last at least ``block_s``)."""
+    interleaved = params.get("schedule") == "interleaved"
+    return TimingConfig(**{k: params[k] for k in TIMING},
+                        min_block_s=params["block_s"] if interleaved else 0.0)
+
+
+def float32_only(v):
+    if v == "float32":
+        return None
+    hint = " (reduced precisions: a study with a 'precisions' key)" if v in DTYPES else ""
+    return f"unknown value {v!r}; allowed: float32{hint}"
+
+
+def grid_params(models_default, modes_default, modes_table, batch_default, seq_default,
+                timeout_default, tf_autograph: bool | None = False) -> dict[str, Param]:
+    """The keys every study shares: what to run, where, and how long it may take.
+    ``tf_autograph``: the default of that key, or None for a study whose
+    TensorFlow functions are its own (not the backend's steps): no key."""
+    grid = {
+        "models": Param("list[str]", models_default,
+                        "zoo names or local checkpoint directories", check_models),
+        "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
+                            all_of(non_empty, one_of(FRAMEWORKS))),
+        "modes": Param("dict[str, list[str]]", modes_default, "modes per framework",
+                       modes_in(modes_table)),
+        "batch_sizes": Param("list[int]", batch_default, "batch sizes",
+                             all_of(non_empty, positive)),
+        "seq_lens": Param("list[int]", seq_default, "sequence lengths in tokens",
+                          all_of(non_empty, positive)),
+        "device": Param("str", "cpu", "cpu or gpu", one_of(DEVICES)),
+        "dtype": Param("str", "float32", "compute dtype (other precisions: a study with a 'precisions' key)", float32_only),
+        "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", non_negative),
+        "rounds": Param("int", 1, "measure every cell this many times, each round in fresh worker processes (intervals then carry the spread between processes)", positive),
+        "rounds_for": Param("str", "all", "which variants take the rounds after the first: all, or claims (only the framework/mode variants that a claim of params/claims.yaml compares in this study on this device; the others are measured in the first round only)", one_of(["all", "claims"])),
+        "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device)", one_of(SCHEDULES)),
+        "settle_s": Param("float", 0.005, "interleaved: idle seconds before each block, so the previous worker's spinning threads (PyTorch's OpenMP) have stopped", non_negative),
+        "block_s": Param("float", 0.02, "interleaved: each sample block lasts at least this long (one block per variant per turn)", non_negative),
+        "busy_retakes": Param("int", 1, f"interleaved: a set whose sampling window found the machine busy (other processes and the hypervisor's steal above {BUSY_HOST:.0%} of its CPU) is sampled again from scratch, at most this many times; the row counts the retakes", non_negative),
+        "seed": Param("int", 0, "seed of weights and token ids", non_negative),
+        "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", positive),
+        "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),
+        "tf_autograph": Param("bool", tf_autograph, "TensorFlow's tf.function converts Python control flow with AutoGraph (tf.function's default); off, the first call traces the same graph several seconds sooner (these models and steps have no tensor-dependent Python control flow; an accumulation loop keeps it on)"),
+    }
+    if tf_autograph is None:
+        del grid["tf_autograph"]
+    return grid
+
+
+def replace_param(schema: dict[str, Param], key: str, **changes) -> dict[str, Param]:
+    """``schema`` with one key's Param changed (its help, check or default)."""
+    return {**schema, key: dataclasses.replace(schema[key], **changes)}
+
+
+def _type_ok(value, type_: str) -> bool:
+    if type_ == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ == "str":
+        return isinstance(value, str)
+    if type_ == "bool":
+        return isinstance(value, bool)
+    if type_.startswith("list[") and type_.endswith("]"):
+        return isinstance(value, list) and all(_type_ok(v, type_[5:-1]) for v in value)
+    if type_ == "dict[str, list[str]]":
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _type_ok(v, "list[str]") for k, v in value.items())
+    raise ValueError(f"unknown param type {type_}")
+
+
+def _shared_problems(full: dict) -> list[str]:
+    """Problems between keys that any study's schema may have."""
+    problems = []
+    for key, value in full.items():  # every framework needs its modes
+        if key.endswith("modes") and isinstance(value, dict) and "frameworks" in full:
+            missing = [fw for fw in full["frameworks"] if not value.get(fw)]
+            if missing:
+                problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
+    if "min_time_s" in full and full["min_time_s"] > full["max_time_s"]:
+        problems.append("key 'max_time_s': must be >= min_time_s")
+    if (full.get("schedule") == "interleaved" and full.get("device") == "gpu"
+            and "jax" in full.get("frameworks", ())):
+        problems.append("key 'schedule': interleaved on a GPU keeps every variant's process "
+                        "on the device at once, and JAX takes 75% of the GPU's memory for its "
+                        "process (XLA_PYTHON_CLIENT_PREALLOCATE): use schedule: sequential")
+    return problems
+
+
+def validate(st, params: dict, source: str = "params") -> dict:
+    """The params of study ``st`` (a ``Study``: its ``schema`` and ``check``)
+    with defaults filled in, or ParamsError naming each problem's key."""
+    sch = st.schema()
+    if not isinstance(params, dict):
+        raise ParamsError(f"{source}: expected a mapping of keys to values, got {type(params).__name__}")
+    problems = []
+    for key in params:
+        if key not in sch:
+            close = difflib.get_close_matches(str(key), list(sch), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown key {key!r}{hint}; allowed keys: {', '.join(sch)}")
+    full = {**{k: p.default for k, p in sch.items()},
+            **{k: v for k, v in params.items() if k in sch}}
+    for key, value in full.items():
+        p = sch[key]
+        if p.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            full[key] = value = float(value)
+        if not _type_ok(value, p.type):
+            problems.append(f"key {key!r}: expected {p.type}, got {type(value).__name__} {value!r}")
+            continue
+        problem = p.check(value) if p.check else None
+        if problem:
+            problems.append(f"key {key!r}: {problem}")
+    if not problems:
+        problems += _shared_problems(full)
+    if not problems:
+        problems += st.check(full)
+    if problems:
+        if len(problems) == 1:
+            raise ParamsError(f"{source}: {problems[0]}")
+        raise ParamsError(f"{source}: {len(problems)} problems\n  " + "\n  ".join(problems))
+    return full
+
+
+def read_yaml(path: Path, kind: str, error: type[Exception] = ParamsError):
+    """A YAML file's content ({} when empty), or ``error`` naming the file."""
+    if not path.is_file():
+        raise error(f"{path}: no such {kind} file")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML: {exc}") from None
