@@ -39,10 +39,9 @@ from ..params import TIMING, Param, grid_params, non_negative, positive
 from ..results import MEASURED
 from ..stats import geomean_ratio_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell
+from ..workloads import EQUIV_TOL, FP64_COLUMNS, plan_inference
 from . import register
 from .base import Study, per_mode
-from .inference_sweep import EQUIV_TOL, plan_inference
-from .mixed_precision import FP64_COLUMNS
 
 SENTENCE_PAIRS = Path(__file__).resolve().parent.parent / "data" / "sentence_pairs.tsv"
 

@@ -60,9 +60,9 @@ from ..results import MEASURED
 from ..spec import RunSpec
 from ..stats import ratio_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
+from ..workloads import AGREEMENT, OPTIMIZER, train_settings
 from . import register
 from .base import Study
-from .training import AGREEMENT, OPTIMIZER, train_settings
 
 # The engine each framework's mode stands for (the first: the plain engine,
 # what the scaling claim judges). torch eager: DistributedDataParallel under

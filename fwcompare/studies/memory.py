@@ -44,9 +44,9 @@ from ..params import TIMING, Param, check_models, grid_params, modes_in, positiv
 from ..spec import FRAMEWORKS, TRAIN_MODES, RunSpec
 from ..stats import geomean, geomean_ratio_ci, ratio_ci
 from ..tables import samples_by_cell
+from ..workloads import AGREEMENT, OPTIMIZER, plan_training, train_settings
 from . import register
 from .base import Study, grid_cells, per_mode
-from .training import AGREEMENT, OPTIMIZER, plan_training, train_settings
 
 # Technique -> (micro-batches per optimizer step, gradient checkpointing).
 TECHNIQUES = {"plain": (1, False), "checkpointing": (1, True),
@@ -57,7 +57,7 @@ SEARCH, TRY = "largest_batch", "fit"
 GIB = 2 ** 30
 MIB = 2 ** 20
 # The analytic parts of a training step's memory (fp32 weights, gradients and
-# AdamW's two moments: training.trained_variant); the rest is activations,
+# AdamW's two moments: workloads.trained_variant); the rest is activations,
 # workspace and runtime.
 PARTS = ("param_bytes", "grad_bytes", "optimizer_state_bytes")
 
