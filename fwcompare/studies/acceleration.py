@@ -27,9 +27,9 @@ from ..params import TIMING, Param, all_of, grid_params, modes_in, one_of, posit
 from ..spec import MODES, RunSpec
 from ..stats import geomean_ratio_ci, median_diff_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
+from ..workloads import EQUIV_TOL, gate, load_forwards
 from . import register
 from .base import Study, per_mode
-from .inference_sweep import EQUIV_TOL, gate, load_forwards
 
 
 def _eager_in_each(v):

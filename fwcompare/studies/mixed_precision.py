@@ -26,16 +26,11 @@ from ..spec import DTYPES, MODES, TRAIN_MODES, RunSpec
 from ..stats import geomean_ratio_ci
 from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
                       variant)
+from ..workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, plan_inference,
+                         plan_training, train_settings)
 from . import register
 from .base import Study, grid_cells, per_mode
-from .inference_sweep import EQUIV_TOL, plan_inference
-from .training import AGREEMENT, OPTIMIZER, plan_training, train_settings
 
-# Precision errors of a cell's output against the float64 reference: results
-# columns <- precision.error_metrics keys.
-FP64_COLUMNS = {"fp64_max_abs_err": "max_abs_err", "fp64_rel_l2_err": "rel_l2_err",
-                "fp64_cosine": "cosine_similarity", "fp64_argmax_agreement": "argmax_agreement",
-                "out_nonfinite": "n_nonfinite"}
 _FRAMEWORK_MODES = {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}
 
 

@@ -10,145 +10,15 @@ timed first call (``plan_training``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 import pandas as pd
 
-from .. import models
-from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ..gate import TrainSettings
-from ..params import TIMING, Param, grid_params, non_negative, positive
-from ..protocol import GATE, emit
-from ..spec import TRAIN_MODES, RunSpec
+from ..params import TIMING, Param, grid_params, positive
+from ..spec import TRAIN_MODES
 from ..tables import variant
+from ..workloads import AGREEMENT, OPTIMIZER, plan_training, train_settings
 from . import register
 from .base import Study, per_mode
-
-OPTIMIZER = {
-    "learning_rate": Param("float", 1e-4, "AdamW learning rate (every framework)", positive),
-    "weight_decay": Param("float", 0.01, "AdamW decoupled weight decay", non_negative),
-    "beta1": Param("float", 0.9, "AdamW beta1", positive),
-    "beta2": Param("float", 0.999, "AdamW beta2", positive),
-    "eps": Param("float", 1e-8, "AdamW epsilon", positive),
-}
-AGREEMENT = {
-    "agreement_steps": Param("int", 5, "training steps on a fixed batch whose losses are compared before timing", positive),
-    "loss_tol": Param("float", 1e-4, "max abs difference of the first loss from PyTorch's before a framework is flagged", positive),
-    "loss_curve_rtol": Param("float", 1e-2, "max relative difference of any agreement-step loss from PyTorch's", positive),
-}
-
-
-def train_settings(params, agreement_steps: int | None = None) -> TrainSettings:
-    return TrainSettings(optimizer={k: params[k] for k in OPTIMIZER},
-                         accumulation_steps=params.get("accumulation_steps", 1),
-                         agreement_steps=agreement_steps or params["agreement_steps"])
-
-
-@dataclass
-class TrainVariant:
-    """One (mode, precision) in a worker: its training step (built, not yet
-    called), the figures known from the build, and its agreement once run
-    (``agreed``: (figures, not-equivalent reason), or the exception it raised)."""
-
-    step: Callable
-    known: dict
-    agreed: tuple[dict, str] | Exception | None = None
-
-
-def trained_variant(ctx: WorkerContext, mode: str, dtype: str,
-                    settings: TrainSettings) -> TrainVariant:
-    """The model loaded for ``dtype`` and its training step; nothing called yet."""
-    n = ctx.info["n_params"]
-    breakdown = {"param_bytes": 4.0 * n, "grad_bytes": 4.0 * n,
-                 "optimizer_state_bytes": 8.0 * n}  # fp32; AdamW keeps m and v
-    try:
-        model, load_s = ctx.load(dtype)
-        step = ctx.backend.make_train_step(model, settings.exec_mode or mode, ctx.device,
-                                           settings.optimizer, ctx.head,
-                                           settings.accumulation_steps, dtype,
-                                           settings.checkpointing)
-    except Exception as exc:
-        raise CellFailure(failure_status(ctx.backend, exc), describe(exc), breakdown) from exc
-    return TrainVariant(step, dict(breakdown, load_s=load_s))
-
-
-def agreement(ctx: WorkerContext, v: TrainVariant, mode: str, dtype: str,
-              mp_loss_rtol: float | None = None, first=None) -> tuple[dict, str, list]:
-    """The agreement steps on the gate batch against PyTorch's losses (stored;
-    the gate event sent): their figures, the not-equivalent reason ("" if
-    none) and each step's ns. ``first``: (loss, loss scale before it) of a
-    first step already taken on the gate batch (a cell whose batch is the
-    gate's: its first call; the steps that follow are then its warm-up calls)."""
-    from ..gate import agreement_steps, loss_problems
-    from ..results import losses_frame
-
-    ref = ctx.gate.reference
-    try:
-        losses, scales, skipped, step_ns = agreement_steps(
-            ctx.backend, v.step, ctx.gate, ctx.device, len(ref), first)
-    except Exception as exc:
-        v.agreed = CellFailure(failure_status(ctx.backend, exc),
-                               f"agreement steps failed: {describe(exc)}", v.known)
-        raise v.agreed from exc
-    job = ctx.job
-    ctx.store.append_losses(
-        losses_frame(job.model, ctx.framework, mode, losses, ref, dtype=dtype,
-                     loss_scale=scales, skipped=skipped),
-        f"{job.model_key}-{ctx.framework}-{mode}-{dtype}")
-    step0 = abs(losses[0] - ref[0])
-    emit(GATE, dtype=dtype, errors={mode: step0})
-    figures = dict(loss_step0=float(losses[0]), loss_final=float(losses[-1]),
-                   equiv_max_abs_err=float(step0),
-                   equiv_rel_err=float(np.max(np.abs(losses - ref) / np.abs(ref))),
-                   skipped_steps=float(skipped.sum()),
-                   nonfinite_losses=float((~np.isfinite(losses)).sum()),
-                   final_loss_scale=float(scales[-1]))
-    p = ctx.params
-    v.agreed = figures, "; ".join(loss_problems(dtype, losses, ref, p["loss_tol"],
-                                                p["loss_curve_rtol"], mp_loss_rtol))
-    return (*v.agreed, step_ns)
-
-
-def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
-                  mp_loss_rtol: float | None = None) -> CellPlan:
-    """One training-step cell: its (mode, precision) variant, this batch.
-
-    The agreement steps run once per variant, on the gate batch. The gate
-    batch is the smallest cell's (``Study.gate_shape``), so for that cell they
-    are its first calls: its timed first call (trace and compile included) is
-    the first agreement step, the others follow it untimed (and count as its
-    warm-up calls), and the step is compiled once. A variant whose first cell
-    here is another (a resumed run) runs them on the gate batch before that
-    cell's first call."""
-    from ..gate import token_ids, train_labels
-
-    v = ctx.variant(("train", spec.mode, spec.dtype),
-                    lambda: trained_variant(ctx, spec.mode, spec.dtype, settings))
-    ids = token_ids(ctx.job.seed, spec.batch_size, spec.seq_len, ctx.info["vocab_size"])
-    labels = train_labels(ctx.job.seed, ids, ctx.head)
-    gate_batch = (np.array_equal(ids, ctx.gate.ids)
-                  and np.array_equal(labels, ctx.gate.labels))
-    if isinstance(v.agreed, Exception):
-        raise v.agreed
-    if v.agreed is None and not gate_batch:
-        agreement(ctx, v, spec.mode, spec.dtype, mp_loss_rtol)
-    first = None
-    if v.agreed is None:  # this cell's first call is the first agreement step
-        before = v.step.loss_scale()
-
-        def first(out):
-            return agreement(ctx, v, spec.mode, spec.dtype, mp_loss_rtol, (out, before))
-    figures, problem = v.agreed or ({}, "")
-
-    def call():
-        b = ctx.backend.make_batch(ids, labels, ctx.device)
-        return lambda: v.step(b)
-    return CellPlan(call, known=dict(v.known, **figures), problem=problem, first=first,
-                    skip=ctx.skip_reason(spec),
-                    flops=3 * models.forward_flops(ctx.info, spec.batch_size, spec.seq_len),
-                    traffic=models.weight_traffic_bytes(ctx.info, "train"))
 
 
 class Training(Study):
