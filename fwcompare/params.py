@@ -14,7 +14,7 @@ import yaml
 
 from . import models
 from .paths import LAB
-from .schema import (TIMING, Param, ParamsError, all_of, check_models,  # noqa: F401
+from .schema import (PRECISION_HINT, TIMING, Param, ParamsError, all_of, check_models,  # noqa: F401
                      enough_for_ci, float32_only, grid_params, modes_in, non_empty,
                      non_negative, one_of, positive, read_yaml, replace_param, timing_config)
 from .schema import validate as _validate
@@ -44,7 +44,16 @@ def defaults(study: str) -> dict:
 
 def validate(study: str, params: dict, source: str = "params") -> dict:
     """Return the params with defaults filled in, or raise ParamsError."""
-    return _validate(study_named(study), params, source)
+    try:
+        return _validate(study_named(study), params, source)
+    except ParamsError as exc:
+        if PRECISION_HINT not in str(exc):
+            raise
+        from .studies import STUDIES
+
+        takers = [name for name, st in STUDIES.items() if "precisions" in st.schema()]
+        raise ParamsError(str(exc).replace(PRECISION_HINT, f" (reduced precisions: the "
+                                           f"{', '.join(takers)} study)")) from None
 
 
 def load_file(path: Path | str, study: str | None = None) -> dict:

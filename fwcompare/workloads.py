@@ -25,7 +25,7 @@ from . import models
 from .cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from .frameworks import backend_options
 from .gate import TrainSettings
-from .params import Param, non_negative, positive
+from .schema import Param, non_negative, positive
 from .protocol import GATE, emit
 from .spec import RunSpec
 

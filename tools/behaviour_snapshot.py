@@ -55,10 +55,17 @@ def params_and_cells() -> dict:
     return out
 
 
+# Rows of the environment manifest of the moment (the summary notebook shows the
+# machine and the code that render it): they differ between any two takes.
+_OF_THE_MOMENT = ("timestamp", "git_commit", "git_dirty")
+
+
 def _timeless(frame):
-    """The frame without the row of the moment it was made (the environment
-    manifest's ``timestamp``)."""
-    return frame.drop(index="timestamp") if "timestamp" in frame.index else frame
+    """The frame without the rows of the moment it was made (the environment
+    manifest's time and the code's commit)."""
+    if "timestamp" not in frame.index:
+        return frame
+    return frame.drop(index=[k for k in _OF_THE_MOMENT if k in frame.index])
 
 
 def _run_cells(source_cells: list[str], namespace: dict, shown: list) -> None:

@@ -1,7 +1,7 @@
 """The studies: one module each, found through this registry.
 
 A study module defines a :class:`~fwcompare.studies.base.Study` subclass and
-registers an instance with :func:`register`; nothing outside it branches on its
+holds an instance as ``STUDY``, which this registry registers; nothing outside it branches on its
 name. ``STUDIES`` lists the registered studies in report order.
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ STUDIES: dict[str, Study] = {}
 
 
 def register(study: Study) -> Study:
-    """Add a study to the registry (a module registers its study on import)."""
+    """Add a study to the registry (the built-in ones below; a study of one's
+    own: its module, or the code that imports it, registers it)."""
     if not study.name:
         raise ValueError(f"{type(study).__name__} has no name")
     STUDIES[study.name] = study
@@ -44,6 +45,11 @@ def load(name: str, module_file: str = "") -> Study:
     return STUDIES[name]
 
 
-# The built-in studies, in report order; each module registers its study.
-from . import (inference_sweep, training, mixed_precision, acceleration,  # noqa: E402,F401
+# The built-in studies, in report order: each module holds its study as
+# ``STUDY`` and never imports this registry; the registry imports them.
+from . import (inference_sweep, training, mixed_precision, acceleration,  # noqa: E402
                distributed, deployment, generation, memory)
+
+for _module in (inference_sweep, training, mixed_precision, acceleration, distributed,
+                deployment, generation, memory):
+    register(_module.STUDY)

@@ -23,12 +23,11 @@ import pandas as pd
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ..frameworks import backend_options
-from ..params import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
+from ..schema import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
 from ..spec import MODES, RunSpec
 from ..stats import geomean_ratio_ci, median_diff_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
 from ..workloads import EQUIV_TOL, gate, load_forwards
-from . import register
 from .base import Study, per_mode
 
 
@@ -124,7 +123,7 @@ class Acceleration(Study):
                         first=None if spec.mode == "eager" else accel_check(ctx, fn, eager, x))
 
 
-STUDY = register(Acceleration())
+STUDY = Acceleration()
 
 
 # -- tables -------------------------------------------------------------------------

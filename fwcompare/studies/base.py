@@ -42,7 +42,7 @@ from ..spec import DTYPES, MODES, RunSpec
 if TYPE_CHECKING:
     from ..cell import CellPlan, WorkerContext
     from ..gate import TrainSettings
-    from ..params import Param
+    from ..schema import Param
     from ..runner import Runner
 
 

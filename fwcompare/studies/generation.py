@@ -41,12 +41,11 @@ import pandas as pd
 
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ..claims import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
+from ..judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
 from ..gate import token_ids
-from ..params import TIMING, Param, grid_params, positive, replace_param
+from ..schema import TIMING, Param, grid_params, positive, replace_param
 from ..results import MEASURED
 from ..tables import CELL_KEYS
-from . import register
 from .base import Study
 
 GEN_MODES = {"torch": ("eager", "static-compile"), "tensorflow": ("eager", "xla"),
@@ -551,7 +550,7 @@ Generation.metrics = {
     "first_token_ratio": Metric(first_token_ratio, ("a", "b"), check_cells, timed=True),
     "new_prompt_compiles": Metric(new_prompt_compiles, ("a",), check_cells, count=True),
 }
-STUDY = register(Generation())
+STUDY = Generation()
 
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -------

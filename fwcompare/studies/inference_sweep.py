@@ -7,10 +7,9 @@ is gated against PyTorch's reference in the smallest cell's first call.
 """
 from __future__ import annotations
 
-from ..params import TIMING, grid_params
+from ..schema import TIMING, grid_params
 from ..spec import MODES
 from ..workloads import EQUIV_TOL, plan_inference
-from . import register
 from .base import Study
 
 
@@ -28,4 +27,4 @@ class InferenceSweep(Study):
         return plan_inference(ctx, spec)
 
 
-STUDY = register(InferenceSweep())
+STUDY = InferenceSweep()

@@ -17,9 +17,9 @@ import pandas as pd
 
 from .. import models
 from ..cell import WorkerContext
-from ..claims import Claim, Measurement, Metric, StudyData, cell_label, check_cells, timed_from
+from ..judging import Claim, Measurement, Metric, StudyData, cell_label, check_cells, timed_from
 from ..gate import REF_ROWS, fp64_key
-from ..params import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
+from ..schema import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
                       one_of, positive)
 from ..results import MEASURED
 from ..spec import DTYPES, MODES, TRAIN_MODES, RunSpec
@@ -28,7 +28,6 @@ from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_pr
                       variant)
 from ..workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, plan_inference,
                          plan_training, train_settings)
-from . import register
 from .base import Study, grid_cells, per_mode
 
 _FRAMEWORK_MODES = {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}
@@ -286,7 +285,7 @@ MixedPrecision.metrics = {
     "precision_speedup": Metric(precision_speedup, ("dtype", "task"), check_cells, timed=True),
     "precision_stability": Metric(precision_stability, ("a", "b"), check_cells, count=True),
 }
-STUDY = register(MixedPrecision())
+STUDY = MixedPrecision()
 
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----

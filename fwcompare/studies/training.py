@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..params import TIMING, Param, grid_params, positive
+from ..schema import TIMING, Param, grid_params, positive
 from ..spec import TRAIN_MODES
 from ..tables import variant
 from ..workloads import AGREEMENT, OPTIMIZER, plan_training, train_settings
-from . import register
 from .base import Study, per_mode
 
 
@@ -50,7 +49,7 @@ class Training(Study):
         return plan_training(ctx, spec, self.train_settings(ctx.params))
 
 
-STUDY = register(Training())
+STUDY = Training()
 
 
 # -- tables -------------------------------------------------------------------------

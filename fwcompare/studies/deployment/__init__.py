@@ -27,10 +27,9 @@ from __future__ import annotations
 import os
 
 from ... import models
-from ...claims import Metric, check_cells
-from ...params import TIMING, Param, grid_params, non_negative, positive
+from ...judging import Metric, check_cells
+from ...schema import TIMING, Param, grid_params, non_negative, positive
 from ...workloads import EQUIV_TOL, plan_inference
-from .. import register
 from ..base import Study, per_mode
 
 # The study's parts; every name of each is reachable from the package, as
@@ -126,4 +125,4 @@ Deployment.metrics = {
     "sentence_agreement": Metric(sentence_agreement_metric, ("a",), check_cells),
     "path_works": Metric(path_works, ("a",), check_cells),
 }
-STUDY = register(Deployment())
+STUDY = Deployment()

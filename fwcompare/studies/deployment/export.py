@@ -88,7 +88,7 @@ def export_all(job, threads: int) -> None:
 def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> None:
     """Paths of one framework that share an export process (see DeployPath.process)."""
     from ...launch import log_tail
-    from ...runner import _ONLY, worker_env
+    from ...frameworks import WORKER_ONLY, worker_env
 
     timeout = job.params["export_timeout_s"]
     log = Path(job.gate_dir).parent / "jobs" / f"export-{fw}{'-' + name if name else ''}-" \
@@ -104,7 +104,7 @@ def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> No
     while todo:
         env = worker_env(threads, job.device, fw)
         for name in ("USE_TF", "USE_FLAX", "USE_TORCH"):  # the prepare job's, not fw's
-            if name not in _ONLY[fw]:
+            if name not in WORKER_ONLY[fw]:
                 env.pop(name, None)
         env["FWCOMPARE_EXPORT_MODES"] = ",".join(todo)
         with open(log, "a") as out:

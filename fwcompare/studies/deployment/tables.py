@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ...claims import Claim, Measurement, StudyData, cell_label
+from ...judging import Claim, Measurement, StudyData, cell_label
 from ...results import MEASURED
 from ...stats import geomean_ratio_ci
 from ...tables import baseline_pairs, both_measured, samples_by_cell

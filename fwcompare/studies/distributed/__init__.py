@@ -49,13 +49,12 @@ import math
 import time
 
 from ... import env
-from ...claims import Metric
+from ...judging import Metric
 from ...job import CELLS
-from ...params import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
+from ...schema import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
                        one_of, positive, replace_param)
 from ...spec import RunSpec
 from ...workloads import AGREEMENT, OPTIMIZER, train_settings
-from .. import register
 from ..base import Study
 
 # The study's parts; every name of each is reachable from the package, as
@@ -259,7 +258,7 @@ class Distributed(Study):
         _exit(0)
 
 
-STUDY = register(Distributed())
+STUDY = Distributed()
 
 
 Distributed.metrics = {"scaling_efficiency": Metric(scaling_efficiency_metric,

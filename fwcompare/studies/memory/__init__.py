@@ -37,11 +37,10 @@ import dataclasses
 import math
 
 from ... import env, models
-from ...claims import Metric, check_cells
-from ...params import TIMING, Param, check_models, grid_params, modes_in, positive
+from ...judging import Metric, check_cells
+from ...schema import TIMING, Param, check_models, grid_params, modes_in, positive
 from ...spec import FRAMEWORKS, TRAIN_MODES, RunSpec
 from ...workloads import AGREEMENT, OPTIMIZER, plan_training, train_settings
-from .. import register
 from ..base import Study, grid_cells, per_mode
 
 # The study's parts; every name of each is reachable from the package, as
@@ -213,7 +212,7 @@ class Memory(Study):
             super().work(job)
 
 
-STUDY = register(Memory())
+STUDY = Memory()
 
 
 Memory.metrics = {

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ...claims import Measurement, cell_label, memory_ratio, timed_from
+from ...judging import Measurement, cell_label, memory_ratio, timed_from
 from ...stats import geomean, geomean_ratio_ci, ratio_ci
 from ...tables import samples_by_cell
 from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY, micro_batches
@@ -254,7 +254,7 @@ def _train_only(data):
     return out
 
 
-def _technique_cells(cells: dict) -> list[str]:
+def _technique_cells(cells: dict, modes: dict) -> list[str]:
     t = cells.get("technique")
     return [] if t in TECHNIQUES and t != PLAIN else [
         f"technique {t!r} is not one of {', '.join(x for x in TECHNIQUES if x != PLAIN)}"]
