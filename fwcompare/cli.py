@@ -147,7 +147,8 @@ def _print_merged(merged) -> None:
 
 def _cmd_submit(args) -> int:
     from .paths import study_dir
-    from .shard import ShardError, submit
+    from .shard import ShardError
+    from .submit import submit
     from .studies import STUDIES, module_file
 
     path = Path(args.params) if args.params else PARAMS / args.study / f"{args.profile}.yaml"

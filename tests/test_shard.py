@@ -13,7 +13,7 @@ import psutil
 import pytest
 import yaml
 
-from fwcompare import cli, env, load_results, params, run_study, shard, studies, tables
+from fwcompare import cli, env, load_results, params, run_study, shard, studies, submit, tables
 from fwcompare.atomic import write_json
 from fwcompare.job import CellRef
 from fwcompare.paths import PARAMS, ROOT
@@ -166,7 +166,7 @@ def test_more_shards_than_units(toy, tmp_path):
     plan = shard.plan_shard(toy, p, Shard(3, 3))
     assert plan.specs == () and "nothing to run" in plan.text()
     with pytest.raises(ShardError, match="2 units .* at most 2 shards .schedule: sequential"):
-        shard.submit(toy.name, p, 3, out=tmp_path, executor="local")
+        submit.submit(toy.name, p, 3, out=tmp_path, executor="local")
     assert not tmp_path.joinpath("shards").exists()
 
 
@@ -336,13 +336,13 @@ def test_slurm_jobs_get_the_partition_gpus_cores_and_time_asked_for(tmp_path, mo
     import submitit.slurm.slurm as slurm
 
     monkeypatch.setattr(slurm.SlurmExecutor, "affinity", classmethod(lambda cls: 1))  # "srun"
-    ex = shard.make_executor(tmp_path, "slurm", name="fwcompare-toy", partition="gpu",
+    ex = submit.make_executor(tmp_path, "slurm", name="fwcompare-toy", partition="gpu",
                              gpus_per_node=2, cpus_per_task=16, exclusive=True, timeout_min=30)
     script = ex._executor._make_submission_file_text("CMD", "uid")
     for line in ("--partition=gpu", "--gpus-per-node=2", "--cpus-per-task=16", "--exclusive",
                  "--time=30", "--job-name=fwcompare-toy"):
         assert f"#SBATCH {line}\n" in script, script
-    local = shard.make_executor(tmp_path, "local", name="x", partition="gpu", timeout_min=5)
+    local = submit.make_executor(tmp_path, "local", name="x", partition="gpu", timeout_min=5)
     assert local._executor.parameters["timeout_min"] == 5
 
 
@@ -399,7 +399,7 @@ def test_ctrl_c_cancels_every_shard_job_and_leaves_nothing_running(toy, tmp_path
     pfile.write_text(yaml.safe_dump(p))
     out = tmp_path / "sharded"
     pause, state = wait_for_workers(out)
-    monkeypatch.setattr(shard, "_pause", pause)
+    monkeypatch.setattr(submit, "_pause", pause)
     t0 = time.monotonic()
     assert cli.main(submit_args(toy.name, pfile, out)) == 130  # the CLI's interrupt
     assert state["seen"], "the shards never started their workers"
