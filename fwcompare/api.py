@@ -29,16 +29,16 @@ def _measure(study: str, params: dict | None, profile: str, out: Path, progress:
     pass of ``run_studies``."""
     from .claims import claimed_for
     from .forkserver import ForkServers
-    from .params import study_named, validate
+    from .params import study_named
     from .runner import Runner
 
-    params = validate(study, params or {}, source=f"{study} params")
+    st = study_named(study)
+    params = st.validate(params, source=f"{study} params")  # typed params pass as they are
     first = not upto_round  # the whole run, or its first round pass
-    if params.get("device") == "gpu" and first:  # stop before hours of unsupported cells
+    if params["device"] == "gpu" and first:  # stop before hours of unsupported cells
         from .doctor import require
 
         require(list(params["frameworks"]), "gpu")
-    st = study_named(study)
     claimed = claimed_for(study, params)
     whole = cells is None
     cells = st.cells(params) if whole else list(cells)
@@ -75,12 +75,13 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
     import time
     import traceback
 
-    from .params import validate
+    from .params import study_named
     from .runner import Passes
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    rounds = {study: validate(study, params or {}, source=f"{study} params")["rounds"]
-              for study, (params, _) in runs.items()}
+    runs = {study: (study_named(study).validate(params, source=f"{study} params"), out)
+            for study, (params, out) in runs.items()}  # typed params pass as they are
+    rounds = {study: params["rounds"] for study, (params, _) in runs.items()}
     passes = {study: Passes() for study in runs}
     times = dict.fromkeys(runs, 0.0)
     failed: dict[str, str] = {}

@@ -120,18 +120,18 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
 
 
 def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE) -> set[str]:
-    """The framework/mode variants ("torch/eager") that a claim of ``path``
-    compares in ``study`` on ``device``: what ``rounds_for: claims`` repeats.
-    A technique claim whose figure is a timing (cells ``technique``: the
-    memory study's) compares the technique with ``plain`` in every framework:
-    "*/checkpointing", "*/plain"."""
+    """The framework/mode variants ("torch/eager", or "*/plain" for a mode of
+    every framework) that a claim of ``path`` compares in ``study`` on
+    ``device``, as the study reads its claims (``Study.claimed_variants``):
+    what ``rounds_for: claims`` repeats."""
+    from .studies import STUDIES
+
+    known = metrics()
     out = set()
     for c in load_claims(path):
         if c.study != study or device not in _devices(c.hardware):
             continue
-        out |= {str(v) for k, v in c.cells.items() if k in ("a", "b") and "/" in str(v)}
-        if "technique" in c.cells and metrics()[c.metric].timed:
-            out |= {f"*/{c.cells['technique']}", "*/plain"}
+        out |= STUDIES[study].claimed_variants(c, known[c.metric])
     return out
 
 

@@ -174,8 +174,9 @@ def git_info(root: Path = ROOT) -> dict:
     return {"git_commit": commit.stdout.strip(), "git_dirty": bool(status.stdout.strip())}
 
 
-def params_hash(params: dict) -> str:
-    blob = json.dumps(params, sort_keys=True, default=str)
+def params_hash(params) -> str:
+    """12 hex digits of a study's params (a mapping, or its typed params)."""
+    blob = json.dumps(dict(params), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
@@ -205,7 +206,7 @@ def manifest(params: dict | None = None) -> dict:
     }
     if params is not None:
         m["params_hash"] = params_hash(params)
-        m["threads"] = params.get("threads")
+        m["threads"] = params["threads"]
     return m
 
 

@@ -146,7 +146,7 @@ class Lane:
     def _wait(self, ref: CellRef | None, answer: str, t0: float) -> dict | None:
         r = self.runner
         group_limit = r.params["group_timeout_s"]
-        cell_limit = r.params.get("cell_timeout_s") or math.inf
+        cell_limit = r.params["cell_timeout_s"] or math.inf
         started = t0
         try:
             while True:
@@ -267,7 +267,7 @@ def _run_set(runner, lanes: list[Lane], shape: tuple, rng) -> None:
     if len(members) > 1:
         runner.bar.set_postfix_str(f"{members[0].ref.spec.model} {shape_text(shape)}: "
                                    f"{len(members)} variants interleaved", refresh=True)
-    retakes, limit = 0, runner.params.get("busy_retakes", 0)
+    retakes, limit = 0, runner.params["busy_retakes"]
     while True:
         before = dict(runner.phases)
         runner.host.start(_pids(lanes))
@@ -303,7 +303,7 @@ def _turns(runner, members: list[_Member], rng) -> list[_Member]:
     any it holds (a set sampled again)."""
     config = runner.timing
     budget = config.max_time_s * len(members)  # what sequential timing may spend at most
-    settle = runner.params.get("settle_s", 0.0)
+    settle = runner.params["settle_s"]
     spent = 0.0
     # Never fewer than min_iters turns (6 samples are the fewest with a 95% CI of the
     # median), as the sequential rule never stops before min_iters samples.

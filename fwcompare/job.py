@@ -9,6 +9,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .schema import Params
 from .spec import RunSpec
 from .timing import TimingConfig
 
@@ -53,7 +54,7 @@ class Job:
     run_id: str
     profile: str
     timing: TimingConfig
-    params: Mapping[str, Any]        # the study's validated params
+    params: Params | Mapping[str, Any]  # the study's typed params (a mapping read from JSON)
     provenance: Mapping[str, Any]
     framework: str = ""
     cells: tuple[CellRef, ...] = ()
@@ -63,7 +64,8 @@ class Job:
     def __post_init__(self):
         if self.kind not in (PREPARE, CELLS, PEAK):
             raise JobError(f"unknown job kind {self.kind!r}")
-        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        if not isinstance(self.params, Params):  # read back from JSON: the worker retypes it
+            object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
         object.__setattr__(self, "gate_shape", tuple(self.gate_shape))
         object.__setattr__(self, "cells", tuple(self.cells))
@@ -80,7 +82,8 @@ class Job:
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d.update(timing=dataclasses.asdict(self.timing), params=dict(self.params),
+        d.update(timing=dataclasses.asdict(self.timing), params=self.params.to_dict() if isinstance(self.params, Params)
+                 else dict(self.params),
                  provenance=dict(self.provenance), gate_shape=list(self.gate_shape),
                  cells=[{"spec": c.spec.to_dict(), "round": c.round} for c in self.cells],
                  fp64_shapes=[list(s) for s in self.fp64_shapes])

@@ -177,6 +177,24 @@ def is_path(model: str) -> bool:
     return os.sep in model or model.startswith((".", "~"))
 
 
+def _check_text_config(model: str, config: Path) -> None:
+    """A checkpoint's config must describe a text Transformer: every study
+    feeds token ids (a vision or speech model, e.g. ViT or Whisper, has no
+    ``vocab_size`` and failed in every cell at run time)."""
+    import json
+
+    try:
+        found = json.loads(config.read_text())
+    except ValueError as exc:
+        raise ModelError(f"model path {model!r}: {config} is not JSON ({exc})") from None
+    if not isinstance(found, dict) or "model_type" not in found:
+        raise ModelError(f"model path {model!r}: {config} names no model_type")
+    if "vocab_size" not in found:
+        raise ModelError(f"model path {model!r}: a {found['model_type']!r} model, which takes "
+                         f"no token ids ({config} has no vocab_size); the studies run text "
+                         f"Transformers (BERT, GPT-2, T5 and their kin)")
+
+
 def check_model(model: str) -> None:
     """Raise ModelError with a clear message if ``model`` cannot be built."""
     if model in ZOO:
@@ -194,6 +212,7 @@ def check_model(model: str) -> None:
             raise ModelError(f"model path {model!r} has no config.json")
         if not (p / WEIGHTS_FILE).is_file():
             raise ModelError(f"model path {model!r} has no {WEIGHTS_FILE} (safetensors only)")
+        _check_text_config(model, p / "config.json")
         return
     raise ModelError(f"unknown model {model!r}; known: {', '.join([*ZOO, *REAL])} "
                      f"or a local checkpoint directory (a path with a '/', e.g. ./my-bert)")

@@ -17,7 +17,6 @@ from .paths import LAB
 from .schema import (PRECISION_HINT, TIMING, Param, ParamsError, all_of, check_models,  # noqa: F401
                      enough_for_ci, float32_only, grid_params, modes_in, non_empty,
                      non_negative, one_of, positive, read_yaml, replace_param, timing_config)
-from .schema import validate as _validate
 
 # Set by `fwcompare report` in every study notebook; not part of a params file.
 # A notebook run by hand (JupyterLab, nothing injected) keeps these defaults:
@@ -42,10 +41,11 @@ def defaults(study: str) -> dict:
     return {k: p.default for k, p in schema(study).items()}
 
 
-def validate(study: str, params: dict, source: str = "params") -> dict:
-    """Return the params with defaults filled in, or raise ParamsError."""
+def validate(study: str, params, source: str = "params"):
+    """The study's typed params (defaults filled in), or ParamsError; typed
+    params of that study pass through unchecked (``Study.validate``)."""
     try:
-        return _validate(study_named(study), params, source)
+        return study_named(study).validate(params, source)
     except ParamsError as exc:
         if PRECISION_HINT not in str(exc):
             raise
@@ -56,8 +56,10 @@ def validate(study: str, params: dict, source: str = "params") -> dict:
                                            f"{', '.join(takers)} study)")) from None
 
 
-def load_file(path: Path | str, study: str | None = None) -> dict:
-    """Read and validate a params file; the study defaults to its folder name."""
+def load_file(path: Path | str, study: str | None = None):
+    """Read and validate a params file (the study's typed params); the study
+    defaults to its folder name. An empty file, or one with a key written
+    twice, is refused."""
     from .studies import STUDIES
 
     path = Path(path)
@@ -65,7 +67,7 @@ def load_file(path: Path | str, study: str | None = None) -> dict:
     if study not in STUDIES:
         raise ParamsError(f"{path}: cannot tell which study this params file is for; put it "
                           f"under params/<study>/ or name the study ({', '.join(STUDIES)})")
-    return validate(study, read_yaml(path, "params"), source=str(path))
+    return validate(study, read_yaml(path, "params", empty_ok=False), source=str(path))
 
 
 # -- overrides from the command line ---------------------------------------------------
@@ -122,15 +124,18 @@ def describe_overrides(overrides: dict) -> str:
     return "the command line's " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
 
 
-def with_overrides(study: str, path: Path, overrides: dict) -> dict:
-    """The params file at ``path`` (checked alone first) with ``overrides``
-    merged in, validated; a problem names the key and says it came from
-    the command line."""
-    checked = load_file(path, study)
+def with_overrides(study: str, path: Path, overrides: dict):
+    """The params file at ``path`` with ``overrides`` merged in, validated
+    once; a problem names the key and whether the file or the command line
+    gave it (the file alone is checked again only then, to tell which)."""
     if not overrides:
-        return checked
-    return validate(study, {**read_yaml(path, "params"), **overrides},
-                    source=f"{path} with {describe_overrides(overrides)}")
+        return load_file(path, study)
+    try:
+        return validate(study, {**read_yaml(path, "params", empty_ok=False), **overrides},
+                        source=f"{path} with {describe_overrides(overrides)}")
+    except ParamsError:
+        load_file(path, study)  # a problem of the file itself: said as the file's
+        raise
 
 
 def overrides_by_study(studies: list[str], overrides: dict) -> dict[str, dict]:

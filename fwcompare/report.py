@@ -162,13 +162,15 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     chosen = studies or list(STUDIES)
     per_study = overrides_by_study(chosen, overrides)
     # Validate every params file first: a typo fails in seconds, before any run.
-    raw, on_gpu = {}, []
+    # The typed params measure; the notebooks get the file's values (papermill
+    # injects plain values) and check them again, as a notebook run by hand does.
+    raw, typed, on_gpu = {}, {}, []
     for study in chosen:
         path = PARAMS / study / f"{profile}.yaml"
         if not path.is_file():
             raise ParamsError(f"no params file {path} for profile {profile!r}")
-        full = with_overrides(study, path, per_study[study])
-        if full.get("device") == "gpu":
+        typed[study] = full = with_overrides(study, path, per_study[study])
+        if full["device"] == "gpu":
             on_gpu += full["frameworks"]
         raw[study] = {**read_yaml(path, "params"), **per_study[study]}
     if overrides:
@@ -191,7 +193,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         for study, _ in stale:
             ResultStore(out_root / study / "results").archive()
     with ForkServers(out_root / ".forkservers") as servers:
-        times, failed = run_studies({study: (raw[study], out_root / study) for study, _ in stale},
+        times, failed = run_studies({study: (typed[study], out_root / study) for study, _ in stale},
                                     profile=label, servers=servers, progress=progress,
                                     log=None if progress else _failures_only)
     for study in failed:  # its notebook runs it again and keeps the error

@@ -49,57 +49,76 @@ RUN_FAILED = tuple(s for s in STATUSES if s not in FINAL_STATUSES)
 SPEC_COLUMNS = list(RunSpec.__dataclass_fields__)
 IDENTITY = ["run_id", "profile", "cell_id", "round"]
 OUTCOME = {"status": "string", "error": "string", "converged": "bool"}
-FIGURES = ["n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s", "rel_ci",
-           "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
-           "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes", "xla_plan_bytes",
-           "flops_per_call", "achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak",
-           "bytes_per_call",
-           "equiv_max_abs_err", "equiv_rel_err",
-           # training: losses over the agreement steps, analytic memory breakdown
-           "loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes",
-           # precision: output errors against a float64 reference; loss scaling
-           "fp64_max_abs_err", "fp64_rel_l2_err", "fp64_cosine", "fp64_argmax_agreement",
-           "out_nonfinite", "skipped_steps", "nonfinite_losses", "final_loss_scale",
-           # acceleration: compiled output against eager; compilations of a cell's first call
-           "accel_max_abs_err", "accel_rel_err", "recompiles",
-           # distributed: per-worker batch, weights across ranks, gradient all-reduce
-           "per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share",
-           # the largest and the least rank's memory (studies.distributed.Rank.memory)
-           "rank_mem_bytes", "rank_mem_min_bytes",
-           # deployment: the artifact's export and size; sentence-pair agreement with float32
-           "export_s", "artifact_bytes", "sts_spearman", "sts_max_abs_diff",
-           # generation: greedy tokens that match PyTorch eager's, PyTorch's smallest
-           # top-2 logit margin over them, the analytic KV cache, the padded prompt
-           "tokens_agreed", "ref_min_margin", "kv_cache_bytes", "padded_len",
-           # memory: a largest-batch search's result, its budget and its tries
-           "largest_batch", "oom_batch", "fit_tries", "budget_bytes",
-           # what else the machine did while the cell was sampled (host.py)
-           "host_other_cpu", "host_steal", "host_retakes"]
-PROVENANCE = {"schedule": "string",
-              "mem_method": "string", "precision_setup": "string", "mode_setup": "string",
-              # deployment: the processes that exported and loaded an artifact
-              "exporter_pid": "float64", "runtime_pid": "float64",
-              "framework_version": "string", "framework_threads": "float64",
-              "device_name": "string", "cpu_model": "string", "hostname": "string",
-              "versions": "string", "git_commit": "string", "git_dirty": "bool",
-              "params_hash": "string", "timestamp": "string"}
-
+# Figures every study's rows have (the columns a study adds are its own:
+# ``Study.columns``, handed here by the studies' registry through
+# :func:`add_columns`, in the registry's order, between the head and the tail).
+FIGURES_HEAD = ("n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s", "rel_ci",
+                "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
+                "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes", "xla_plan_bytes",
+                "flops_per_call", "achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak",
+                "bytes_per_call",
+                "equiv_max_abs_err", "equiv_rel_err")
+# what else the machine did while the cell was sampled (host.py)
+FIGURES_TAIL = ("host_other_cpu", "host_steal", "host_retakes")
+PROVENANCE_HEAD = {"schedule": "string",
+                   "mem_method": "string", "precision_setup": "string", "mode_setup": "string"}
+PROVENANCE_TAIL = {"framework_version": "string", "framework_threads": "float64",
+                   "device_name": "string", "cpu_model": "string", "hostname": "string",
+                   "versions": "string", "git_commit": "string", "git_dirty": "bool",
+                   "params_hash": "string", "timestamp": "string"}
 # Figures a failed row may keep: worked out from the cell's spec and model,
 # not measured (training's analytic memory breakdown explains an oom). Every
 # measured figure of a failed row is NaN, whatever the worker knew (a gate's
 # load time and equivalence error belong to the variant, not to this cell).
-ANALYTIC = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "flops_per_call",
-            "bytes_per_call", "per_worker_batch", "kv_cache_bytes", "padded_len",
-            "budget_bytes")
+ANALYTIC_SHARED = ("flops_per_call", "bytes_per_call")
 
-DTYPES: dict[str, str] = {
-    "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
-    **{c: ("int64" if c in ("batch_size", "seq_len", "threads", "workers",
-                                        "new_tokens") else "string")
-       for c in SPEC_COLUMNS},
-    **OUTCOME, **{c: "float64" for c in FIGURES}, **PROVENANCE,
-}
-COLUMNS = list(DTYPES)
+
+@dataclass(frozen=True)
+class Columns:
+    """Result columns a study (or a workload several studies share) adds to its
+    rows: ``figures`` (float64, NaN where not measured), ``analytic`` (those of
+    its figures a failed row keeps) and ``provenance`` (name -> dtype)."""
+
+    figures: tuple[str, ...] = ()
+    analytic: tuple[str, ...] = ()
+    provenance: tuple[tuple[str, str], ...] = ()
+
+    def __add__(self, other: "Columns") -> "Columns":
+        return Columns(_union(self.figures, other.figures), _union(self.analytic, other.analytic),
+                       _union(self.provenance, other.provenance))
+
+
+def _union(a: tuple, b: tuple) -> tuple:
+    return tuple(dict.fromkeys((*a, *b)))
+
+
+_ADDED = Columns()
+SPEC_INT = ("batch_size", "seq_len", "threads", "workers", "new_tokens")
+
+
+def _rebuild() -> None:
+    """The store's columns: the shared ones and every added study's."""
+    global FIGURES, ANALYTIC, PROVENANCE, DTYPES, COLUMNS
+    FIGURES = [*FIGURES_HEAD, *_ADDED.figures, *FIGURES_TAIL]
+    ANALYTIC = (*ANALYTIC_SHARED, *_ADDED.analytic)
+    PROVENANCE = {**PROVENANCE_HEAD, **dict(_ADDED.provenance), **PROVENANCE_TAIL}
+    DTYPES = {
+        "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
+        **{c: ("int64" if c in SPEC_INT else "string") for c in SPEC_COLUMNS},
+        **OUTCOME, **{c: "float64" for c in FIGURES}, **PROVENANCE,
+    }
+    COLUMNS = list(DTYPES)
+
+
+def add_columns(columns: Columns) -> None:
+    """Add a study's columns to the store's (``fwcompare.studies.register``
+    calls it for each study it registers; a column added twice stays once)."""
+    global _ADDED
+    _ADDED = _ADDED + columns
+    _rebuild()
+
+
+_rebuild()
 
 
 def now_iso() -> str:

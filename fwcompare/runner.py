@@ -211,8 +211,8 @@ class Runner:
             "versions": self.manifest["versions"], "git_commit": self.manifest["git_commit"],
             "git_dirty": self.manifest["git_dirty"], "params_hash": self.manifest["params_hash"],
             "hostname": self.manifest["hostname"], "cpu_model": self.manifest["cpu_model"],
-            "schedule": params.get("schedule", "sequential")}
-        self.timing = timing_config(params)
+            "schedule": study.schedule(params, task)}
+        self.timing = timing_config(params, study.schedule(params, task))
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
         # where the run's time went (seconds), summed over its round passes
@@ -367,7 +367,7 @@ class Runner:
         framework = group[0].spec.framework
         remaining = {c.key: c for c in group}
         deadline = time.monotonic() + self.params["group_timeout_s"]
-        cell_limit = self.params.get("cell_timeout_s") or math.inf
+        cell_limit = self.params["cell_timeout_s"] or math.inf
         restarts = 0
         while remaining:
             kinds = sorted({c.spec.mode for c in remaining.values()}) + sorted(
@@ -408,7 +408,7 @@ class Runner:
         if not remaining:
             return False
         if why == "cell_timeout":  # that cell only; a fresh worker takes the rest
-            cell_limit = self.params.get("cell_timeout_s") or math.inf
+            cell_limit = self.params["cell_timeout_s"] or math.inf
             self.fail(remaining.pop(in_flight), "timeout",
                       f"no result within cell_timeout_s ({cell_limit:g} s); the worker was "
                       "stopped and the group's other cells continued")
@@ -576,7 +576,7 @@ class Runner:
         idle = not todo and (self.store.dir / "env.json").is_file()
         if not idle:
             write_json(self.store.dir / "env.json", self.manifest)
-            write_json(self.store.dir / "params.json", self.params)
+            write_json(self.store.dir / "params.json", dict(self.params))
         total = len(planned)
         self.total, self.done = total, total - len(todo)
         self.done_before, self.t_start = self.done, time.monotonic()

@@ -10,8 +10,10 @@ entry points.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -116,12 +118,12 @@ def _timing() -> dict[str, Param]:
 TIMING = _timing()
 
 
-def timing_config(params: dict) -> TimingConfig:
-    """The TimingConfig of a study's validated params (an interleaved schedule
-    makes each block last at least ``block_s``)."""
-    interleaved = params.get("schedule") == "interleaved"
+def timing_config(params, schedule: str) -> TimingConfig:
+    """The TimingConfig of a study's validated params under a task's
+    ``schedule`` (``Study.schedule``: an interleaved one makes each block last
+    at least ``block_s``)."""
     return TimingConfig(**{k: params[k] for k in TIMING},
-                        min_block_s=params["block_s"] if interleaved else 0.0)
+                        min_block_s=params["block_s"] if schedule == "interleaved" else 0.0)
 
 
 # Said where a study that runs float32 only is given another precision; the
@@ -243,14 +245,90 @@ def validate(st, params: dict, source: str = "params") -> dict:
         if len(problems) == 1:
             raise ParamsError(f"{source}: {problems[0]}")
         raise ParamsError(f"{source}: {len(problems)} problems\n  " + "\n  ".join(problems))
-    return full
+    return st.params_type()(**full)
 
 
-def read_yaml(path: Path, kind: str, error: type[Exception] = ParamsError):
-    """A YAML file's content ({} when empty), or ``error`` naming the file."""
+# -- the typed params of a study -------------------------------------------------------
+_PY_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list[int]": list[int],
+             "list[str]": list[str], "dict[str, list[str]]": dict[str, list[str]]}
+
+
+class Params:
+    """The validated params of one study: a frozen dataclass made from its
+    schema (:func:`params_type`), one field per key, each with the schema's
+    default. Read a key as an attribute (``params.batch_sizes``) or by its
+    name (``params["batch_sizes"]``, ``{**params}``): every key is there, so
+    there is no ``get`` with a default of its own. Made only by
+    :func:`validate` (or rebuilt from a job's JSON in a worker, already
+    checked by its parent)."""
+
+    __slots__ = ()
+
+    def keys(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)]
+
+    def __getitem__(self, key: str):
+        if key not in self.keys():
+            raise KeyError(f"{key!r} is no key of these params; keys: {', '.join(self.keys())}")
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys()
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def to_dict(self) -> dict:
+        """A plain dict (a copy): for JSON, YAML and hashing."""
+        return {k: copy.deepcopy(getattr(self, k)) for k in self.keys()}
+
+
+def params_type(study: str, schema: dict[str, Param]) -> type[Params]:
+    """The frozen, typed params class of a study's schema: ``<Study>Params``."""
+    name = "".join(w.capitalize() for w in study.split("_")) + "Params"
+    fields = [(key, _PY_TYPES[p.type],
+               dataclasses.field(default_factory=functools.partial(copy.deepcopy, p.default)))
+              for key, p in schema.items()]
+    return dataclasses.make_dataclass(name, fields, bases=(Params,), frozen=True)
+
+
+# -- YAML files --------------------------------------------------------------------------
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping with a key written twice (plain
+    YAML lets the later value win, silently)."""
+
+
+def _unique_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is written twice (lines {seen[key] + 1} and "
+                            f"{key_node.start_mark.line + 1}); write it once",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _unique_mapping)
+
+
+def read_yaml(path: Path, kind: str, error: type[Exception] = ParamsError,
+              empty_ok: bool = True):
+    """A YAML file's content ({} when empty, or ``error`` unless ``empty_ok``),
+    or ``error`` naming the file: missing, not YAML, a key written twice."""
     if not path.is_file():
         raise error(f"{path}: no such {kind} file")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML: {exc}") from None
+        raise error(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if not data and not empty_ok:
+        raise error(f"{path}: the {kind} file is empty; it names at least the models to run "
+                    f"(an empty file would run every default of the study)")
+    return data or {}

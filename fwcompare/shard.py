@@ -151,13 +151,13 @@ def units(study: "Study", params: dict) -> list[Unit]:
         for group in study.groups(task, [CellRef(s) for s in mine]):
             if group:
                 join(c.spec for c in group)
-    if params.get("schedule") == "interleaved":
-        together: dict[tuple, list[RunSpec]] = defaultdict(list)
-        for s in specs:
+    together: dict[tuple, list[RunSpec]] = defaultdict(list)
+    for s in specs:  # the tasks the runner interleaves (Study.schedule)
+        if study.schedule(params, s.task) == "interleaved":
             together[("lane", s.task, s.model, variant_key(CellRef(s)))].append(s)
             together[("set", s.task, s.model, s.shape)].append(s)
-        for cells in together.values():
-            join(cells)
+    for cells in together.values():
+        join(cells)
     members: dict[RunSpec, list[RunSpec]] = defaultdict(list)
     for s in specs:
         members[root(s)].append(s)

@@ -163,7 +163,8 @@ def submit(study: str, params: dict | None, count: int, *, out: Path | str,
     n_units = len(units(study_named(study), params))
     if count > n_units:
         hint = (" (schedule: sequential cuts a study into its worker groups, interleaved "
-                "into its models)" if params.get("schedule") == "interleaved" else "")
+                "into its models)" if study_named(study).schedule(params, study_named(study).tasks[0])
+                == "interleaved" else "")
         raise ShardError(f"--shards {count}: {study} with these params has {n_units} "
                          f"unit{'s' if n_units != 1 else ''} (cells that share a process or an "
                          f"interleaved set), so at most {n_units} shard"

@@ -27,6 +27,8 @@ def main(argv: list[str]) -> int:
 
     job = Job.read(argv[0])
     study = studies.load(job.study, job.study_file)
+    # The params as the parent typed them (checked there, once: not again here).
+    job = job.replace(params=study.params_type()(**job.params))
     try:
         if job.kind == PEAK:
             from .peak import probe, probe_file

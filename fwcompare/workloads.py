@@ -27,6 +27,7 @@ from .frameworks import backend_options
 from .gate import TrainSettings
 from .schema import Param, non_negative, positive
 from .protocol import GATE, emit
+from .results import Columns
 from .spec import RunSpec
 
 # -- the forward call (inference) ---------------------------------------------------
@@ -138,9 +139,13 @@ AGREEMENT = {
 }
 
 
-def train_settings(params, agreement_steps: int | None = None) -> TrainSettings:
+def train_settings(params, agreement_steps: int | None = None,
+                   accumulation_steps: int = 1) -> TrainSettings:
+    """The training reference's optimizer and steps from a study's params;
+    ``accumulation_steps``: micro-batches per step, where the study has that
+    key (the training study), else one."""
     return TrainSettings(optimizer={k: params[k] for k in OPTIMIZER},
-                         accumulation_steps=params.get("accumulation_steps", 1),
+                         accumulation_steps=accumulation_steps,
                          agreement_steps=agreement_steps or params["agreement_steps"])
 
 
@@ -255,3 +260,14 @@ def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
 FP64_COLUMNS = {"fp64_max_abs_err": "max_abs_err", "fp64_rel_l2_err": "rel_l2_err",
                 "fp64_cosine": "cosine_similarity", "fp64_argmax_agreement": "argmax_agreement",
                 "out_nonfinite": "n_nonfinite"}
+
+
+# The result columns of the shared workloads (a study that runs one declares
+# them in its ``columns``): a training step's losses over the agreement steps
+# and its analytic memory breakdown; a precision's errors against the float64
+# reference and its loss scaling.
+TRAINING_COLUMNS = Columns(
+    figures=("loss_step0", "loss_final", "param_bytes", "grad_bytes", "optimizer_state_bytes"),
+    analytic=("param_bytes", "grad_bytes", "optimizer_state_bytes"))
+PRECISION_COLUMNS = Columns(figures=(*FP64_COLUMNS, "out_nonfinite", "skipped_steps",
+                                     "nonfinite_losses", "final_loss_scale"))

@@ -231,7 +231,7 @@ def _smoke(frameworks, **over) -> dict:
     from fwcompare.params import load_file
     from fwcompare.paths import PARAMS
 
-    p = load_file(PARAMS / "distributed" / "smoke.yaml")
+    p = dict(load_file(PARAMS / "distributed" / "smoke.yaml"))  # typed params are frozen
     p.update(frameworks=frameworks, modes={fw: p["modes"][fw][:1] for fw in frameworks},
              workers=[2], agreement_steps=2, **over)
     return p

@@ -155,3 +155,77 @@ def test_the_runners_process_names_models_without_importing_transformers():
     for name in models.ZOO:
         assert models.model_type(name) == models.config_for(name).model_type
     assert models.train_head("gpt2") == "causal_lm" and models.train_head("tiny-bert") == "seq_cls"
+
+
+# -- typed params, checked once (issue 47) ----------------------------------------------
+def test_validated_params_are_a_frozen_typed_object():
+    p = params.validate("inference_sweep", GOOD)
+    assert type(p) is STUDIES["inference_sweep"].params_type()
+    assert p.batch_sizes == p["batch_sizes"] == [1] and p.seed == 0
+    assert set(p) == set(params.schema("inference_sweep")) and len(p) == len(set(p))
+    with pytest.raises(Exception):  # frozen
+        p.seed = 1
+    with pytest.raises(KeyError, match="no key"):
+        p["scedule"]
+    assert not hasattr(p, "get"), "no get with a default of its own"
+    assert params.validate("inference_sweep", p) is p  # typed params pass as they are
+    assert {**p}["seq_lens"] == [8] and p.to_dict() == dict(p)
+
+
+def _bad_file(tmp_path, text: str):
+    f = tmp_path / "inference_sweep" / "quick.yaml"
+    f.parent.mkdir(exist_ok=True)
+    f.write_text(text)
+    with pytest.raises(params.ParamsError) as info:
+        params.load_file(f)
+    return f, str(info.value)
+
+
+def test_a_key_written_twice_is_refused_naming_the_file_and_the_key(tmp_path):
+    f, msg = _bad_file(tmp_path, "models: [tiny-bert]\nbatch_sizes: [1]\nseq_lens: [8]\n"
+                                 "batch_sizes: [2, 4]\n")
+    assert str(f) in msg and "'batch_sizes' is written twice (lines 2 and 4)" in msg, msg
+
+
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "{}\n"])
+def test_an_empty_params_file_is_refused(tmp_path, text):
+    f, msg = _bad_file(tmp_path, text)
+    assert str(f) in msg and "empty" in msg, msg
+
+
+def test_a_checkpoint_the_studies_cannot_feed_is_refused(tmp_path):
+    """A ViT directory (no vocab_size: it takes pixels, not token ids) failed in
+    every cell at run time with an AttributeError; it is refused up front."""
+    vit = tmp_path / "vit"
+    vit.mkdir()
+    (vit / "config.json").write_text('{"model_type": "vit", "hidden_size": 64, '
+                                     '"image_size": 32, "patch_size": 8}')
+    (vit / "model.safetensors").write_bytes(b"")
+    f, msg = _bad_file(tmp_path, f"models: [{vit}]\n")
+    assert str(f) in msg and "key 'models'" in msg and "'vit'" in msg, msg
+    assert "vocab_size" in msg, msg
+
+
+def test_one_validation_per_entry_in_a_quick_report(monkeypatch, tmp_path):
+    """`fwcompare report --profile quick` checks each study's params once, at its
+    entry; the round passes, the tasks and the runners it hands them to check
+    nothing again (nothing is measured here: the runner and the notebooks are
+    replaced, the notebooks being entries of their own, one check each)."""
+    from fwcompare import cli, report, runner, schema
+
+    seen = []
+    real = schema.validate
+    monkeypatch.setattr(schema, "validate",
+                        lambda st, p, source="params": seen.append(st.name) or real(st, p, source))
+    ran = []
+    monkeypatch.setattr(runner.Runner, "run", lambda self, specs: ran.append(
+        (self.study.name, self.task, type(self.params).__name__)))
+    monkeypatch.setattr(report, "run_notebooks", lambda jobs, failures, progress: {})
+    report.build("quick", out_root=tmp_path, progress=False)
+    assert sorted(seen) == sorted(STUDIES), seen  # once per study
+    assert {name for name, _, _ in ran} == set(STUDIES)
+    assert all(kind.endswith("Params") for _, _, kind in ran)  # the typed object, carried
+    seen.clear()
+    assert cli.main(["run", "training", "--profile", "quick", "--set", "rounds=2", "--out",
+                     str(tmp_path / "one"), "-q"]) == 0
+    assert seen == ["training"]

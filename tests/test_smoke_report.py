@@ -491,7 +491,7 @@ def test_compare_two_real_runs(smoke, tmp_path):
     (PyTorch on tiny-bert) minutes later: every shared cell is matched, has a
     ratio near 1 with an interval around it; the rest is in A only."""
     out, _, _ = smoke
-    p = load_file(PARAMS / "inference_sweep" / "smoke.yaml")
+    p = dict(load_file(PARAMS / "inference_sweep" / "smoke.yaml"))  # typed params are frozen
     p.update(models=["tiny-bert"], frameworks=["torch"])
     fwcompare.run_study("inference_sweep", p, profile="smoke", output_dir=tmp_path / "b",
                         progress=False)

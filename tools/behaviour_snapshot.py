@@ -63,9 +63,8 @@ _OF_THE_MOMENT = ("timestamp", "git_commit", "git_dirty")
 def _timeless(frame):
     """The frame without the rows of the moment it was made (the environment
     manifest's time and the code's commit)."""
-    if "timestamp" not in frame.index:
-        return frame
-    return frame.drop(index=[k for k in _OF_THE_MOMENT if k in frame.index])
+    present = [k for k in _OF_THE_MOMENT if k in frame.index]
+    return frame.drop(index=present) if present else frame
 
 
 def _run_cells(source_cells: list[str], namespace: dict, shown: list) -> None:

@@ -10,6 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from ..results import add_columns
 from .base import Study, module_file  # noqa: F401
 
 STUDIES: dict[str, Study] = {}
@@ -20,6 +21,7 @@ def register(study: Study) -> Study:
     own: its module, or the code that imports it, registers it)."""
     if not study.name:
         raise ValueError(f"{type(study).__name__} has no name")
+    add_columns(study.columns)  # the results store takes its columns from here
     STUDIES[study.name] = study
     return study
 

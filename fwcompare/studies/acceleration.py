@@ -27,6 +27,7 @@ from ..schema import TIMING, Param, all_of, grid_params, modes_in, one_of, posit
 from ..spec import MODES, RunSpec
 from ..stats import geomean_ratio_ci, median_diff_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
+from ..results import Columns
 from ..workloads import EQUIV_TOL, gate, load_forwards
 from .base import Study, per_mode
 
@@ -80,6 +81,7 @@ def accel_check(ctx: WorkerContext, fn, eager, x):
 class Acceleration(Study):
     name = "acceleration"
     title = "Acceleration: TorchScript, torch.compile, tf.function, XLA, jax.jit"
+    columns = Columns(figures=("accel_max_abs_err", "accel_rel_err", "recompiles"))
 
     def schema(self):
         # The time to the first result is this study's subject: TensorFlow's

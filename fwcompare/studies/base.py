@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import env, models
 from ..job import CellRef, Job
+from ..results import Columns
 from ..spec import DTYPES, MODES, RunSpec
 
 if TYPE_CHECKING:
     from ..cell import CellPlan, WorkerContext
     from ..gate import TrainSettings
-    from ..schema import Param
+    from ..schema import Param, Params
     from ..runner import Runner
 
 
@@ -94,6 +95,9 @@ class Study:
     # Modes its cells may name, per framework: what a claim's cells may name
     # (its params' ``modes`` check takes the same table through grid_params).
     modes: Mapping[str, tuple[str, ...]] = MappingProxyType(MODES)
+    # Result columns this study's rows add to the shared ones (fwcompare.results):
+    # its own figures, those a failed row keeps, its provenance.
+    columns: Columns = Columns()
     # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
     # The time breakdown's phase of the steps a training cell takes on its own
@@ -124,6 +128,26 @@ class Study:
 
     def check(self, params: dict) -> list[str]:
         return []
+
+    def params_type(self) -> "type[Params]":
+        """The frozen, typed class of this study's validated params (made once
+        from ``schema``; ``schema.validate`` returns an instance)."""
+        made = self.__dict__.get("_params_type")
+        if made is None:
+            from ..schema import params_type
+
+            made = self._params_type = params_type(self.name, self.schema())
+        return made
+
+    def validate(self, params, source: str = "params") -> "Params":
+        """``params`` (a mapping) checked against the schema, as this study's
+        typed params; typed params of this study pass through unchecked (they
+        were checked where they were made: once, at the entry point)."""
+        if type(params) is self.params_type():
+            return params
+        from ..schema import validate
+
+        return validate(self, params if params is not None else {}, source)
 
     # -- cells and processes (parent side) --------------------------------------------
     def cells(self, params: dict) -> list[RunSpec]:
@@ -166,14 +190,22 @@ class Study:
     def run_group(self, runner: "Runner", model: str, group: list[CellRef]) -> None:
         runner.run_group(model, group)
 
-    def schedule(self, params: dict, task: str) -> str:
+    def schedule(self, params: "Params", task: str) -> str:
         """How a task's cells are timed: interleaved or sequential
         (``fwcompare.runner``); a task whose groups the study runs itself
-        (``run_group``) needs sequential."""
-        return params.get("schedule", "sequential")
+        (``run_group``) needs sequential. The one reader of the ``schedule``
+        key: the runner, the timing of its blocks, the provenance of its rows
+        and the shards all ask here."""
+        return params["schedule"]
 
     def train_settings(self, params: dict) -> "TrainSettings | None":
         return None
+
+    def claimed_variants(self, claim, metric) -> set[str]:
+        """The framework/mode variants a claim of this study compares (its
+        cells ``a`` and ``b`` that name one): what ``rounds_for: claims``
+        measures in every round. ``metric``: the claim's ``judging.Metric``."""
+        return {str(v) for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)}
 
     def failure_figures(self, params: dict, ref) -> dict:
         """Figures of a row the parent writes for a cell no worker finished

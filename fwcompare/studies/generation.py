@@ -44,7 +44,7 @@ from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_statu
 from ..judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
 from ..gate import token_ids
 from ..schema import TIMING, Param, grid_params, positive, replace_param
-from ..results import MEASURED
+from ..results import MEASURED, Columns
 from ..tables import CELL_KEYS
 from .base import Study
 
@@ -362,6 +362,10 @@ def plan_generation(ctx: WorkerContext, spec) -> CellPlan:
 class Generation(Study):
     name = "generation"
     title = "Generation: time to first token, decode speed and token agreement"
+    # greedy tokens that match PyTorch eager's, PyTorch's smallest top-2 logit
+    # margin over them, the analytic KV cache, the padded prompt
+    columns = Columns(figures=("recompiles", "tokens_agreed", "ref_min_margin", "kv_cache_bytes",
+                               "padded_len"), analytic=("kv_cache_bytes", "padded_len"))
     modes = GEN_MODES
 
     def schema(self):

@@ -26,7 +26,8 @@ from ..spec import DTYPES, MODES, TRAIN_MODES, RunSpec
 from ..stats import geomean_ratio_ci
 from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
                       variant)
-from ..workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, plan_inference,
+from ..workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, PRECISION_COLUMNS,
+                         TRAINING_COLUMNS, plan_inference,
                          plan_training, train_settings)
 from .base import Study, grid_cells, per_mode
 
@@ -55,6 +56,7 @@ def precision_errors(ctx: WorkerContext, spec: RunSpec):
 class MixedPrecision(Study):
     name = "mixed_precision"
     title = "Mixed precision: speed against numerical error"
+    columns = TRAINING_COLUMNS + PRECISION_COLUMNS
     tasks = ("inference", "train")
 
     def schema(self):

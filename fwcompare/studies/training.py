@@ -16,13 +16,15 @@ import pandas as pd
 from ..schema import TIMING, Param, grid_params, positive
 from ..spec import TRAIN_MODES
 from ..tables import variant
-from ..workloads import AGREEMENT, OPTIMIZER, plan_training, train_settings
+from ..workloads import (AGREEMENT, OPTIMIZER, PRECISION_COLUMNS, TRAINING_COLUMNS,
+                         plan_training, train_settings)
 from .base import Study, per_mode
 
 
 class Training(Study):
     name = "training"
     title = "Training: step time, memory and loss agreement"
+    columns = TRAINING_COLUMNS + PRECISION_COLUMNS
     tasks = ("train",)
 
     def schema(self):
@@ -43,7 +45,7 @@ class Training(Study):
         return per_mode(cells)
 
     def train_settings(self, params):
-        return train_settings(params)
+        return train_settings(params, accumulation_steps=params["accumulation_steps"])
 
     def plan(self, ctx, spec):
         return plan_training(ctx, spec, self.train_settings(ctx.params))

@@ -29,7 +29,8 @@ import os
 from ... import models
 from ...judging import Metric, check_cells
 from ...schema import TIMING, Param, grid_params, non_negative, positive
-from ...workloads import EQUIV_TOL, plan_inference
+from ...results import Columns
+from ...workloads import EQUIV_TOL, PRECISION_COLUMNS, plan_inference
 from ..base import Study, per_mode
 
 # The study's parts; every name of each is reachable from the package, as
@@ -52,6 +53,11 @@ from .worker import ArrayBackend, Loaded, after_checks, load_artifact, plan_path
 class Deployment(Study):
     name = "deployment"
     title = "Deployment: export, runtimes and quantization"
+    # the artifact's export and size; sentence-pair agreement with float32; the
+    # processes that exported and loaded it
+    columns = PRECISION_COLUMNS + Columns(
+        figures=("export_s", "artifact_bytes", "sts_spearman", "sts_max_abs_diff"),
+        provenance=(("exporter_pid", "float64"), ("runtime_pid", "float64")))
     modes = DEPLOY_MODES
     # Its prepare job is mostly the exports, which are measured (export_s,
     # artifact_bytes); the weights and gate references are a few seconds of it.

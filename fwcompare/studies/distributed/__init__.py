@@ -54,7 +54,8 @@ from ...job import CELLS
 from ...schema import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
                        one_of, positive, replace_param)
 from ...spec import RunSpec
-from ...workloads import AGREEMENT, OPTIMIZER, train_settings
+from ...results import Columns
+from ...workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, train_settings
 from ..base import Study
 
 # The study's parts; every name of each is reachable from the package, as
@@ -88,6 +89,11 @@ def _one_launch_at_a_time(v):
 class Distributed(Study):
     name = "distributed"
     title = "Distributed data-parallel: DDP, tf.distribute and jax.distributed, 1 to N workers"
+    columns = TRAINING_COLUMNS + Columns(
+        figures=("per_worker_batch", "weight_max_abs_diff", "allreduce_s", "allreduce_share",
+                 # the largest and the least rank's memory (Rank.memory)
+                 "rank_mem_bytes", "rank_mem_min_bytes"),
+        analytic=("per_worker_batch",))
     tasks = ("train",)
 
     # -- params ---------------------------------------------------------------------

@@ -40,7 +40,8 @@ from ... import env, models
 from ...judging import Metric, check_cells
 from ...schema import TIMING, Param, check_models, grid_params, modes_in, positive
 from ...spec import FRAMEWORKS, TRAIN_MODES, RunSpec
-from ...workloads import AGREEMENT, OPTIMIZER, plan_training, train_settings
+from ...results import Columns
+from ...workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, plan_training, train_settings
 from ..base import Study, grid_cells, per_mode
 
 # The study's parts; every name of each is reachable from the package, as
@@ -69,6 +70,9 @@ def _one_each(v):
 class Memory(Study):
     name = "memory"
     title = "Memory: checkpointing, accumulation and the largest batch that fits"
+    # a largest-batch search's result, its budget and its tries
+    columns = TRAINING_COLUMNS + Columns(figures=("largest_batch", "oom_batch", "fit_tries",
+                                                  "budget_bytes"), analytic=("budget_bytes",))
     tasks = ("train", SEARCH)
     one_round_tasks = (SEARCH,)  # a batch size: a fresh process would search again
     modes = {fw: (*TECHNIQUES, FORWARD) for fw in FRAMEWORKS}
@@ -157,6 +161,14 @@ class Memory(Study):
         if task == SEARCH:  # one search at a time, each try a process of its own
             return [[c] for c in sorted(cells, key=lambda c: c.spec.mode)]
         return per_mode(cells)  # one technique per process
+
+    def claimed_variants(self, claim, metric) -> set[str]:
+        """A technique claim whose figure is a timing compares the technique
+        with the plain step in every framework: "*/checkpointing", "*/plain"."""
+        out = super().claimed_variants(claim, metric)
+        if "technique" in claim.cells and metric.timed:
+            out |= {f"*/{claim.cells['technique']}", f"*/{PLAIN}"}
+        return out
 
     def schedule(self, params, task):
         return "sequential" if task == SEARCH else super().schedule(params, task)

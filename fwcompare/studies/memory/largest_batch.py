@@ -169,4 +169,4 @@ def search(runner, model: str, ref: CellRef) -> None:
 
 def _finish(runner, ref: CellRef, status: str, note: str, figures: dict) -> None:
     """The search's row; its line in the progress."""
-    runner.record(ref, status, note, figures, dict(runner.provenance, schedule="sequential"))
+    runner.record(ref, status, note, figures)
