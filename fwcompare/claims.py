@@ -25,7 +25,7 @@ import pandas as pd
 from .atomic import write_text
 from .env import hardware_line
 from .judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE, SHARED_METRICS,  # noqa: F401
-                      SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Measurement, Metric,
+                      SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known, Measurement, Metric,
                       StudyData, _devices, busy_host_note, cell_label, check_cells, is_claimed, judge,
                       memory_ratio, speedup_trend, time_ratio, timed_from)
 from .host import BUSY_HOST
@@ -51,7 +51,7 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
                           f"(a non-empty list){'; unknown: ' + ', '.join(sorted(unknown)) if unknown else ''}")
     sources = data.get("sources") or {}
     known_metrics = metrics()
-    modes = known_modes()
+    vocabulary = known()
     problems, claims, seen = [], [], set()
     for i, raw in enumerate(data["claims"]):
         where = f"claim {raw.get('id', i + 1)!r}" if isinstance(raw, dict) else f"claim {i + 1}"
@@ -102,7 +102,7 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
                                                           if extra else ""))
             else:
                 problems += [f"{where}: key 'cells': {p}"
-                             for p in (metric.check(raw["cells"], modes) if metric.check else [])]
+                             for p in (metric.check(raw["cells"], vocabulary) if metric.check else [])]
         if any(p.startswith(where) for p in problems):
             continue
         claims.append(Claim(
@@ -148,15 +148,17 @@ def claimed_for(study: str, params) -> set[str] | None:
     return None if params["rounds_for"] == "all" else claimed_variants(study, params["device"])
 
 
-def known_modes() -> dict[str, set]:
-    """Per framework, every mode a registered study has: what a claim's cells may name."""
+def known() -> Known:
+    """What a claim's cells may name: per framework every mode a registered
+    study has, and every registered study's tasks."""
     from .studies import STUDIES
 
     modes: dict[str, set] = {}
     for study in STUDIES.values():
         for fw, names in study.modes.items():
             modes.setdefault(fw, set()).update(names)
-    return modes
+    tasks = tuple(dict.fromkeys(t for study in STUDIES.values() for t in study.tasks))
+    return Known(modes, tasks)
 
 
 def metrics() -> dict[str, Metric]:

@@ -302,17 +302,26 @@ class Metric:
 
     fn: Callable[..., Measurement]
     cells: tuple[str, ...]
-    check: Callable[[dict], list[str]] | None = None
+    check: Callable[[dict, "Known"], list[str]] | None = None
     count: bool = False
     timed: bool = False
 
 
-def check_cells(cells: dict, modes: dict[str, set]) -> list[str]:
-    """Names in a claim's cells that no study could have measured (``modes``:
-    per framework, every mode a registered study has)."""
-    from .spec import DTYPES, TASKS
+@dataclass(frozen=True)
+class Known:
+    """What the registered studies can measure, for checking a claim's cells:
+    per framework every mode a study has, and every task (``claims.known``)."""
 
-    allowed = {"dtype": DTYPES, "task": TASKS}
+    modes: dict[str, set]
+    tasks: tuple[str, ...]
+
+
+def check_cells(cells: dict, known: Known) -> list[str]:
+    """Names in a claim's cells that no registered study could have measured."""
+    from .spec import DTYPES
+
+    modes = known.modes
+    allowed = {"dtype": DTYPES, "task": known.tasks}
     problems = []
     for key, value in cells.items():
         if key in allowed and value not in allowed[key]:

@@ -28,9 +28,6 @@ SCHEDULES = ("interleaved", "sequential")
 # matmuls: NVIDIA GPUs only), and bfloat16 / float16 as each framework's idiomatic
 # mixed precision (fp32 weights, reduced-precision compute).
 DTYPES = ("float32", "tf32", "bfloat16", "float16")
-# largest_batch: a search for the largest batch that fits a memory budget;
-# fit: one try of it (the memory study).
-TASKS = ("inference", "train", "largest_batch", "fit")
 
 
 _LATER_FIELDS = ("workers", "scaling", "new_tokens")

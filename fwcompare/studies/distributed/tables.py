@@ -230,7 +230,7 @@ def engine_memory_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     return m
 
 
-def _engine_cells(cells: dict, modes: dict) -> list[str]:
+def _engine_cells(cells: dict, known) -> list[str]:
     """Names in an engine claim's cells that no launch could measure."""
     problems = []
     for key in ("a", "b"):
@@ -248,7 +248,7 @@ def _engine_cells(cells: dict, modes: dict) -> list[str]:
     return problems
 
 
-def _scaling_cells(cells: dict, modes: dict) -> list[str]:
+def _scaling_cells(cells: dict, known) -> list[str]:
     """Names in a scaling_efficiency claim's cells that no launch could measure."""
     problems = [f"framework {fw!r} has no data-parallel engine; known: {', '.join(DIST_MODES)}"
                 for fw in cells.get("frameworks", []) if fw not in DIST_MODES]

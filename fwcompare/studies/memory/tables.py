@@ -254,7 +254,7 @@ def _train_only(data):
     return out
 
 
-def _technique_cells(cells: dict, modes: dict) -> list[str]:
+def _technique_cells(cells: dict, known) -> list[str]:
     t = cells.get("technique")
     return [] if t in TECHNIQUES and t != PLAIN else [
         f"technique {t!r} is not one of {', '.join(x for x in TECHNIQUES if x != PLAIN)}"]
