@@ -17,6 +17,28 @@ LOW = ("stats", "spec", "timing", "memory", "precision", "atomic", "paths", "pro
        "host", "env")
 
 
+# The floors above it (docs/contributing.md, Layout): a module imports modules of its
+# own floor or below. A package's modules stand on the package's floor.
+FLOORS = {
+    "low": LOW,
+    "language": ("models", "results", "schema", "tables", "plots", "judging", "job", "outcome",
+                 "frameworks", "peak", "compare", "export"),
+    "worker": ("gate", "cell", "workloads", "forkserver", "launch", "interleave"),
+    "running": ("runner", "estimate", "studies"),
+    "entry": ("params", "claims", "worker", "forkserver_main", "api", "report", "shard",
+              "submit", "doctor", "cli", "__main__", ""),
+}
+
+
+def floor_of(name: str) -> int:
+    """The floor (0 lowest) of module ``fwcompare.x.y``: its first part's."""
+    first = name.split(".")[1] if "." in name else ""
+    for i, members in enumerate(FLOORS.values()):
+        if first in members:
+            return i
+    raise KeyError(f"{name} is on no floor: add it to FLOORS (and to docs/contributing.md)")
+
+
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
     """Dotted name (``fwcompare.x.y``) -> file, packages by their ``__init__``."""
     out = {}
@@ -120,6 +142,13 @@ def test_low_floor_imports_nothing_above_it():
     g = graph()
     assert {f"fwcompare.{m}" for m in LOW} <= set(g), "a low module is missing"
     assert upward(g) == []
+
+
+def test_every_import_runs_to_the_same_floor_or_below():
+    g = graph()
+    up = sorted(f"{a} ({list(FLOORS)[floor_of(a)]}) imports {b} ({list(FLOORS)[floor_of(b)]})"
+                for a, deps in g.items() for b in deps if floor_of(b) > floor_of(a))
+    assert up == []
 
 
 def test_the_reader_sees_a_circle_and_an_upward_import(tmp_path):
