@@ -7,10 +7,10 @@ worker is forked from its framework's pre-imported server
 parent hands each worker a typed job (:class:`fwcompare.job.Job`), asks it for
 each cell's steps (:mod:`fwcompare.protocol`: prepare, sample, memory, finish),
 enforces the timeouts, and writes rows for cells a worker could not. The
-``schedule`` param picks the order of the steps: ``sequential`` (here: one
-cell after another, a process per group) or ``interleaved``
-(:mod:`fwcompare.interleave`: a process per variant, the variants of one shape
-sampled in turns). Either way:
+task's schedule (``Study.schedule``) picks the order of the steps
+(:mod:`fwcompare.schedules`): ``sequential`` (one cell after another, a
+process per group) or ``interleaved`` (a process per variant, the variants of
+one shape sampled in turns); the runner keeps the cells' lifecycle. Either way:
 
 - a worker that dies mid-cell: that cell becomes ``error`` (``oom`` if the
   kernel killed it), and a new worker picks up the group's remaining cells;
@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import env, protocol
+from . import env, protocol, schedules
 from .atomic import write_json
 from .forkserver import ForkServerError, ForkServers, kill_group
 from .frameworks import Unsupported, check_precision, worker_env
@@ -55,6 +55,7 @@ from .launch import (describe_exit, fresh_compile_cache, last_error_line, log_ta
 from .schema import timing_config
 from .paths import ROOT
 from .results import ResultStore, make_row, record_run
+from .schedules import sequential
 from .spec import RunSpec
 from .studies.base import Study, module_file
 
@@ -137,18 +138,6 @@ class Worker:
         return describe_exit(self.proc.returncode)
 
 
-# The steps of one cell, as the sequential schedule asks for them: request,
-# its fields, the event that answers it.
-_STEPS = ((protocol.PREPARE, {}, protocol.PREPARED),
-          (protocol.SAMPLE, {"until_stop": True}, protocol.SAMPLED),
-          (protocol.MEMORY, {}, protocol.MEASURED),
-          (protocol.FINISH, {}, protocol.DONE))
-# Where a request's time goes in the run's time breakdown.
-_PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
-           protocol.SAMPLE: "timing samples", protocol.MEMORY: "memory passes",
-           protocol.FINISH: "figures after timing"}
-
-
 # Measuring the machine's ceilings (peak.py), once per machine and framework.
 PEAK_PHASE = "hardware peak (matmul, bandwidth)"
 
@@ -218,7 +207,7 @@ class Runner:
         # where the run's time went (seconds), summed over its round passes
         self.phases: dict[str, float] = self.passes.phases.setdefault(task, {})
         self.host = HostMeter()  # what else the machine did while cells were sampled
-        self._reported = 0.0  # of a launch's time, what its ranks said (``spent``)
+
 
     # -- where the time goes ----------------------------------------------------------
     def charge(self, phase: str, seconds: float) -> None:
@@ -250,9 +239,9 @@ class Runner:
         self.store.append(make_row(ref.spec, status=status, error=error, figures=figures,
                                    run_id=self.run_id, profile=self.profile, round=ref.round,
                                    provenance=provenance or self.provenance))
-        self._cell_done(ref.spec, status, error=error)
+        self.cell_done(ref.spec, status, error=error)
 
-    def _cell_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:
+    def cell_done(self, spec: RunSpec, status: str, median_s=None, ci=None, error="") -> None:
         self.done += 1
         self.bar.update(1)
         if median_s is not None:
@@ -375,19 +364,19 @@ class Runner:
             name = f"{framework}-{'-'.join(kinds)}-{self.model_key(model)}"
             w = self.study.spawn(self, self.job(CELLS, model, framework,
                                                 list(remaining.values())), name)
-            self._flight = None
+            flight = sequential.Flight()
             try:
                 why = ""
                 try:
-                    self._drive(w, remaining, deadline, cell_limit)
+                    sequential.drive(self, w, remaining, deadline, cell_limit, flight)
                 except WorkerStop as stop:
                     why = str(stop)
                 if not remaining:  # every row is written: a short wait for a
                     with self.phase("process exits"):  # clean exit (ranks on other
-                        self._settle(w)                 # hosts need it)
+                        sequential.settle(w)            # hosts need it)
             finally:
                 w.kill()
-            if not self.after_stop(w, why, remaining, self._flight, restarts):
+            if not self.after_stop(w, why, remaining, flight.key, restarts):
                 return
             restarts += why != "cell_timeout"  # a crash; a timeout costs the cell only
 
@@ -425,89 +414,6 @@ class Runner:
                   ("worker killed by SIGKILL (likely the kernel's out-of-memory killer); "
                    if killed else "") + message)
         return True
-
-    def _drive(self, w, remaining: dict[str, CellRef], deadline: float,
-               cell_limit: float) -> None:
-        """The sequential schedule: each cell's steps, one cell after another
-        (a worker that runs its cells on its own is only listened to)."""
-        if w.autonomous:  # it says where its time went (``spent`` events), if it can
-            t0, self._reported = time.monotonic(), 0.0
-            try:
-                while remaining:
-                    self._next_event(w, remaining, deadline, cell_limit, None)
-            finally:
-                self.charge(self.study.autonomous_phase,
-                            time.monotonic() - t0 - self._reported)
-            return
-        with self.phase("process start and imports"):
-            self._next_event(w, remaining, deadline, cell_limit, protocol.READY)
-        pids = [w.proc.pid]
-        for key in list(remaining):
-            host = {}  # what else the machine did while the cell was sampled (host.py)
-            for op, fields, answer in _STEPS:
-                if op == protocol.SAMPLE:
-                    self.host.start(pids)
-                elif op == protocol.FINISH:
-                    fields = dict(fields, host=host)
-                w.send(op, cell=key, **fields)
-                with self.phase(_PHASES[op]):
-                    kind = self._next_event(w, remaining, deadline, cell_limit, answer)
-                if op == protocol.SAMPLE:
-                    host = self.host.stop(pids)
-                if kind == protocol.DONE:
-                    break
-
-    def _next_event(self, w, remaining, deadline, cell_limit, answer: str | None) -> str:
-        """Wait for ``answer`` from the cell in flight (or a cell's ``done``),
-        handling progress events; raise WorkerStop when the worker ends or a time
-        limit passes. A cell is in flight from its ``start`` (its variant is
-        loaded and gated by then) to its ``done``."""
-        while True:
-            try:
-                ev = w.events.get(timeout=0.5)
-            except queue.Empty:
-                now = time.monotonic()
-                if now > deadline:
-                    raise WorkerStop("group_timeout")
-                if self._flight is not None and now - self._started > cell_limit:
-                    raise WorkerStop("cell_timeout")
-                continue
-            if ev is None:
-                raise WorkerStop("lost")
-            key = f"{ev.get('cell')}-r{ev.get('round')}"
-            kind = ev["event"]
-            if kind == answer == protocol.READY:
-                return kind
-            if kind == protocol.SPENT:
-                self.charge(ev["phase"], ev["seconds"])
-                self._reported += ev["seconds"]
-            elif kind == protocol.START:  # the cell's time limit counts from here
-                self._flight, self._started = key, time.monotonic()
-                self.bar.set_postfix_str(ev["label"], refresh=True)
-            elif kind == protocol.DONE and key in remaining:
-                ref = remaining.pop(key)
-                if self._flight == key:
-                    self._flight = None
-                self._cell_done(ref.spec, ev["status"], ev.get("median_s"), ev.get("ci"),
-                                ev.get("error", ""))
-                return kind
-            elif kind == answer and key == self._flight:
-                return kind
-
-    @staticmethod
-    def _settle(w, grace_s: float = 15.0) -> None:
-        """Wait up to ``grace_s`` for a worker or launch to end on its own (a
-        served worker is told to exit first); a rank or worker stuck on its way
-        out is then killed by the caller."""
-        if not w.autonomous:
-            w.send(protocol.EXIT)
-        end = time.monotonic() + grace_s
-        while time.monotonic() < end:
-            try:
-                if w.events.get(timeout=max(0.01, end - time.monotonic())) is None:
-                    return
-            except queue.Empty:
-                return
 
     def _groups(self, cells: list[CellRef], order: list[str]):
         """(framework's) groups in the order to run: the frameworks in ``order``,
@@ -620,13 +526,9 @@ class Runner:
                     if prepared[made]:
                         for c in (c for group in groups for c in group):
                             self.fail(c, "error", prepared[made])
-                    elif self.study.schedule(self.params, self.task) == "interleaved":
-                        from .interleave import run_interleaved
-
-                        run_interleaved(self, model, groups, rnd)
                     else:
-                        for group in groups:
-                            self.study.run_group(self, model, group)
+                        schedules.run(self.study.schedule(self.params, self.task), self,
+                                      model, groups, rnd)
         finally:
             if self._own_servers and self.servers is not None:
                 self.servers.close()

@@ -121,9 +121,9 @@ def units(study: "Study", params: dict) -> list[Unit]:
     """The study's cells cut into units, by the runner's own grouping: the
     study's ``groups`` hook per task, model and framework (as
     ``Runner._groups`` calls it), and under the interleaved schedule the lanes
-    (``interleave.variant_key``) and shape sets that ``run_interleaved`` forms
+    (``schedules.interleaved.variant_key``) and shape sets that ``run_interleaved`` forms
     from those groups. Sorted by key."""
-    from .interleave import variant_key
+    from .schedules.interleaved import variant_key
     from .job import CellRef
     from .claims import claimed_for
     from .runner import planned_cells

@@ -23,7 +23,7 @@ FLOORS = {
     "low": LOW,
     "language": ("models", "results", "schema", "tables", "plots", "judging", "job", "outcome",
                  "frameworks", "peak", "compare", "export"),
-    "worker": ("gate", "cell", "workloads", "forkserver", "launch", "interleave"),
+    "worker": ("gate", "cell", "workloads", "forkserver", "launch", "schedules"),
     "running": ("runner", "estimate", "studies"),
     "entry": ("params", "claims", "worker", "forkserver_main", "api", "report", "shard",
               "submit", "doctor", "cli", "__main__", ""),

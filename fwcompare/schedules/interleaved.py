@@ -49,12 +49,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import env, protocol
-from .host import BUSY_HOST, BUSY_PHASE, host_load
-from .job import CELLS, CellRef
-from .protocol import WorkerStop
-from .spec import shape_text
-from .timing import StoppingRule
+from .. import env, protocol
+from ..host import BUSY_HOST, BUSY_PHASE, host_load
+from ..job import CELLS, CellRef
+from ..protocol import WorkerStop
+from ..spec import shape_text
+from ..timing import StoppingRule
 
 
 def variant_key(ref: CellRef) -> tuple:
@@ -173,7 +173,7 @@ class Lane:
                     done = self.remaining.pop(key)
                     if self.flight == key:
                         self.flight = None
-                    r._cell_done(done.spec, ev["status"], ev.get("median_s"), ev.get("ci"),
+                    r.cell_done(done.spec, ev["status"], ev.get("median_s"), ev.get("ci"),
                                  ev.get("error", ""))
                     if ref is not None and key == ref.key:
                         return ev if answer == protocol.DONE else None
@@ -333,3 +333,7 @@ def _turns(runner, members: list[_Member], rng) -> list[_Member]:
 def _pids(lanes: list[Lane]) -> list[int]:
     """The run's worker processes (idle lanes too: they are not other work)."""
     return [lane.worker.proc.pid for lane in lanes if lane.worker is not None]
+
+
+# The schedules' one interface (fwcompare.schedules.run).
+run = run_interleaved
