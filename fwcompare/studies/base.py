@@ -2,13 +2,15 @@
 
 The runner, the worker process, params validation, the report and the claims
 scorecard only call these hooks; a study is one module that subclasses
-:class:`Study`, fills them in and registers an instance
-(``fwcompare.studies.register``). Parent-side hooks decide what to measure and
+:class:`Study`, fills them in and holds an instance as ``STUDY`` (the registry,
+``fwcompare.studies``, registers it). Parent-side hooks decide what to measure and
 how cells share processes; worker-side hooks say what one cell is.
 
-- ``schema``: the params keys (the shared ones from ``params.grid_params`` and
-  ``params.TIMING``, plus the study's own)
-- ``check``: problems between keys (each a message naming its key)
+- ``schema``: the params keys (the shared ones from ``schema.grid_params`` and
+  ``schema.TIMING``, plus the study's own)
+- ``check``: problems between keys (each a message naming its key); the
+  checked params arrive as one frozen, typed object (``params_type``)
+- ``columns``: the result columns its rows add (``results.Columns``)
 - ``cells``: the RunSpecs of a params set
 - ``notebook``: its notebook (default ``<name>.ipynb``)
 - ``model_problem``: why the study cannot run a model at all (its cells are
@@ -28,6 +30,7 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``prepare``: the prepare job: weights and gate references
 - ``work``: a worker's main loop (default: serve the runner's requests)
 - ``plan``: one cell: what to time and what is known before timing
+- ``claimed_variants``: the variants a claim of this study compares
 - ``metrics``: claim metrics the study adds to ``params/claims.yaml``'s
 """
 from __future__ import annotations
@@ -98,7 +101,7 @@ class Study:
     # Result columns this study's rows add to the shared ones (fwcompare.results):
     # its own figures, those a failed row keeps, its provenance.
     columns: Columns = Columns()
-    # Claim metrics this study adds (name -> claims.Metric), judged by claims.py.
+    # Claim metrics this study adds (name -> judging.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
     # The time breakdown's phase of the steps a training cell takes on its own
     # batch after its first call (agreement steps: the gate's, and its warm-up).
