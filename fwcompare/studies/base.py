@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import env, models
 from ..job import CellRef, Job
-from ..spec import DTYPES, MODES, RunSpec
+from ..frameworks import MODES
+from ..spec import DTYPES, RunSpec
 
 if TYPE_CHECKING:
     from ..cell import CellPlan, WorkerContext
