@@ -132,6 +132,8 @@ FRAMEWORKS = _Names()
 # graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
 MODES = _Table("modes")
 TRAIN_MODES = _Table("train_modes")
+# What each framework's worker processes set (see worker_only, worker_env).
+WORKER_ONLY = _Table("worker_env")
 
 
 def get_backend(framework: str) -> Backend:
@@ -176,15 +178,12 @@ def worker_env(threads: int, device: str, framework: str) -> dict:
     return e
 
 
-# The params that change how a backend builds its modes and steps (the
-# keys each study declares; a study without one leaves the backend's default).
-BACKEND_OPTIONS = ("torch_compile_mode", "torch_compile_dynamic", "tf_autograph")
-
-
 def backend_options(params) -> dict:
-    """The params of :data:`BACKEND_OPTIONS` that ``params`` has: what
-    ``configure`` and ``make_forward`` take as ``options``."""
-    return {k: params[k] for k in BACKEND_OPTIONS if k in params}
+    """The params that change how a backend builds its modes and steps
+    (``Framework.options``, every registered framework's) that ``params`` has:
+    what ``configure`` and ``make_forward`` take as ``options``. A study
+    without one of these keys leaves the backend's default."""
+    return {k: params[k] for fw in _REGISTRY.values() for k in fw.options if k in params}
 
 
 def contract(cls: type = Backend) -> list[str]:

@@ -81,6 +81,9 @@ class Framework:
     modes: tuple[str, ...]                  # inference modes
     train_modes: tuple[str, ...] = ()       # training modes
     backend: Union[str, Callable[[], "Backend"]] = ""
+    # The params keys that change how its backend builds modes and steps
+    # (handed to ``configure`` and ``make_forward`` as ``options``).
+    options: tuple[str, ...] = ()
     # Set in its worker processes' environment: keeps transformers from
     # importing the other frameworks (it imported TensorFlow into the PyTorch
     # worker: +700 MB of RSS, unrelated work).
@@ -111,8 +114,8 @@ class Framework:
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
-        for name in ("modes", "train_modes", "preload", "dist_modes", "server_modes",
-                     "packages"):
+        for name in ("modes", "train_modes", "options", "preload", "dist_modes",
+                     "server_modes", "packages"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
 

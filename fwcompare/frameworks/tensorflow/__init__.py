@@ -12,6 +12,7 @@ FRAMEWORK = Framework(
     modes=("eager", "graph", "xla"),
     train_modes=("graph", "xla"),
     backend="fwcompare.frameworks.tensorflow.backend",
+    options=("tf_autograph",),
     worker_env={"USE_FLAX": "0"},
     preload=("tf_keras",),
     model_module_prefix="tf_",
