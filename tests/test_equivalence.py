@@ -222,7 +222,7 @@ def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, f
     wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
     backend.configure(2, "cpu")
     if framework == "jax":
-        where, name = backend, "_from_safetensors"
+        where, name = backend_module("jax"), "_from_safetensors"
     else:
         from transformers import modeling_tf_pytorch_utils as where
         name = "load_pytorch_checkpoint_in_tf2_model"
