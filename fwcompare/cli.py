@@ -24,7 +24,7 @@ from . import __version__
 from .doctor import DoctorError
 from .params import LIST_FLAGS, ParamsError, load_file
 from .paths import OUTPUTS, PARAMS, CheckoutError, require_checkout
-from .spec import FRAMEWORKS
+from .frameworks import FRAMEWORKS
 
 DONE, FAILED, BAD_INPUT, INTERRUPTED = 0, 1, 2, 130
 

@@ -30,11 +30,9 @@ import numpy as np
 
 from . import env
 from .schema import ParamsError
-from .spec import FRAMEWORKS
+from .frameworks import FRAMEWORKS
 
 ALLOC_BYTES = 64 * 2 ** 20  # what the memory check allocates
-# JAX's platforms in a probe: host placement on a GPU machine needs the CPU too.
-_JAX_PLATFORMS = {"cpu": "cpu", "gpu": "cuda,cpu"}
 
 
 class DoctorError(ParamsError):
@@ -54,10 +52,10 @@ def _check(results: list, name: str, fn) -> bool:
 
 def probe(framework: str, device: str) -> list[dict]:
     """The checks of one framework on one device, in this process."""
-    from .frameworks import get_backend
+    from .frameworks import get, get_backend
 
-    if framework == "jax":
-        os.environ["JAX_PLATFORMS"] = _JAX_PLATFORMS[device]
+    # The framework's own probe settings (JAX's platforms), before its import.
+    os.environ.update(get(framework).probe_env.get(device, {}))
     results: list[dict] = []
     backend = None
 
@@ -87,7 +85,7 @@ def probe(framework: str, device: str) -> list[dict]:
             seen = {}
             for dtype in ("tf32", "float32"):
                 backend.set_precision(dtype, device)
-                seen[dtype] = _tf32_on(framework, backend, device)
+                seen[dtype] = backend.tf32_enabled(device)
             if seen != {"tf32": True, "float32": False}:
                 raise RuntimeError(f"TF32 did not follow the precision: {seen}")
             return "on for tf32, off for float32"
@@ -121,14 +119,6 @@ def probe(framework: str, device: str) -> list[dict]:
         return f"peak RSS rose {rise / 2 ** 20:.0f} MiB over a 64 MiB allocation ({peak.method})"
     _check(results, "memory", memory)
     return results
-
-
-def _tf32_on(framework: str, backend, device: str) -> bool:
-    if framework == "jax":
-        import jax
-
-        return jax.config.jax_default_matmul_precision == "tensorfloat32"
-    return bool(backend.runtime_info(device).get("tf32_matmul"))
 
 
 def examine(frameworks: list[str], device: str, timeout_s: float = 300.0) -> dict[str, list]:

@@ -20,14 +20,24 @@ import psutil
 
 from .paths import ROOT
 
-PACKAGES = ("fwcompare", "torch", "tensorflow", "tf-keras", "transformers", "jax", "jaxlib",
-            "flax", "numpy", "scipy", "pandas", "papermill", "onnx", "onnxscript", "onnxruntime",
-            "tf2onnx", "ai-edge-litert")
+# The packages every run records; each framework adds its own (its package's
+# declaration, ``Framework.packages``, handed down by the frameworks registry
+# through :func:`record_versions_of`: this module imports nothing above it).
+PACKAGES = ("fwcompare", "transformers", "numpy", "scipy", "pandas", "papermill",
+            "onnxruntime", "ai-edge-litert")
+_FRAMEWORK_PACKAGES: list[str] = []
+
+
+def record_versions_of(packages) -> None:
+    """Record these packages' versions too (a registered framework's)."""
+    for name in packages:
+        if name not in _FRAMEWORK_PACKAGES and name not in PACKAGES:
+            _FRAMEWORK_PACKAGES.append(name)
 
 
 def versions() -> dict[str, str]:
     out = {}
-    for name in PACKAGES:
+    for name in (PACKAGES[0], *_FRAMEWORK_PACKAGES, *PACKAGES[1:]):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -25,15 +25,14 @@ def _preload(framework: str, study: str, study_file: str, models: list[str]) -> 
     import importlib
 
     from . import cell, gate, stats, studies, worker  # noqa: F401
-    from .frameworks import get_backend
+    from . import frameworks
 
     studies.load(study, study_file)
-    if framework not in ("torch", "tensorflow", "jax"):
-        framework = "torch"  # the prepare job: PyTorch only
-    get_backend(framework)
-    prefix = {"torch": "", "tensorflow": "tf_", "jax": "flax_"}[framework]
-    extra = {"jax": ("optax", "jmp", "flax.serialization"),
-             "tensorflow": ("tf_keras",)}.get(framework, ())
+    fw = frameworks.find(framework)
+    if fw is None:
+        fw = frameworks.get("torch")  # the prepare job: PyTorch only
+    frameworks.get_backend(fw.name)
+    prefix, extra = fw.model_module_prefix, fw.preload
     from . import models as zoo
 
     for model in models:

@@ -60,6 +60,10 @@ class Job:
     cells: tuple[CellRef, ...] = ()
     fp64_shapes: tuple[tuple[int, int], ...] = ()
     peak_dtypes: tuple[str, ...] = ()
+    # The file that declares ``framework`` where it is registered from outside
+    # fwcompare (a test's): the worker imports it, as ``study_file``. Filled
+    # from the frameworks registry when not given; "" for the built-in ones.
+    framework_file: str = ""
 
     def __post_init__(self):
         if self.kind not in (PREPARE, CELLS, PEAK):
@@ -71,6 +75,10 @@ class Job:
         object.__setattr__(self, "cells", tuple(self.cells))
         object.__setattr__(self, "fp64_shapes", tuple(tuple(s) for s in self.fp64_shapes))
         object.__setattr__(self, "peak_dtypes", tuple(self.peak_dtypes))
+        if self.framework and not self.framework_file:
+            from .frameworks import source_file
+
+            object.__setattr__(self, "framework_file", source_file(self.framework))
 
     @property
     def seed(self) -> int:

@@ -15,7 +15,11 @@
   the others serve it until the launch ends them.
 - JAX: one process per rank with the coordinator's address (rank 0's host),
   the process count and this process's id, for ``jax.distributed.initialize``
-  (``frameworks.jax.DataParallel``); forked likewise.
+  (``frameworks.jax.backend.DataParallel``); forked likewise.
+
+What each framework's launch is (its command, the variables of each rank,
+its ports) lives in its package (``frameworks/<name>/launch.py``, named by
+``Framework.launcher``); this module starts and watches the processes.
 
 On one host every rank listens on loopback, on ports found free at launch.
 Across hosts (``hosts`` in the params, ``node_rank`` on each), the same study
@@ -29,13 +33,11 @@ run in sessions of their own), so no rank outlives its cell and its ports.
 """
 from __future__ import annotations
 
-import json
 import queue
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -46,11 +48,12 @@ import psutil
 
 from .forkserver import ForkServerError, kill_group
 from .paths import ROOT
+from .frameworks.base import WORKER_MODULE
 from .protocol import LAUNCH_DIR_ENV, parse_event
 
 # Every rank runs the worker entry point; the job names its study, whose
 # ``work`` hook is the rank's program.
-MODULE = "fwcompare.worker"
+MODULE = WORKER_MODULE
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -79,67 +82,28 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def torchrun_command(job_path: Path, workers: int, hosts: list[str], node_rank: int,
-                     master_port: int) -> list[str]:
-    """torchrun for this host's share of ``workers`` ranks (static rendezvous)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
-            "--node_rank", str(node_rank), "--nproc_per_node", str(workers // len(hosts)),
-            "--master_addr", hosts[0], "--master_port", str(master_port),
-            "--max_restarts", "0", "-m", MODULE, str(job_path)]
+def launcher(framework: str):
+    """The module that says how ``framework``'s ranks start (its package's
+    ``launch``: ``RENDEZVOUS``, ``ports_needed``, ``commands``)."""
+    import importlib
 
+    from .frameworks import get
 
-def torch_rank_envs(workers: int, hosts: list[str], node_rank: int,
-                    master_port: int) -> list[dict]:
-    """What torchrun's static rendezvous gives each rank on this host
-    (``torch.distributed``'s env:// variables), for ranks forked from a fork
-    server instead: rank 0 serves the store at ``MASTER_ADDR:MASTER_PORT``."""
-    k = workers // len(hosts)
-    return [{"RANK": str(node_rank * k + i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(workers),
-             "LOCAL_WORLD_SIZE": str(k), "GROUP_RANK": str(node_rank),
-             "MASTER_ADDR": hosts[0], "MASTER_PORT": str(master_port)} for i in range(k)]
-
-
-def tf_configs(workers: int, hosts: list[str], node_rank: int,
-               ports: list[int]) -> list[dict]:
-    """TF_CONFIG of each worker on this host: the cluster is every host's
-    workers in node order (host i holds workers i*k .. i*k+k-1), ``ports[j]``
-    the port of worker ``j``."""
-    k = workers // len(hosts)
-    cluster = {"worker": [f"{hosts[j // k]}:{ports[j]}" for j in range(workers)]}
-    return [{"cluster": cluster, "task": {"type": "worker", "index": node_rank * k + i}}
-            for i in range(k)]
-
-
-def tf_ps_configs(workers: int, servers: int, ports: list[int]) -> list[tuple[str, dict]]:
-    """(name, TF_CONFIG) of each process of a ParameterServerStrategy cluster
-    on this host: the chief (``ports[0]``), ``workers`` workers and
-    ``servers`` parameter servers (the ports after it), in that order."""
-    cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
-               "worker": [f"127.0.0.1:{p}" for p in ports[1:1 + workers]],
-               "ps": [f"127.0.0.1:{p}" for p in ports[1 + workers:1 + workers + servers]]}
-    return [(f"{kind} {i}" if kind != "chief" else kind,
-             {"cluster": cluster, "task": {"type": kind, "index": i}})
-            for kind in ("chief", "worker", "ps") for i in range(len(cluster[kind]))]
-
-
-def jax_rank_envs(workers: int, hosts: list[str], node_rank: int, port: int) -> list[dict]:
-    """What ``frameworks.jax.DataParallel`` reads on each rank of this host:
-    the coordinator (served by process 0, on ``hosts[0]``), the process count
-    and this process's id (host i holds processes i*k .. i*k+k-1)."""
-    from .frameworks.jax import COORDINATOR_ENV, PROCESS_ID_ENV, PROCESSES_ENV
-
-    k = workers // len(hosts)
-    return [{COORDINATOR_ENV: f"{hosts[0]}:{port}", PROCESSES_ENV: str(workers),
-             PROCESS_ID_ENV: str(node_rank * k + i), "LOCAL_RANK": str(i)} for i in range(k)]
+    fw = get(framework)
+    if not fw.launcher:
+        raise ValueError(f"{framework} has no data-parallel launch")
+    return importlib.import_module(fw.launcher)
 
 
 def choose_ports(framework: str, workers: int, hosts: list[str], master_port: int,
                  servers: int = 0) -> list[int]:
-    """torch: [rendezvous port]; jax: [coordinator port]; tensorflow: every
-    worker's port (with ``servers`` parameter servers: the chief's, the
-    workers', the servers')."""
-    one = framework in ("torch", "jax")
-    n = 1 if one else workers + (1 + servers if servers else 0)
+    """The framework's launcher says how many (``ports_needed``): one for a
+    launch with a rendezvous (torch: torchrun's; jax: the coordinator's),
+    else one per process (tensorflow: every worker's, with ``servers``
+    parameter servers the chief's and the servers' too)."""
+    plan = launcher(framework)
+    one = plan.RENDEZVOUS
+    n = plan.ports_needed(workers, servers)
     if master_port:
         return [master_port] if one else [master_port + 1 + j for j in range(n)]
     if len(hosts) > 1:
@@ -255,25 +219,12 @@ class Launch:
 
     def _commands(self, path: Path, framework: str, workers: int, hosts: list[str],
                   node_rank: int, forked: bool) -> list[tuple[list[str] | None, dict]]:
-        """(command, extra environment) of each process on this host: one per
-        rank, or torchrun's one for all of PyTorch's (not forked)."""
-        if framework == "torch" and forked:
-            return [(None, e) for e in torch_rank_envs(workers, hosts, node_rank,
-                                                       self.ports[0])]
-        if framework == "torch":
-            return [(torchrun_command(path, workers, hosts, node_rank, self.ports[0]), {})]
-        command = [sys.executable, "-m", MODULE, str(path)]
-        if framework == "jax":
-            return [(None if forked else command, e)
-                    for e in jax_rank_envs(workers, hosts, node_rank, self.ports[0])]
-        if self.servers:  # workers on cores 0.., the chief and servers on the next ones
-            tasks = tf_ps_configs(workers, self.servers, self.ports)
-            self.names = [name for name, _ in tasks]
-            local = [workers, *range(workers), *range(workers + 1, workers + 1 + self.servers)]
-            return [(command, {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
-                    for (_, c), i in zip(tasks, local)]
-        return [(command, {"TF_CONFIG": json.dumps(c), "LOCAL_RANK": str(i)})
-                for i, c in enumerate(tf_configs(workers, hosts, node_rank, self.ports))]
+        """(command, extra environment) of each process on this host, as the
+        framework's launcher gives them (torch, not forked: torchrun's one
+        for all its ranks), and what each is called in an error."""
+        commands, self.names = launcher(framework).commands(
+            path, workers, hosts, node_rank, self.ports, forked, self.servers)
+        return commands
 
     def _start(self, path: Path, job_dir: Path, name: str, env: dict, server, leader: bool,
                commands: list) -> None:

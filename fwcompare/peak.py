@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .paths import CACHE as CACHE_ROOT
-from .spec import FRAMEWORKS
+from .frameworks import FRAMEWORKS
 
 CACHE = CACHE_ROOT / "peak"
 # n of the n x n matmul: 2.1 GFLOP a call on a CPU in float32, 0.27 GFLOP in the

@@ -22,7 +22,8 @@ import yaml
 
 from . import models
 from .host import BUSY_HOST
-from .spec import DEVICES, DTYPES, FRAMEWORKS, SCHEDULES
+from .frameworks import BUILT_IN, FRAMEWORKS
+from .spec import DEVICES, DTYPES, SCHEDULES
 from .timing import TimingConfig
 
 
@@ -81,10 +82,13 @@ def check_models(v):
 
 
 def modes_in(table: dict):
+    """Each framework's modes among ``table``'s (a live view such as
+    frameworks.MODES, or a study's own), the frameworks registered now."""
     def check(v):
         for fw, modes in v.items():
-            if fw not in FRAMEWORKS:
-                return f"unknown framework {fw!r}; known: {', '.join(FRAMEWORKS)}"
+            if fw not in FRAMEWORKS or fw not in table:
+                known = [k for k in FRAMEWORKS if k in table]
+                return f"unknown framework {fw!r}; known: {', '.join(known)}"
             for mode in modes:
                 if mode not in table[fw]:
                     return f"unknown mode {mode!r} for {fw}; allowed: {', '.join(table[fw])}"
@@ -146,7 +150,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
     grid = {
         "models": Param("list[str]", models_default,
                         "zoo names or local checkpoint directories", check_models),
-        "frameworks": Param("list[str]", list(FRAMEWORKS), "frameworks to compare",
+        "frameworks": Param("list[str]", list(BUILT_IN), "frameworks to compare",
                             all_of(non_empty, one_of(FRAMEWORKS))),
         "modes": Param("dict[str, list[str]]", modes_default, "modes per framework",
                        modes_in(modes_table)),

@@ -6,20 +6,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-FRAMEWORKS = ("torch", "tensorflow", "jax")
-# Modes each backend implements, per task; anything else is rejected by params
-# validation. torchscript: torch.jit.trace; compile: torch.compile (inductor);
-# graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
-MODES = {
-    "torch": ("eager", "torchscript", "compile"),
-    "tensorflow": ("eager", "graph", "xla"),
-    "jax": ("eager", "jit"),
-}
-TRAIN_MODES = {
-    "torch": ("eager",),
-    "tensorflow": ("graph", "xla"),
-    "jax": ("jit",),
-}
+# The frameworks and their modes live in fwcompare.frameworks (one package each,
+# read through its registry).
 DEVICES = ("cpu", "gpu")
 # How a run's cells are timed (fwcompare.runner): interleaved (the variants of one
 # model and shape sampled in turns) or sequential (one cell after another).

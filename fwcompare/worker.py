@@ -26,6 +26,10 @@ def main(argv: list[str]) -> int:
     from .job import PEAK, PREPARE, Job
 
     job = Job.read(argv[0])
+    if job.framework_file:  # a framework declared outside fwcompare (a test's)
+        from .frameworks import load
+
+        load(job.framework, job.framework_file)
     study = studies.load(job.study, job.study_file)
     # The params as the parent typed them (checked there, once: not again here).
     job = job.replace(params=study.params_type()(**job.params))

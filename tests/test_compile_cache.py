@@ -17,7 +17,7 @@ import jax, jax.numpy as jnp
 hits = []
 jax.monitoring.register_event_listener(
     lambda name, **kw: hits.append(name) if name.endswith("cache_hits") else None)
-from fwcompare.frameworks import jax as backend
+from fwcompare.frameworks.jax import backend
 backend.configure(1, "cpu")
 f = jax.jit(lambda a: jnp.tanh(a @ a) @ a)
 f(jnp.ones((64, 64))).block_until_ready()
@@ -25,7 +25,7 @@ print("hits", len(hits))
 """,
     "tensorflow": """
 import tensorflow as tf
-from fwcompare.frameworks import tensorflow as backend
+from fwcompare.frameworks.tensorflow import backend
 backend.configure(1, "cpu")
 f = tf.function(lambda a: tf.tanh(a @ a) @ a, jit_compile=True)
 print(float(f(tf.ones((64, 64)))[0, 0]))

@@ -13,6 +13,7 @@ import pytest
 
 import fwcompare
 from fwcompare import claims, launch, tables
+from fwcompare.frameworks import Engine
 from fwcompare.params import ParamsError, validate
 from fwcompare.studies import STUDIES
 from fwcompare.studies import distributed as study
@@ -68,23 +69,24 @@ def test_cells_weak_and_strong():
 
 
 def test_launch_commands_for_two_hosts(tmp_path):
-    cmd = launch.torchrun_command(tmp_path / "job.json", 4, ["h0", "h1"], 1, 29500)
+    torch_launch = launch.launcher("torch")  # frameworks/torch/launch.py
+    cmd = torch_launch.torchrun_command(tmp_path / "job.json", 4, ["h0", "h1"], 1, 29500)
     joined = " ".join(cmd)
     assert "-m torch.distributed.run --nnodes 2 --node_rank 1 --nproc_per_node 2" in joined
     assert "--master_addr h0 --master_port 29500" in joined
     assert cmd[-3:] == ["-m", "fwcompare.worker", str(tmp_path / "job.json")]
     ports = launch.choose_ports("tensorflow", 4, ["h0", "h1"], 29500)
     assert ports == [29501, 29502, 29503, 29504]
-    configs = launch.tf_configs(4, ["h0", "h1"], 1, ports)
+    configs = launch.launcher("tensorflow").tf_configs(4, ["h0", "h1"], 1, ports)
     assert [c["task"]["index"] for c in configs] == [2, 3]
     assert configs[0]["cluster"]["worker"] == ["h0:29501", "h0:29502", "h1:29503", "h1:29504"]
-    envs = launch.torch_rank_envs(4, ["h0", "h1"], 1, 29500)  # torchrun's, for forked ranks
+    envs = torch_launch.torch_rank_envs(4, ["h0", "h1"], 1, 29500)  # torchrun's, for forked ranks
     assert [(e["RANK"], e["LOCAL_RANK"]) for e in envs] == [("2", "0"), ("3", "1")]
     assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"])
             for e in envs} == {("4", "2", "h0", "29500")}
     # JAX: one coordinator port (process 0's, on the first host), a process id each
     assert launch.choose_ports("jax", 4, ["h0", "h1"], 29500) == [29500]
-    envs = launch.jax_rank_envs(4, ["h0", "h1"], 1, 29500)
+    envs = launch.launcher("jax").jax_rank_envs(4, ["h0", "h1"], 1, 29500)
     assert [(e["FWCOMPARE_JAX_PROCESS_ID"], e["LOCAL_RANK"]) for e in envs] == [("2", "0"),
                                                                                ("3", "1")]
     assert {(e["FWCOMPARE_JAX_COORDINATOR"], e["FWCOMPARE_JAX_PROCESSES"])
@@ -96,7 +98,7 @@ def test_launch_commands_for_two_hosts(tmp_path):
     # ParameterServerStrategy: a chief, 2 workers and 2 parameter servers
     ports = launch.choose_ports("tensorflow", 2, ["127.0.0.1"], 0, 2)
     assert len(set(ports)) == 5
-    tasks = launch.tf_ps_configs(2, 2, ports)
+    tasks = launch.launcher("tensorflow").tf_ps_configs(2, 2, ports)
     assert [name for name, _ in tasks] == ["chief", "worker 0", "worker 1", "ps 0", "ps 1"]
     assert [c["task"] for _, c in tasks][2:4] == [{"type": "worker", "index": 1},
                                                   {"type": "ps", "index": 0}]
@@ -548,7 +550,7 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
     job = runner.job(CELLS, "tiny-bert", "torch", cells)
 
-    class TracedDP:  # one rank of one, whose step traces once per shape
+    class TracedDP(Engine):  # one rank of one, whose step traces once per shape
         rank, world, setup = 0, 1, "a step traced per shape"
 
         def __init__(self):

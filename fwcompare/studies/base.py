@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import env, models
 from ..job import CellRef, Job
+from ..frameworks import MODES
 from ..results import Columns
-from ..spec import DTYPES, MODES, RunSpec
+from ..spec import DTYPES, RunSpec
 
 if TYPE_CHECKING:
     from ..cell import CellPlan, WorkerContext

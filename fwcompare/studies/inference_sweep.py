@@ -8,7 +8,7 @@ is gated against PyTorch's reference in the smallest cell's first call.
 from __future__ import annotations
 
 from ..schema import TIMING, grid_params
-from ..spec import MODES
+from ..frameworks import MODES
 from ..workloads import EQUIV_TOL, plan_inference
 from .base import Study
 

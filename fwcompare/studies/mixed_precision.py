@@ -22,7 +22,8 @@ from ..gate import REF_ROWS, fp64_key
 from ..schema import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
                       one_of, positive)
 from ..results import MEASURED
-from ..spec import DTYPES, MODES, TRAIN_MODES, RunSpec
+from ..frameworks import MODES, TRAIN_MODES
+from ..spec import DTYPES, RunSpec
 from ..stats import geomean_ratio_ci
 from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
                       variant)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..schema import TIMING, Param, grid_params, positive
-from ..spec import TRAIN_MODES
+from ..frameworks import TRAIN_MODES
 from ..tables import variant
 from ..workloads import (AGREEMENT, OPTIMIZER, PRECISION_COLUMNS, TRAINING_COLUMNS,
                          plan_training, train_settings)

@@ -18,7 +18,8 @@ embedding model would notice.
 
 The study's parts: ``catalog`` (the paths, where artifacts live, the
 sentence pairs), ``export`` (the prepare job: sentences and export
-processes), ``formats`` (each framework's exporters and runtimes), ``worker``
+processes), ``formats`` (the shared runtimes; each framework's exporter and
+runtime live in its package, ``frameworks/<name>/export.py``), ``worker``
 (an artifact path's cell), ``tables`` (tables and claim metrics) and
 ``figures``; this module holds the study and registers it.
 """
@@ -41,10 +42,9 @@ from .catalog import (BASELINE, DEPLOY_MODES, PATHS, SENTENCE_PAIRS, STS_COLUMNS
 from .export import (export_all, export_key, export_main, export_modes, export_one,  # noqa: F401
                      read_record, write_sentences)
 from .figures import WEIGHTS_MARKER, size_and_load, speed_vs_error  # noqa: F401
-from .formats import (CPU_ONLY, ORT_MODEL_TYPES, RUNTIMES, ExportUnsupported,  # noqa: F401
-                      JaxExport, JaxExporter, LiteRT, OnnxRuntime, Runtime, SavedModel,
-                      TensorFlowExporter, TorchExporter, TorchScript, converter_message,
-                      converter_status)
+from .formats import (CPU_ONLY, RUNTIMES, Exporter, ExportUnsupported, LiteRT,  # noqa: F401
+                      OnnxRuntime, Runtime, converter_message, converter_status,
+                      exporter_class)
 from .tables import (PATH_KEYS, deployment_table, path_summary, path_works,  # noqa: F401
                      paths_table, sentence_agreement_metric, size_ratio)
 from .worker import ArrayBackend, Loaded, after_checks, load_artifact, plan_path  # noqa: F401

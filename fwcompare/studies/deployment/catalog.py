@@ -1,59 +1,22 @@
-"""The deployment paths: what each framework exports and how (:data:`PATHS`),
-where a path's artifact lives, and the sentence-pair check every path is
-judged by (the prepare job's reference, the worker's comparison)."""
+"""The deployment paths: what each framework exports and how (:data:`PATHS`,
+from each framework's declaration), where a path's artifact lives, and the
+sentence-pair check every path is judged by (the prepare job's reference,
+the worker's comparison)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ...frameworks import DeployPath, registered
+
 SENTENCE_PAIRS = Path(__file__).resolve().parents[2] / "data" / "sentence_pairs.tsv"
 
 
-@dataclass(frozen=True)
-class DeployPath:
-    """One path: how it is made (``how``), what runs it, the precision of its
-    weights (float32, float16, int8: the gate's tolerance and the size
-    order), and its artifact's kind (the runtime that loads it; "" for the
-    framework's own baseline, which loads the shared weights)."""
-
-    how: str
-    runtime: str
-    precision: str = "float32"
-    artifact: str = ""
-    # The export process it shares with its framework's other paths (""), or
-    # one of its own: a path that builds on no other's step and is slow to
-    # export runs beside them when ``export_jobs`` allows.
-    process: str = ""
-
-
+# Each framework's paths, as its package declares them (``Framework.deploy_paths``).
 PATHS: dict[str, dict[str, DeployPath]] = {
-    "torch": {
-        "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
-        "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),
-        "dynamic-int8": DeployPath("torch.ao.quantization.quantize_dynamic (Linear layers, qint8), traced and saved as TorchScript", "TorchScript", "int8", "torchscript"),
-        "onnxruntime": DeployPath("torch.onnx.export(dynamo=True)", "ONNX Runtime", artifact="onnx"),
-        "onnxruntime-fused": DeployPath("torch.onnx.export(dynamo=True), then onnxruntime.transformers.optimizer (transformer fusions)", "ONNX Runtime", artifact="onnx"),
-        "onnxruntime-int8": DeployPath("the fused ONNX model, then onnxruntime.quantization.quantize_dynamic (QInt8 weights)", "ONNX Runtime", "int8", "onnx"),
-    },
-    "tensorflow": {
-        "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
-        "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),
-        "tflite-float32": DeployPath("TFLiteConverter, no optimisation", "LiteRT", artifact="tflite"),
-        "tflite-float16": DeployPath("TFLiteConverter, Optimize.DEFAULT, float16 weights", "LiteRT", "float16", "tflite"),
-        "tflite-dynamic-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT (dynamic-range INT8 weights)", "LiteRT", "int8", "tflite"),
-        "tflite-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT, representative dataset, TFLITE_BUILTINS_INT8 only (full integer)", "LiteRT", "int8", "tflite"),
-        "tf2onnx": DeployPath("tf2onnx.convert.from_function", "ONNX Runtime", artifact="onnx",
-                              process="tf2onnx"),
-    },
-    "jax": {
-        "jit": DeployPath("jax.jit (the baseline)", "JAX"),
-        "jax-export": DeployPath("jax.export with symbolic batch and sequence, serialised StableHLO, deserialised and jitted", "JAX", artifact="jax-export"),
-        "jax2tf-tflite": DeployPath("jax2tf.convert, then TFLiteConverter (one artifact per shape)", "LiteRT", artifact="tflite"),
-    },
-}
+    fw.name: dict(fw.deploy_paths) for fw in registered() if fw.deploy_paths}
 DEPLOY_MODES = {fw: tuple(paths) for fw, paths in PATHS.items()}
 BASELINE = {fw: next(m for m, p in paths.items() if not p.artifact) for fw, paths in PATHS.items()}
 # Columns of the sentence-pair check (real weights with a tokenizer).

@@ -18,8 +18,7 @@ from ... import models
 from ...cell import inject_fault
 from .catalog import (PATHS, SENTENCE_PAIRS, artifact_dir, pair_similarities, path_of, read_pairs,
                       sentences_path)
-from .formats import (CPU_ONLY, JaxExporter, TensorFlowExporter, TorchExporter, converter_message,
-                      converter_status)
+from .formats import CPU_ONLY, converter_message, converter_status, exporter_class
 
 
 # -- export (prepare side: one process per framework) ---------------------------------
@@ -88,7 +87,7 @@ def export_all(job, threads: int) -> None:
 def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> None:
     """Paths of one framework that share an export process (see DeployPath.process)."""
     from ...launch import log_tail
-    from ...frameworks import WORKER_ONLY, worker_env
+    from ...frameworks import worker_env, worker_only
 
     timeout = job.params["export_timeout_s"]
     log = Path(job.gate_dir).parent / "jobs" / f"export-{fw}{'-' + name if name else ''}-" \
@@ -104,7 +103,7 @@ def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> No
     while todo:
         env = worker_env(threads, job.device, fw)
         for name in ("USE_TF", "USE_FLAX", "USE_TORCH"):  # the prepare job's, not fw's
-            if name not in WORKER_ONLY[fw]:
+            if name not in worker_only(fw):
                 env.pop(name, None)
         env["FWCOMPARE_EXPORT_MODES"] = ",".join(todo)
         with open(log, "a") as out:
@@ -153,8 +152,7 @@ def export_main(job_path: str, framework: str) -> int:
 
     gate = Gate(job.gate_path)
     modes = os.environ["FWCOMPARE_EXPORT_MODES"].split(",")
-    exporter = {"torch": TorchExporter, "tensorflow": TensorFlowExporter,
-                "jax": JaxExporter}[framework](job, backend, gate)
+    exporter = exporter_class(framework)(job, backend, gate, sentences_path(job))
     try:
         for mode in modes:
             export_one(job, framework, mode, exporter)

@@ -8,10 +8,10 @@ for ``jax.distributed``). On one host the ranks are
 forked from the run's fork server; across hosts they start as fresh
 processes (``torchrun`` for PyTorch). Every rank runs
 :meth:`Distributed.work` with its framework's engine
-(``frameworks.<fw>.DataParallel``). TensorFlow's ParameterServerStrategy
+(``DataParallel`` of each framework's backend). TensorFlow's ParameterServerStrategy
 (mode ps) is the exception: its chief alone runs what follows, feeding the
 whole global batch (``loop_ranks`` 1), and its workers and parameter servers
-serve it (``frameworks.tensorflow.ParameterServer``):
+serve it (``frameworks.tensorflow.parallel.ParameterServer``):
 
 1. **Agreement**: ``agreement_steps`` training steps on the gate batch, split
    evenly over the ranks. The loss of each step (mean over ranks: the mean
@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import time
 
-from ... import env
+from ... import env, frameworks
 from ...judging import Metric
 from ...job import CELLS
 from ...schema import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
@@ -217,7 +217,7 @@ class Distributed(Study):
         # torchrun or TF_CONFIG would give them); across hosts the launchers start them.
         with runner.phase("process start and imports"):  # the server's imports, if not done
             server = runner.server_for(env) if len(hosts) == 1 else None
-        ps = job.framework == "tensorflow" and spec.mode == "ps"
+        ps = spec.mode in frameworks.get(job.framework).server_modes
         return Launch(job, runner.work_dir / "jobs", f"{name}-x{spec.workers}", env,
                       framework=job.framework, workers=spec.workers, hosts=hosts,
                       node_rank=runner.params["node_rank"],

@@ -42,7 +42,7 @@ def _fault(label: str, rank: int, dp=None) -> None:
         if not where or where not in label:
             continue
         if who and not who.isdigit():
-            if rank == 0 and hasattr(dp, "signal_task"):
+            if rank == 0 and dp is not None and dp.serves_tasks:
                 dp.signal_task(who, {"crash": signal.SIGSEGV, "hang": signal.SIGSTOP}[kind])
             continue
         if who and int(who) != rank:
@@ -67,7 +67,7 @@ class Rank:
         self.rank0 = dp.rank == 0
         # The processes that run this loop: every rank, or the chief alone
         # (a parameter-server cluster's, which feeds the whole global batch).
-        self.loop_ranks = getattr(dp, "loop_ranks", dp.world)
+        self.loop_ranks = dp.loop_ranks or dp.world
         self.cfg = job.timing
         self.store = ResultStore(job.store_dir, run_id=job.run_id) if self.rank0 else None
         self.gate = Gate(job.gate_path)
@@ -254,7 +254,7 @@ class Rank:
         from ...memory import current_rss_bytes
 
         dp = self.dp
-        if hasattr(dp, "task_memory"):
+        if dp.serves_tasks:
             per_task, method = dp.task_memory(lambda: dp.step(batch))
             return per_task, f"{method}, per process"
         if self.job.device == "gpu":

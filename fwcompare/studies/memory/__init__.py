@@ -39,8 +39,9 @@ import math
 from ... import env, models
 from ...judging import Metric, check_cells
 from ...schema import TIMING, Param, check_models, grid_params, modes_in, positive
-from ...spec import FRAMEWORKS, TRAIN_MODES, RunSpec
+from ...frameworks import FRAMEWORKS, TRAIN_MODES
 from ...results import Columns
+from ...spec import RunSpec
 from ...workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, plan_training, train_settings
 from ..base import Study, grid_cells, per_mode
 

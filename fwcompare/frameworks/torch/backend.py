@@ -5,8 +5,8 @@ import numpy as np
 import torch
 import transformers
 
-from . import (Unsupported, auto_class, check_precision, forward_fn, looks_like_oom,
-               tf32_note)
+from .. import (Backend, Engine, Unsupported, auto_class, check_precision, forward_fn,
+               looks_like_oom, tf32_note)
 
 
 def _device(device: str) -> torch.device:
@@ -254,7 +254,7 @@ def runtime_info(device: str) -> dict:
 
 
 # -- data-parallel training (the distributed study) -----------------------------
-class DataParallel:
+class DataParallel(Engine):
     """One rank of ``torch.nn.parallel.DistributedDataParallel`` training,
     started by ``torchrun`` (its RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
     MASTER_PORT). Backend gloo on the CPU, NCCL on GPUs (one GPU per local
@@ -460,3 +460,27 @@ class DataParallel:
     def close(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+class TorchBackend(Backend):
+    """This module's calls as the contract's methods (frameworks.base.Backend)."""
+
+    configure = staticmethod(configure)
+    load = staticmethod(load)
+    n_params = staticmethod(n_params)
+    make_forward = staticmethod(make_forward)
+    make_train_step = staticmethod(make_train_step)
+    precision_setup = staticmethod(precision_setup)
+    set_precision = staticmethod(set_precision)
+    make_inputs = staticmethod(make_inputs)
+    make_batch = staticmethod(make_batch)
+    sync = staticmethod(sync)
+    to_numpy = staticmethod(to_numpy)
+    gpu_memory = staticmethod(gpu_memory)
+    memory_plan_bytes = staticmethod(memory_plan_bytes)
+    is_oom = staticmethod(is_oom)
+    runtime_info = staticmethod(runtime_info)
+    make_peak_kernels = staticmethod(make_peak_kernels)
+    DataParallel = DataParallel
+
+
+BACKEND = TorchBackend()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import write_atomic
-from . import (Unsupported, auto_class, check_precision, forward_fn, looks_like_oom,
-               native_copy, one_converter, tf32_note)
+from ...atomic import write_atomic
+from .. import (Backend, Engine, Unsupported, auto_class, check_precision, forward_fn,
+               looks_like_oom, native_copy, one_converter, tf32_note)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 # Initial dynamic loss scale for float16 training: jmp's documented default
@@ -133,7 +133,7 @@ def _from_safetensors(model, weights_dir) -> dict:
     from safetensors.numpy import load_file
     from transformers.modeling_flax_pytorch_utils import convert_pytorch_state_dict_to_flax
 
-    from ..models import WEIGHTS_FILE
+    from ...models import WEIGHTS_FILE
 
     class Shapes:  # what the converter reads of a model
         params = model.params_shape_tree
@@ -351,7 +351,7 @@ def memory_plan_bytes() -> int | None:
 def gpu_memory(run) -> dict:
     """The peak of ``run()`` by JAX's allocator, the counter lifted to the
     bytes in use first (memory.lifted_peak); ``xla_plan_bytes`` beside it."""
-    from ..memory import lifted_peak
+    from ...memory import lifted_peak
 
     dev = _device("gpu")
 
@@ -389,13 +389,12 @@ def runtime_info(device: str) -> dict:
 
 # -- data-parallel training (the distributed study) -----------------------------
 # Where fwcompare.launch puts a rank's place in its launch (jax.distributed has
-# no launcher of its own outside a cluster scheduler).
-COORDINATOR_ENV = "FWCOMPARE_JAX_COORDINATOR"
-PROCESS_ID_ENV = "FWCOMPARE_JAX_PROCESS_ID"
-PROCESSES_ENV = "FWCOMPARE_JAX_PROCESSES"
+# no launcher of its own outside a cluster scheduler): declared with the
+# framework, in this package's __init__.
+from . import COORDINATOR_ENV, PROCESS_ID_ENV, PROCESSES_ENV  # noqa: E402
 
 
-class DataParallel:
+class DataParallel(Engine):
     """One process of JAX's multi-process data parallel, started by
     fwcompare.launch (coordinator address, process count and id in
     :data:`COORDINATOR_ENV` and beside it). ``jax.distributed.initialize``
@@ -541,3 +540,33 @@ class DataParallel:
         if getattr(self, "_initialized", False):
             self._initialized = False
             _jax().distributed.shutdown()
+
+class JaxBackend(Backend):
+    """This module's calls as the contract's methods (frameworks.base.Backend)."""
+
+    memory_plan = True
+
+    configure = staticmethod(configure)
+    load = staticmethod(load)
+    n_params = staticmethod(n_params)
+    make_forward = staticmethod(make_forward)
+    make_train_step = staticmethod(make_train_step)
+    precision_setup = staticmethod(precision_setup)
+    set_precision = staticmethod(set_precision)
+    make_inputs = staticmethod(make_inputs)
+    make_batch = staticmethod(make_batch)
+    sync = staticmethod(sync)
+    to_numpy = staticmethod(to_numpy)
+    gpu_memory = staticmethod(gpu_memory)
+    memory_plan_bytes = staticmethod(memory_plan_bytes)
+    is_oom = staticmethod(is_oom)
+    runtime_info = staticmethod(runtime_info)
+    make_peak_kernels = staticmethod(make_peak_kernels)
+    DataParallel = DataParallel
+
+    @staticmethod
+    def tf32_enabled(device: str) -> bool:
+        return _jax().config.jax_default_matmul_precision == "tensorfloat32"
+
+
+BACKEND = JaxBackend()

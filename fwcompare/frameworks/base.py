@@ -1,0 +1,234 @@
+"""What a framework is, in two parts.
+
+- :class:`Framework`: the declaration, a frozen dataclass that a framework's
+  package ``__init__`` makes without importing the framework (the parent
+  process, params checks, the doctor and the fork server read it): its modes,
+  its worker environment, what a fork server preloads, its data-parallel
+  launch, its doctor's probe, the packages whose versions a run records, its
+  export paths and runtimes, and where its backend lives.
+- :class:`Backend`: the contract of the heavy part (``backend.py``, imported
+  on demand by ``frameworks.get_backend``): every call any module makes on a
+  backend. An abstract base class rather than a Protocol: a call only some
+  frameworks can answer (training, GPU memory, peak kernels, data-parallel
+  engines) has a default here that says so (:class:`Unsupported`), and a
+  flag only some have (``memory_plan``) is an attribute of the base with its
+  default, so no caller reads a backend with ``getattr``; a backend states
+  what it is by subclassing, and cannot be made with a call missing.
+- :class:`Engine`: the base of a data-parallel engine (``Backend.DataParallel``),
+  with the flags only some engines have.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Union
+
+import numpy as np
+
+
+# The module every worker process and data-parallel rank runs (``python -m``).
+WORKER_MODULE = "fwcompare.worker"
+
+
+class Unsupported(RuntimeError):
+    """This framework/mode/model/device combination cannot run; not a failure."""
+
+
+_OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted",
+                "can't allocate memory", "oom when allocating")
+
+
+def looks_like_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(m in text for m in _OOM_MARKERS)
+
+
+@dataclass(frozen=True)
+class DeployPath:
+    """One deployment path: how it is made (``how``), what runs it, the
+    precision of its weights (float32, float16, int8: the gate's tolerance
+    and the size order), and its artifact's kind (the runtime that loads it;
+    "" for the framework's own baseline, which loads the shared weights)."""
+
+    how: str
+    runtime: str
+    precision: str = "float32"
+    artifact: str = ""
+    # The export process it shares with its framework's other paths (""), or
+    # one of its own: a path that builds on no other's step and is slow to
+    # export runs beside them when ``export_jobs`` allows.
+    process: str = ""
+
+
+def _frozen(mapping) -> Mapping:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Framework:
+    """Everything about one framework that is known without importing it.
+
+    ``backend``: the module of its :class:`Backend` (``BACKEND`` in it), or a
+    callable that makes the backend (a framework declared outside the
+    package, a test's); ``source_file``: the file that declares a framework
+    registered from outside fwcompare, which a worker process imports to
+    find it (as a study's file); "" for the built-in ones."""
+
+    name: str
+    modes: tuple[str, ...]                  # inference modes
+    train_modes: tuple[str, ...] = ()       # training modes
+    backend: Union[str, Callable[[], "Backend"]] = ""
+    # The params keys that change how its backend builds modes and steps
+    # (handed to ``configure`` and ``make_forward`` as ``options``).
+    options: tuple[str, ...] = ()
+    # Set in its worker processes' environment: keeps transformers from
+    # importing the other frameworks (it imported TensorFlow into the PyTorch
+    # worker: +700 MB of RSS, unrelated work).
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    # What a fork server imports beside the backend: modules, and the prefix
+    # of transformers' model modules (``modeling_{prefix}{model_type}``).
+    preload: tuple[str, ...] = ()
+    model_module_prefix: str = ""
+    # Data parallel: its engines (the first: the plain one, what the scaling
+    # claim judges), the modes that need parameter servers, and the module
+    # that says how its ranks are launched (``fwcompare.launch``; "" none).
+    dist_modes: tuple[str, ...] = ()
+    server_modes: tuple[str, ...] = ()
+    launcher: str = ""
+    # The doctor's probe: environment per device, set before the import.
+    probe_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Packages whose versions a run records (fwcompare.env), its own first.
+    packages: tuple[str, ...] = ()
+    # Deployment: its paths (mode -> DeployPath), its exporter and the
+    # runtimes of its own artifact kinds ("module:Class", imported on demand).
+    deploy_paths: Mapping[str, DeployPath] = field(default_factory=dict)
+    exporter: str = ""
+    runtimes: Mapping[str, str] = field(default_factory=dict)
+    source_file: str = ""
+
+    def __post_init__(self):
+        for name in ("worker_env", "deploy_paths", "runtimes"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+        object.__setattr__(self, "probe_env", _frozen(
+            {k: _frozen(v) for k, v in self.probe_env.items()}))
+        for name in ("modes", "train_modes", "options", "preload", "dist_modes",
+                     "server_modes", "packages"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+class Backend(abc.ABC):
+    """The contract every framework's backend fulfils, as code: a study's plan,
+    the cell measurement, the gate, the peak probe, the doctor and the
+    data-parallel ranks call only these. The abstract methods every backend
+    has; the others have a default a framework without that part keeps.
+
+    A mode that traces or compiles does so in its first call, never before, so
+    the first call's time is the time to first result."""
+
+    # Whether ``memory_plan_bytes`` can answer (JAX's jit: XLA's compiled
+    # plan); the others return None.
+    memory_plan: bool = False
+
+    @abc.abstractmethod
+    def configure(self, threads: int, device: str, options: dict | None = None) -> None:
+        """Thread counts and device, before any work; ``options``
+        (``backend_options``): e.g. ``tf_autograph``."""
+
+    @abc.abstractmethod
+    def load(self, weights_dir, device: str, head: str = "base", dtype: str = "float32"):
+        """The model with the shared weights (fp32 in every precision), set up
+        for precision ``dtype``."""
+
+    @abc.abstractmethod
+    def n_params(self, model) -> int: ...
+
+    @abc.abstractmethod
+    def make_forward(self, model, mode: str, device: str, head: str = "base",
+                     dtype: str = "float32", options: dict | None = None):
+        """``fn(inputs) -> output`` (hidden states of the base model, logits
+        with a head) for an inference mode (Unsupported for a mode it cannot
+        run); ``fn.setup`` says how it was built, ``fn.compile_count()`` the
+        traces or compilations counted so far (None where none is exposed)."""
+
+    @abc.abstractmethod
+    def precision_setup(self, dtype: str, device: str) -> str:
+        """How this framework runs ``dtype``, in words."""
+
+    @abc.abstractmethod
+    def set_precision(self, dtype: str, device: str) -> None:
+        """The process-wide precision settings of ``dtype`` (TF32 on or off)."""
+
+    @abc.abstractmethod
+    def make_inputs(self, ids: np.ndarray, device: str):
+        """The framework's tensor of int token ids."""
+
+    @abc.abstractmethod
+    def sync(self, out) -> None:
+        """Wait until ``out`` is computed."""
+
+    @abc.abstractmethod
+    def to_numpy(self, out) -> np.ndarray:
+        """The last hidden state (or a loss) as float64 NumPy."""
+
+    @abc.abstractmethod
+    def runtime_info(self, device: str) -> dict:
+        """Versions, threads, device name, TF32 flags."""
+
+    def make_train_step(self, model, mode: str, device: str, opt: dict, head: str,
+                        accumulation_steps: int = 1, dtype: str = "float32",
+                        checkpointing: bool = False):
+        """``step((ids, labels)) -> loss``, with ``step.loss_scale()``."""
+        raise Unsupported(f"{type(self).__name__} has no training step")
+
+    def make_batch(self, ids: np.ndarray, labels: np.ndarray, device: str):
+        raise Unsupported(f"{type(self).__name__} has no training batch")
+
+    def gpu_memory(self, run: Callable[[], Any]) -> dict:
+        """``peak_mem_bytes`` and ``mem_method`` of ``run()`` on the GPU (its
+        own allocator's highest bytes in use, the resident weights included)."""
+        raise Unsupported(f"{type(self).__name__} runs on the CPU only")
+
+    def memory_plan_bytes(self) -> int | None:
+        """What XLA's compiled plan of the last call allocates beyond its
+        arguments (where ``memory_plan``); None elsewhere."""
+        return None
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return looks_like_oom(exc)
+
+    def tf32_enabled(self, device: str) -> bool:
+        """Whether TF32 matmuls are on now (the doctor's check)."""
+        return bool(self.runtime_info(device).get("tf32_matmul"))
+
+    def make_peak_kernels(self, n: int, elements: int, dtype: str, device: str):
+        """(an n x n matmul, an add over ``elements`` float32s): the peak probe's calls."""
+        raise Unsupported(f"{type(self).__name__} has no peak kernels")
+
+    def DataParallel(self, weights_dir, device: str, head: str, opt: dict, mode: str,
+                     timeout_s: float = 1800.0) -> "Engine":
+        """This process's :class:`Engine` of a data-parallel launch."""
+        raise Unsupported(f"{type(self).__name__} has no data-parallel engine")
+
+
+class Engine:
+    """A data-parallel engine, one per rank (``Backend.DataParallel``): ``rank``,
+    ``world``, ``setup``, ``step(batch)``, ``allreduce_sum(x)``, ``perturb``,
+    ``close()`` and the rest the distributed study calls. The flags only some
+    engines have, with their defaults:"""
+
+    # The processes that run the study's loop: 0, every rank; 1, a
+    # parameter-server cluster's chief (which feeds the whole global batch).
+    loop_ranks: int = 0
+    # Tasks that run none of the study's code (parameter servers, workers of
+    # a chief): their memory is read by ``task_memory`` and a fault is sent
+    # to them by ``signal_task``.
+    serves_tasks: bool = False
+
+    def task_memory(self, run):
+        raise NotImplementedError(f"{type(self).__name__} has no serving tasks")
+
+    def signal_task(self, who: str, signum: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no serving tasks")

@@ -1,0 +1,38 @@
+"""TensorFlow, declared (light: nothing here imports tensorflow). The backend
+is ``backend.py`` (transformers' TF classes through tf-keras), its
+data-parallel engines ``parallel.py``, its deployment exporter and SavedModel
+runtime ``export.py``, its launch (TF_CONFIG per process) ``launch.py``."""
+from __future__ import annotations
+
+from ..base import DeployPath, Framework
+
+FRAMEWORK = Framework(
+    name="tensorflow",
+    # graph: tf.function; xla: tf.function(jit_compile=True).
+    modes=("eager", "graph", "xla"),
+    train_modes=("graph", "xla"),
+    backend="fwcompare.frameworks.tensorflow.backend",
+    options=("tf_autograph",),
+    worker_env={"USE_FLAX": "0"},
+    preload=("tf_keras",),
+    model_module_prefix="tf_",
+    # graph: MultiWorkerMirroredStrategy with the step in tf.function; ps:
+    # ParameterServerStrategy, a chief, the workers and ``ps_servers``
+    # parameter servers, synchronous steps (parallel.ParameterServer).
+    dist_modes=("graph", "ps"),
+    server_modes=("ps",),
+    launcher="fwcompare.frameworks.tensorflow.launch",
+    packages=("tensorflow", "tf-keras", "tf2onnx"),
+    deploy_paths={
+        "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
+        "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),
+        "tflite-float32": DeployPath("TFLiteConverter, no optimisation", "LiteRT", artifact="tflite"),
+        "tflite-float16": DeployPath("TFLiteConverter, Optimize.DEFAULT, float16 weights", "LiteRT", "float16", "tflite"),
+        "tflite-dynamic-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT (dynamic-range INT8 weights)", "LiteRT", "int8", "tflite"),
+        "tflite-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT, representative dataset, TFLITE_BUILTINS_INT8 only (full integer)", "LiteRT", "int8", "tflite"),
+        "tf2onnx": DeployPath("tf2onnx.convert.from_function", "ONNX Runtime", artifact="onnx",
+                              process="tf2onnx"),
+    },
+    exporter="fwcompare.frameworks.tensorflow.export:TensorFlowExporter",
+    runtimes={"savedmodel": "fwcompare.frameworks.tensorflow.export:SavedModel"},
+)

@@ -1,0 +1,33 @@
+"""PyTorch, declared (light: nothing here imports torch). The backend is
+``backend.py``, its deployment exporter and TorchScript runtime ``export.py``,
+its data-parallel launch (torchrun) ``launch.py``."""
+from __future__ import annotations
+
+from ..base import DeployPath, Framework
+
+FRAMEWORK = Framework(
+    name="torch",
+    # torchscript: torch.jit.trace; compile: torch.compile (inductor).
+    modes=("eager", "torchscript", "compile"),
+    train_modes=("eager",),
+    backend="fwcompare.frameworks.torch.backend",
+    options=("torch_compile_mode", "torch_compile_dynamic"),
+    worker_env={"USE_TF": "0", "USE_FLAX": "0"},
+    model_module_prefix="",
+    # eager: DistributedDataParallel under torchrun; ddp-fp16 / ddp-bf16: the
+    # same with PyTorch's fp16 / bf16 gradient compression hook; fsdp: fully
+    # sharded data parallel (FSDP2 fully_shard).
+    dist_modes=("eager", "ddp-fp16", "ddp-bf16", "fsdp"),
+    launcher="fwcompare.frameworks.torch.launch",
+    packages=("torch", "onnx", "onnxscript"),
+    deploy_paths={
+        "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
+        "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),
+        "dynamic-int8": DeployPath("torch.ao.quantization.quantize_dynamic (Linear layers, qint8), traced and saved as TorchScript", "TorchScript", "int8", "torchscript"),
+        "onnxruntime": DeployPath("torch.onnx.export(dynamo=True)", "ONNX Runtime", artifact="onnx"),
+        "onnxruntime-fused": DeployPath("torch.onnx.export(dynamo=True), then onnxruntime.transformers.optimizer (transformer fusions)", "ONNX Runtime", artifact="onnx"),
+        "onnxruntime-int8": DeployPath("the fused ONNX model, then onnxruntime.quantization.quantize_dynamic (QInt8 weights)", "ONNX Runtime", "int8", "onnx"),
+    },
+    exporter="fwcompare.frameworks.torch.export:TorchExporter",
+    runtimes={"torchscript": "fwcompare.frameworks.torch.export:TorchScript"},
+)

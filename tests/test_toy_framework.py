@@ -1,0 +1,174 @@
+"""A framework is one package: a toy framework declared and registered from
+this file alone (NumPy, no other file of the project touched) runs the
+inference study end to end through the runner, its worker processes, the
+equivalence gate and the results store.
+
+The toy computes BERT's encoder in float64 NumPy from the shared safetensors
+weights, the same function as PyTorch's reference, so it passes the real gate
+(max abs error against PyTorch eager float32 within ``equiv_tol``) rather than
+a check of its own. Worker processes find it as they find a test's study:
+the job carries this file (``Job.framework_file``) and the worker imports it.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fwcompare import frameworks, params, run_study
+from fwcompare.frameworks import Backend, Framework, Unsupported, contract_gaps, forward_fn
+
+pytestmark = pytest.mark.slow  # it starts worker processes
+
+
+class BertWeights:
+    """A BERT checkpoint's config and weights, as float64 arrays."""
+
+    def __init__(self, weights_dir):
+        from safetensors.numpy import load_file
+
+        from fwcompare.models import WEIGHTS_FILE
+
+        self.config = json.loads((Path(weights_dir) / "config.json").read_text())
+        if self.config.get("model_type") != "bert":
+            raise Unsupported(f"numpy toy: BERT only, not {self.config.get('model_type')}")
+        self.w = {k: v.astype(np.float64)
+                  for k, v in load_file(str(Path(weights_dir) / WEIGHTS_FILE)).items()}
+
+
+def _layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def _linear(x, w, name):
+    return x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
+
+
+def bert_forward(model: BertWeights, ids: np.ndarray) -> np.ndarray:
+    """transformers' BertModel (eval, no padding): the last hidden state."""
+    from scipy.special import erf
+
+    c, w = model.config, model.w
+    eps, heads = c["layer_norm_eps"], c["num_attention_heads"]
+    b, s = ids.shape
+    x = (w["embeddings.word_embeddings.weight"][ids]
+         + w["embeddings.position_embeddings.weight"][:s]
+         + w["embeddings.token_type_embeddings.weight"][0])
+    x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+    d = x.shape[-1] // heads
+    for i in range(c["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+
+        def split(t):
+            return t.reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+        q, k, v = (split(_linear(x, w, f"{p}.attention.self.{n}"))
+                   for n in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, heads * d)
+        x = _layer_norm(_linear(context, w, f"{p}.attention.output.dense") + x,
+                        w[f"{p}.attention.output.LayerNorm.weight"],
+                        w[f"{p}.attention.output.LayerNorm.bias"], eps)
+        h = _linear(x, w, f"{p}.intermediate.dense")
+        h = 0.5 * h * (1.0 + erf(h / np.sqrt(2.0)))  # "gelu": the exact one
+        x = _layer_norm(_linear(h, w, f"{p}.output.dense") + x,
+                        w[f"{p}.output.LayerNorm.weight"], w[f"{p}.output.LayerNorm.bias"], eps)
+    return x
+
+
+class NumpyBackend(Backend):
+    """The toy's backend: the contract's abstract calls; its defaults say what
+    it has not (training, GPU memory, data parallel)."""
+
+    def configure(self, threads, device, options=None):
+        if device != "cpu":
+            raise Unsupported("numpy toy: CPU only")
+
+    def load(self, weights_dir, device, head="base", dtype="float32"):
+        if head != "base":
+            raise Unsupported(f"numpy toy: the base model only, not {head}")
+        return BertWeights(weights_dir)
+
+    def n_params(self, model):
+        return int(sum(v.size for k, v in model.w.items() if not k.startswith("pooler.")))
+
+    def make_forward(self, model, mode, device, head="base", dtype="float32", options=None):
+        if mode != "float64":
+            raise Unsupported(f"numpy toy: no mode {mode!r}")
+        self.set_precision(dtype, device)
+        return forward_fn(lambda ids: bert_forward(model, ids),
+                          "NumPy BERT encoder in float64 (matmul, erf GELU)")
+
+    def precision_setup(self, dtype, device):
+        return "float64 NumPy throughout"
+
+    def set_precision(self, dtype, device):
+        if dtype != "float32":
+            raise Unsupported(f"numpy toy: float32 cells only, not {dtype}")
+
+    def make_inputs(self, ids, device):
+        return np.asarray(ids, dtype=np.int64)
+
+    def sync(self, out):
+        pass
+
+    def to_numpy(self, out):
+        return np.asarray(out, dtype=np.float64)
+
+    def runtime_info(self, device):
+        return {"framework_version": np.__version__, "device_name": "cpu"}
+
+    def make_peak_kernels(self, n, elements, dtype, device):
+        a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+        x = np.zeros(elements, dtype=np.float32)
+        return (lambda: a @ a), (lambda: x + 1.0)
+
+
+# What a worker process imports this file for (frameworks.load).
+FRAMEWORK = Framework(name="toy", modes=("float64",), backend=NumpyBackend,
+                      worker_env={"USE_TF": "0", "USE_FLAX": "0"}, packages=("numpy",),
+                      source_file=__file__)
+
+
+@pytest.fixture
+def toy():
+    frameworks.register(FRAMEWORK)
+    yield FRAMEWORK
+    frameworks.unregister(FRAMEWORK.name)
+
+
+def test_the_toy_fulfils_the_contract_and_is_known_only_while_registered(toy):
+    assert contract_gaps(frameworks.get_backend("toy")) == []
+    assert "toy" in frameworks.FRAMEWORKS and frameworks.MODES["toy"] == ("float64",)
+    p = params.validate("inference_sweep", {"frameworks": ["toy"], "modes": {"toy": ["float64"]}})
+    assert p["frameworks"] == ["toy"]
+    with pytest.raises(params.ParamsError, match="unknown mode 'jit' for toy"):
+        params.validate("inference_sweep", {"frameworks": ["toy"], "modes": {"toy": ["jit"]}})
+    frameworks.unregister("toy")
+    with pytest.raises(params.ParamsError, match="unknown framework 'toy'"):
+        params.validate("inference_sweep", {"frameworks": ["toy"], "modes": {"toy": ["float64"]}})
+
+
+def test_a_framework_registered_from_a_test_runs_the_inference_study(toy, tmp_path,
+                                                                    smoke_timing, no_orphans):
+    p = {"models": ["tiny-bert"], "frameworks": ["torch", "toy"],
+         "modes": {"torch": ["eager"], "toy": ["float64"]},
+         "batch_sizes": [1, 2], "seq_lens": [16], **smoke_timing}
+    res = run_study("inference_sweep", p, output_dir=tmp_path, progress=False)
+    df = res.results
+    toy_rows = df[df["framework"] == "toy"]
+    assert len(df) == 4 and len(toy_rows) == 2, df[["framework", "mode", "status", "error"]]
+    assert set(df["status"]) == {"ok"}, df[["framework", "mode", "error"]]
+    assert set(toy_rows["mode"]) == {"float64"}
+    assert (toy_rows["median_s"] > 0).all() and (toy_rows["n_samples"] >= p["min_iters"]).all()
+    # The equivalence gate ran against PyTorch's reference, and it agrees.
+    err = toy_rows["equiv_max_abs_err"]
+    assert err.notna().all() and (err < 1e-5).all() and (err > 0).all(), err
+    assert (toy_rows["mode_setup"] == "NumPy BERT encoder in float64 (matmul, erf GELU)").all()
+    assert (toy_rows["framework_version"] == np.__version__).all()
+    assert (toy_rows["precision_setup"] == "float64 NumPy throughout").all()
+    # Raw samples kept for the toy's cells, as for any framework's.
+    assert set(toy_rows["cell_id"]) <= set(res.samples["cell_id"])
