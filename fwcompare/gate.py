@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .atomic import write_atomic
 from .job import Job
+from .models import token_ids, train_labels  # noqa: F401 (the studies' and workers' names)
 from .protocol import GATE, emit
 
 # The gate's batch where it is no cell's (acceleration): an odd shape no sensible grid uses.
@@ -34,25 +35,6 @@ GATE_SHAPE = (3, 17)
 # batch (sequences are independent), so float64 references of large decoder
 # logits (batch x seq x vocab) stay small.
 REF_ROWS = 2
-
-
-def token_ids(seed: int, batch: int, seq: int, vocab: int):
-    """The same token ids for a (batch, seq) cell in every framework."""
-    import numpy as np
-
-    low = min(5, vocab - 1)  # skip special tokens (padding ids shift RoBERTa positions)
-    return np.random.default_rng([seed, batch, seq]).integers(low, vocab, size=(batch, seq))
-
-
-def train_labels(seed: int, ids, head: str):
-    """Labels of a synthetic training batch: the ids themselves for a causal LM
-    (shifted inside the loss), seeded class labels for classification."""
-    import numpy as np
-
-    if head == "causal_lm":
-        return ids
-    b, s = ids.shape
-    return np.random.default_rng([seed, b, s, 1]).integers(0, 2, size=b)
 
 
 @dataclass(frozen=True)

@@ -364,3 +364,22 @@ def forward_flops(info: dict, batch_size: int, seq_len: int) -> float:
     n = info["n_params"] - info["n_embedding_params"]
     return float(tokens * (2 * n + 4 * info["n_layers"] * seq_len * info["hidden_size"]))
 
+
+# -- the same inputs in every framework ---------------------------------------------
+def token_ids(seed: int, batch: int, seq: int, vocab: int):
+    """The same token ids for a (batch, seq) cell in every framework."""
+    import numpy as np
+
+    low = min(5, vocab - 1)  # skip special tokens (padding ids shift RoBERTa positions)
+    return np.random.default_rng([seed, batch, seq]).integers(low, vocab, size=(batch, seq))
+
+
+def train_labels(seed: int, ids, head: str):
+    """Labels of a synthetic training batch: the ids themselves for a causal LM
+    (shifted inside the loss), seeded class labels for classification."""
+    import numpy as np
+
+    if head == "causal_lm":
+        return ids
+    b, s = ids.shape
+    return np.random.default_rng([seed, b, s, 1]).integers(0, 2, size=b)
