@@ -33,7 +33,9 @@ from .torch import FRAMEWORK as _TORCH
 
 _REGISTRY: dict[str, Framework] = {}
 _BACKENDS: dict[str, Backend] = {}
-BUILT_IN = (_TORCH.name, _TENSORFLOW.name, _JAX.name)
+# The built-in frameworks, in the order of every table (registered at the end).
+_BUILT = (_TORCH, _TENSORFLOW, _JAX)
+BUILT_IN = tuple(f.name for f in _BUILT)
 
 
 def register(framework: Framework) -> Framework:
@@ -299,5 +301,5 @@ def one_converter(copy):
         yield
 
 
-for _fw in (_TORCH, _TENSORFLOW, _JAX):
+for _fw in _BUILT:
     register(_fw)
