@@ -29,11 +29,11 @@ def _measure(study: str, params: dict | None, profile: str, out: Path, progress:
     pass of ``run_studies``."""
     from .claims import claimed_for
     from .forkserver import ForkServers
-    from .params import study_named
+    from .params import study_named, validate
     from .runner import Runner
 
     st = study_named(study)
-    params = st.validate(params, source=f"{study} params")  # typed params pass as they are
+    params = validate(study, params, source=f"{study} params")  # typed params pass as they are
     first = not upto_round  # the whole run, or its first round pass
     if params["device"] == "gpu" and first:  # stop before hours of unsupported cells
         from .doctor import require
@@ -75,11 +75,11 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
     import time
     import traceback
 
-    from .params import study_named
+    from .params import validate
     from .runner import Passes
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    runs = {study: (study_named(study).validate(params, source=f"{study} params"), out)
+    runs = {study: (validate(study, params, source=f"{study} params"), out)
             for study, (params, out) in runs.items()}  # typed params pass as they are
     rounds = {study: params["rounds"] for study, (params, _) in runs.items()}
     passes = {study: Passes() for study in runs}
