@@ -90,8 +90,9 @@ class Job:
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d.update(timing=dataclasses.asdict(self.timing), params=self.params.to_dict() if isinstance(self.params, Params)
-                 else dict(self.params),
+        params = (self.params.to_dict() if isinstance(self.params, Params)
+                  else dict(self.params))
+        d.update(timing=dataclasses.asdict(self.timing), params=params,
                  provenance=dict(self.provenance), gate_shape=list(self.gate_shape),
                  cells=[{"spec": c.spec.to_dict(), "round": c.round} for c in self.cells],
                  fp64_shapes=[list(s) for s in self.fp64_shapes])
