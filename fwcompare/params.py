@@ -131,10 +131,11 @@ def with_overrides(study: str, path: Path, overrides: dict):
     if not overrides:
         return load_file(path, study)
     try:
-        return validate(study, {**read_yaml(path, "params", empty_ok=False), **overrides},
+        return validate(study, {**read_yaml(path, "params"), **overrides},
                         source=f"{path} with {describe_overrides(overrides)}")
     except ParamsError:
-        load_file(path, study)  # a problem of the file itself: said as the file's
+        if read_yaml(path, "params"):  # a problem of the file itself: said as the file's
+            load_file(path, study)
         raise
 
 

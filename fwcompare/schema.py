@@ -308,6 +308,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _unique_mapping(loader, node, deep=False):
     seen = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: YAML's own merge
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
@@ -329,7 +331,8 @@ def read_yaml(path: Path, kind: str, error: type[Exception] = ParamsError,
     if not path.is_file():
         raise error(f"{path}: no such {kind} file")
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        with path.open() as stream:  # the file's name in the message's marks
+            data = yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise error(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not data and not empty_ok:

@@ -182,7 +182,9 @@ def submit(study: str, params: dict | None, count: int, *, out: Path | str,
                        cpus_per_task=cpus_per_task, exclusive=exclusive,
                        timeout_min=timeout_min)
     n = len(shards)
-    jobs = ex.map_array(_shard_job, [study] * n, [params] * n, [str(s) for s in shards],
+    # Plain values to the jobs (pickled into other processes, where the typed
+    # class is made anew): each job's run_shard checks them, its own entry.
+    jobs = ex.map_array(_shard_job, [study] * n, [dict(params)] * n, [str(s) for s in shards],
                         [profile] * n, [str(d) for d in dirs], [study_file] * n)
     log(f"submitted {n} shard jobs of {study} ({executor}): "
         + ", ".join(f"{s} ({j.job_id})" for s, j in zip(shards, jobs)))

@@ -229,3 +229,25 @@ def test_one_validation_per_entry_in_a_quick_report(monkeypatch, tmp_path):
     assert cli.main(["run", "training", "--profile", "quick", "--set", "rounds=2", "--out",
                      str(tmp_path / "one"), "-q"]) == 0
     assert seen == ["training"]
+
+
+def test_yaml_merge_keys_are_no_duplicates_and_the_command_line_may_fill_an_empty_file(tmp_path):
+    f = tmp_path / "inference_sweep" / "mine.yaml"
+    f.parent.mkdir()
+    f.write_text("models: [tiny-bert]\nframeworks: [torch, jax]\n"
+                 "modes: {<<: {torch: [eager]}, jax: [jit]}\n")
+    assert params.load_file(f, "inference_sweep")["modes"] == {"torch": ["eager"], "jax": ["jit"]}
+    f.write_text("")
+    p = params.with_overrides("inference_sweep", f, {"models": ["tiny-bert"]})
+    assert p["models"] == ["tiny-bert"]
+
+
+def test_typed_params_of_another_process_are_checked_again():
+    """A copy pickled into another process (submitit's shard jobs) has a class
+    of its own: it is checked there as plain values, not refused."""
+    import cloudpickle
+
+    p = params.validate("inference_sweep", GOOD)
+    copy = cloudpickle.loads(cloudpickle.dumps(p))
+    again = params.validate("inference_sweep", copy)
+    assert type(again) is type(p) and again == p

@@ -394,7 +394,7 @@ def test_deployment_every_path_exports_loads_and_is_checked(smoke):
     assert len(baselines) == 3  # eager, tf.function, jax.jit: the references of the speed-ups
     f32 = ok[ok["weights"] == "float32"]
     assert (f32["fp64_rel_l2_err"] < 1e-5).all(), f32[["mode", "fp64_rel_l2_err"]]
-    assert (f32["equiv_max_abs_err"] <= p.get("equiv_tol", 1e-4)).all()
+    assert (f32["equiv_max_abs_err"] <= p["equiv_tol"]).all()
     int8 = df[(df["weights"] == "int8") & df["status"].isin(["ok", "not_equivalent"])]
     assert len(int8) >= 3, df[["mode", "status", "error"]]
     assert (int8[int8["status"] == "ok"]["fp64_rel_l2_err"] < 1.0).all()
@@ -476,7 +476,7 @@ def test_generation_tokens_agree_and_prefill_decode_and_compile_are_apart(smoke)
         assert len(v) == 1 and v["recompiles"].iloc[0] >= 1, variant
         assert v["first_call_s"].iloc[0] > 5 * v["median_s"].iloc[0], variant
     xla = g[(g["variant"] == "tensorflow/xla") & (g["seq_len"] == second)]
-    assert (xla["padded_len"] == generation.bucket(first, p.get("prompt_buckets", [16]))).all()
+    assert (xla["padded_len"] == generation.bucket(first, p["prompt_buckets"])).all()
     assert len(xla) == lengths and (xla["recompiles"] == 0).all(), xla
     jax_second = g[(g["variant"] == "jax/jit") & (g["seq_len"] == second)]
     assert (jax_second["recompiles"] >= 1).all()  # no buckets: a new shape compiles

@@ -134,8 +134,6 @@ FRAMEWORKS = _Names()
 # graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
 MODES = _Table("modes")
 TRAIN_MODES = _Table("train_modes")
-# What each framework's worker processes set (see worker_only, worker_env).
-WORKER_ONLY = _Table("worker_env")
 
 
 def get_backend(framework: str) -> Backend:

@@ -1,8 +1,9 @@
-"""The studies: one module each, found through this registry.
+"""The studies: one module (or package) each, found through this registry.
 
 A study module defines a :class:`~fwcompare.studies.base.Study` subclass and
-holds an instance as ``STUDY``, which this registry registers; nothing outside it branches on its
-name. ``STUDIES`` lists the registered studies in report order.
+holds an instance as ``STUDY``, which this registry registers; nothing outside
+it branches on its name. ``STUDIES`` lists the registered studies in report
+order.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The study protocol: what a study module declares, as named hooks.
 
 The runner, the worker process, params validation, the report and the claims
-scorecard only call these hooks; a study is one module that subclasses
+scorecard only call these hooks; a study is one module (or package) that subclasses
 :class:`Study`, fills them in and holds an instance as ``STUDY`` (the registry,
 ``fwcompare.studies``, registers it). Parent-side hooks decide what to measure and
 how cells share processes; worker-side hooks say what one cell is.
@@ -147,10 +147,12 @@ class Study:
         """``params`` (a mapping) checked against the schema, as this study's
         typed params; typed params of this study pass through unchecked (they
         were checked where they were made: once, at the entry point)."""
+        from ..schema import Params, validate
+
         if type(params) is self.params_type():
             return params
-        from ..schema import validate
-
+        if isinstance(params, Params):  # typed elsewhere (another process's class)
+            params = params.to_dict()
         return validate(self, params if params is not None else {}, source)
 
     # -- cells and processes (parent side) --------------------------------------------
