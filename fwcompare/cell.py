@@ -29,7 +29,7 @@ from . import protocol
 from .job import CellRef, Job
 from .protocol import DONE, emit
 from .results import MEASURED
-from .spec import RunSpec, tokens_per_call
+from .spec import RunSpec
 from .outcome import CellFailure, describe, failure_status  # noqa: F401 (the studies' names)
 from .stats import derived_figures  # noqa: F401
 from .timing import Sampler, TimingConfig, prepare
@@ -171,8 +171,7 @@ class CellRun:
         figures = dict(self.figures, **derived_figures(
             self.spec.batch_size, self.spec.seq_len, samples, self.config.confidence,
             self.plan.flops, traffic=self.plan.traffic,
-            tokens=tokens_per_call(self.spec.batch_size, self.spec.seq_len,
-                                   self.spec.new_tokens)))
+            tokens=self.spec.tokens_per_call))
         figures.update(calls_per_sample=timing.calls_per_sample, rel_ci=timing.rel_ci,
                        first_call_s=timing.first_call_s, converged=timing.converged)
         if self.plan.after is not None:

@@ -201,6 +201,7 @@ def _cmd_env(args) -> int:
 
 
 def _cmd_compare(args) -> int:
+    from . import studies  # noqa: F401 (registers the studies' cell axes, which cells match on)
     from .compare import CompareError, compare
 
     try:

@@ -3,7 +3,7 @@ commits, two library versions), cell by cell.
 
 A and B are output folders: one study's (``outputs/quick/inference_sweep``)
 or a profile's (``outputs/quick``, every study folder in it). Cells match on
-what they measure (:data:`MATCH`: the spec without ``threads``, which follows
+what they measure (:func:`match`: the spec without ``threads``, which follows
 the machine's cores when the params say 0), never on the cell id or the row
 order. For each cell measured in both:
 
@@ -39,12 +39,19 @@ import pandas as pd
 
 from .results import load_results
 from .results import FAILED_STATUSES, MEASURED
-from .spec import RunSpec
+from .spec import RunSpec, axes
 from .stats import CellSamples, geomean_ratio_ci, ratio_ci
-from .tables import samples_by_cell, variant
+from .tables import samples_by_cell, variant, with_axes
 
-MATCH = [f for f in RunSpec.__dataclass_fields__ if f != "threads"]
+# The spec's shared fields without threads; the registered cell axes follow (match()).
+MATCH = [f for f in RunSpec.__dataclass_fields__ if f not in ("threads", "axes")]
 GROUP = ["study", "task", "variant", "dtype"]
+
+
+def match() -> list[str]:
+    """What two runs' cells must share to be the same cell: :data:`MATCH` and
+    every registered cell axis (``fwcompare.spec.Axis``)."""
+    return [*MATCH, *(a.name for a in axes())]
 # Manifest keys (dotted, as env_diff writes them) whose difference between two
 # runs makes their timings incomparable cell by cell: each prefix, what it is.
 HARDWARE_KEYS = {"cpu_flags.": "instruction-set flags of the CPU",
@@ -95,12 +102,11 @@ def _cells(path: Path) -> tuple[pd.DataFrame, dict[str, CellSamples], dict]:
     df = res.results.copy()
     if df.empty:
         return df, {}, res.manifest
-    if "new_tokens" not in df:
-        df["new_tokens"] = 0
+    df = with_axes(df)
     df["variant"] = [variant(f, m) for f, m in zip(df["framework"], df["mode"])]
     # One row per cell: the worst status of its rounds, the rounds counted.
     agg = df.sort_values("round").groupby("cell_id", sort=False).agg(
-        **{k: (k, "first") for k in [*MATCH, "variant", "threads", "run_id", "hostname"]},
+        **{k: (k, "first") for k in [*match(), "variant", "threads", "run_id", "hostname"]},
         status=("status", lambda s: next((x for x in s if x != "ok"), "ok")),
         rounds=("round", "nunique")).reset_index()
     return agg, samples_by_cell(res.samples), res.manifest
@@ -226,8 +232,9 @@ class Comparison:
         def fmt(df: pd.DataFrame) -> str:
             return df.to_string(index=False, float_format=lambda v: f"{v:.3g}") if len(df) \
                 else "(none)"
-        cols = ["study", "model", "variant", "dtype", "batch_size", "seq_len", "new_tokens",
-                "median_a_s", "median_b_s", "time_b_over_a", "ci_low", "ci_high", "interval"]
+        cols = ["study", "model", "variant", "dtype", "batch_size", "seq_len",
+                *(a.name for a in axes(True)), "median_a_s", "median_b_s", "time_b_over_a",
+                "ci_low", "ci_high", "interval"]
         return "\n\n".join([
             f"A: {self.a}\nB: {self.b}\ntime_b_over_a above 1: B is slower",
             "per variant (geometric mean over its cells, 95% CI):\n" + fmt(self.variants),
@@ -275,19 +282,19 @@ def compare(a: Path | str, b: Path | str, confidence: float = 0.95) -> Compariso
         envs.append(d.assign(study=study)[["study", "key", "a", "b"]])
         if ca.empty and cb.empty:
             continue
-        keyed = ca.merge(cb, on=[*MATCH, "variant"], how="outer", suffixes=("_a", "_b"),
+        keyed = ca.merge(cb, on=[*match(), "variant"], how="outer", suffixes=("_a", "_b"),
                          indicator=True)
         for side, tag in (("left_only", "a"), ("right_only", "b")):
             part = keyed[keyed["_merge"] == side]
             if len(part):
-                only.append(part[[*MATCH, "variant"]].assign(
+                only.append(part[[*match(), "variant"]].assign(
                     only_in=tag, status=part[f"status_{tag}"].to_numpy()))
         both = keyed[keyed["_merge"] == "both"]
         rows, pairs = [], {}
         for _, r in both.iterrows():
             row = {k: r[k] for k in ["study", "model", "variant", "framework", "mode", "dtype",
-                                     "task", "batch_size", "seq_len", "new_tokens", "workers",
-                                     "scaling"]}
+                                     "task", "batch_size", "seq_len",
+                                     *(a.name for a in (*axes(True), *axes(False)))]}
             row.update(status_a=r["status_a"], status_b=r["status_b"],
                        threads_a=r["threads_a"], threads_b=r["threads_b"],
                        rounds_a=r["rounds_a"], rounds_b=r["rounds_b"],
@@ -316,11 +323,12 @@ def compare(a: Path | str, b: Path | str, confidence: float = 0.95) -> Compariso
     cells_df = pd.concat(cells, ignore_index=True) if cells else pd.DataFrame()
     if len(cells_df):
         cells_df = cells_df.sort_values(["study", "model", "variant", "dtype", "batch_size",
-                                         "seq_len", "new_tokens"], ignore_index=True)
+                                         "seq_len", *(a.name for a in axes(True))],
+                                        ignore_index=True)
     return Comparison(
         str(a), str(b), cells_df,
         pd.DataFrame(variants, columns=[*GROUP, "cells", "geomean_time_b_over_a", "ci_low",
                                         "ci_high"]),
         pd.concat(only, ignore_index=True) if only else pd.DataFrame(
-            columns=[*MATCH, "variant", "only_in", "status"]),
+            columns=[*match(), "variant", "only_in", "status"]),
         pd.concat(envs, ignore_index=True))

@@ -109,7 +109,8 @@ class Job:
                 p for p in (f"unknown keys {sorted(unknown)}" if unknown else "",
                             f"missing keys {sorted(missing)}" if missing else "") if p))
         return cls(**{**d, "timing": TimingConfig(**d["timing"]),
-                      "cells": tuple(CellRef(RunSpec.from_dict(c["spec"]), c["round"])
+                      "cells": tuple(CellRef(RunSpec.from_dict(c["spec"], strict=True),
+                                             c["round"])
                                      for c in d.get("cells", ()))})
 
     def to_json(self) -> str:

@@ -28,7 +28,7 @@ from .paths import PARAMS
 from .results import MEASURED, load_results
 from .schema import ParamsError
 from .stats import geomean, geomean_ratio_ci
-from .tables import CELL_KEYS, baseline_pairs, both_measured, samples_by_cell, summarize
+from .tables import baseline_pairs, both_measured, cell_keys, samples_by_cell, summarize
 
 CLAIMS_FILE = PARAMS / "claims.yaml"
 # A claim id names its figure file (claim_<id>.png) and its anchor in the report.
@@ -163,7 +163,7 @@ def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
     if claim.models:
         s = s[s["model"].isin(claim.models)]
     pairs = {r["cell_id"]: (r, base) for r, base, _ in
-             baseline_pairs(s, CELL_KEYS, s["variant"] == b)
+             baseline_pairs(s, cell_keys(), s["variant"] == b)
              if r["variant"] == a and both_measured(r, base, data.by_cell)}
     rows = _pick_shapes([r for r, _ in pairs.values()], shapes)
     return [pairs[r["cell_id"]] for r in rows]

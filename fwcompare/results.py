@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from .atomic import write_atomic, write_json
-from .spec import RunSpec
+from .spec import RunSpec, axes
 
 STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "not_equivalent")
 # Statuses of cells that were measured and carry figures (a not_equivalent cell
@@ -46,7 +46,8 @@ FINAL_STATUSES = ("ok", "oom", "unsupported", "not_equivalent")
 # unsupported are): `fwcompare run` and `report` exit 1.
 RUN_FAILED = tuple(s for s in STATUSES if s not in FINAL_STATUSES)
 
-SPEC_COLUMNS = list(RunSpec.__dataclass_fields__)
+# The spec's shared fields (its axes' columns follow: the registered ones').
+SPEC_SHARED = [f for f in RunSpec.__dataclass_fields__ if f != "axes"]
 IDENTITY = ["run_id", "profile", "cell_id", "round"]
 OUTCOME = {"status": "string", "error": "string", "converged": "bool"}
 # Figures every study's rows have (the columns a study adds are its own:
@@ -93,18 +94,21 @@ def _union(a: tuple, b: tuple) -> tuple:
 
 
 _ADDED = Columns()
-SPEC_INT = ("batch_size", "seq_len", "threads", "workers", "new_tokens")
+SPEC_INT = ("batch_size", "seq_len", "threads")
 
 
 def _rebuild() -> None:
-    """The store's columns: the shared ones and every added study's."""
-    global FIGURES, ANALYTIC, PROVENANCE, DTYPES, COLUMNS
+    """The store's columns: the shared ones, the registered cell axes
+    (``fwcompare.spec.add_axes``) and every added study's."""
+    global SPEC_COLUMNS, FIGURES, ANALYTIC, PROVENANCE, DTYPES, COLUMNS
+    SPEC_COLUMNS = [*SPEC_SHARED, *(a.name for a in axes())]
     FIGURES = [*FIGURES_HEAD, *_ADDED.figures, *FIGURES_TAIL]
     ANALYTIC = (*ANALYTIC_SHARED, *_ADDED.analytic)
     PROVENANCE = {**PROVENANCE_HEAD, **dict(_ADDED.provenance), **PROVENANCE_TAIL}
     DTYPES = {
         "run_id": "string", "profile": "string", "cell_id": "string", "round": "int64",
-        **{c: ("int64" if c in SPEC_INT else "string") for c in SPEC_COLUMNS},
+        **{c: ("int64" if c in SPEC_INT else "string") for c in SPEC_SHARED},
+        **{a.name: a.dtype for a in axes()},
         **OUTCOME, **{c: "float64" for c in FIGURES}, **PROVENANCE,
     }
     COLUMNS = list(DTYPES)
@@ -112,7 +116,8 @@ def _rebuild() -> None:
 
 def add_columns(columns: Columns) -> None:
     """Add a study's columns to the store's (``fwcompare.studies.register``
-    calls it for each study it registers; a column added twice stays once)."""
+    calls it for each study it registers, after its axes: a column added twice
+    stays once). The registered cell axes' columns are read again here."""
     global _ADDED
     _ADDED = _ADDED + columns
     _rebuild()

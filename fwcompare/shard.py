@@ -496,6 +496,7 @@ def merge(out: Path | str, shard_dirs: list[Path | str]) -> Merged:
     """Join finished shards into ``OUT/results`` (see the module doc);
     ShardError, with every problem named and nothing written, when they do
     not make one run."""
+    from . import studies  # noqa: F401 (registers the cell axes a row's spec is read with)
     from .results import ResultStore
 
     if not shard_dirs:

@@ -12,11 +12,26 @@ import pandas as pd
 from .stats import derived_figures
 from .host import host_load
 from .results import FAILED_STATUSES, MEASURED
-from .spec import tokens_per_call
+from .spec import axes, tokens_per_call
 from .stats import CellSamples, geomean_ratio_ci
 
-CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len", "new_tokens"]
+# What the variants of one cell share: these and the studies' shape axes
+# (``cell_keys``: text generation's tokens generated).
+CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
 BASELINE = ("torch", "eager")
+
+
+def cell_keys() -> list[str]:
+    """The columns the variants of one cell share (a ratio's pairs): the shared
+    keys and every registered shape axis (``fwcompare.spec.Axis``)."""
+    return [*CELL_KEYS, *(a.name for a in axes(shape=True))]
+
+
+def with_axes(results: pd.DataFrame) -> pd.DataFrame:
+    """``results`` with a column per registered cell axis, at its default where
+    the store is from before the axis was added."""
+    missing = {a.name: a.default for a in axes() if a.name not in results}
+    return results.assign(**missing) if missing else results
 
 
 def variant(framework: str, mode: str) -> str:
@@ -45,8 +60,7 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     (two-level when the cell ran in several rounds)."""
     rows = []
     by_cell = samples_by_cell(samples)
-    if "new_tokens" not in results:  # a store from before text generation
-        results = results.assign(new_tokens=0)
+    results = with_axes(results)
     for cid, g in results.groupby("cell_id", sort=False):
         # Round 0's row first: its first call is the cold one (later rounds
         # reuse its compile cache, Runner.compile_cache).
@@ -61,7 +75,7 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         first["converged"] = bool(g["converged"].all())
         x = by_cell.get(cid)
         if x is not None and len(x) and first["status"] in MEASURED:
-            toks = tokens_per_call(first["batch_size"], first["seq_len"], first["new_tokens"])
+            toks = tokens_per_call(first)
             pooled = derived_figures(first["batch_size"], first["seq_len"], x,
                                      flops=first.get("flops_per_call", math.nan),
                                      peak=first.get("peak_flops_per_s", math.nan), tokens=toks)
@@ -78,8 +92,8 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    return out.sort_values(["model", "framework", "mode", "batch_size", "seq_len", "new_tokens"],
-                           ignore_index=True)
+    return out.sort_values(["model", "framework", "mode", "batch_size", "seq_len",
+                            *(a.name for a in axes(shape=True))], ignore_index=True)
 
 
 def baseline_pairs(summary: pd.DataFrame, keys: list[str],
@@ -126,11 +140,11 @@ def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
     if summary.empty:
         return pd.DataFrame()
     is_base = (summary["framework"] == baseline[0]) & (summary["mode"] == baseline[1])
-    rows = []
-    for r, b, status in baseline_pairs(summary, CELL_KEYS, is_base):
+    rows, keys = [], cell_keys()
+    for r, b, status in baseline_pairs(summary, keys, is_base):
         if (r["framework"], r["mode"]) == baseline:
             continue
-        row = {k: r[k] for k in CELL_KEYS}
+        row = {k: r[k] for k in keys}
         row.update(variant=r["variant"], framework=r["framework"], mode=r["mode"],
                    baseline=variant(*baseline), status=status,
                    time_ratio=math.nan, ci_low=math.nan, ci_high=math.nan)
@@ -141,15 +155,17 @@ def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
-def peak_table(summary: pd.DataFrame) -> pd.DataFrame:
+def peak_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
     """Per measured cell: achieved GFLOP/s, the machine's ceiling for its
     precision, the share of it (``pct_of_peak``) and its arithmetic intensity
-    (FLOPs per byte of weights moved), most of the peak first."""
+    (FLOPs per byte of weights moved), most of the peak first. ``by``: a
+    study's columns to show beside the shape (its cell axes), each where it
+    varies, as the task does."""
     cols = ["model", "variant", "dtype", "batch_size", "seq_len"]
     ok = summary[summary["status"].isin(MEASURED)] if "status" in summary else summary
     if ok.empty or "pct_of_peak" not in ok:
         return pd.DataFrame(columns=[*cols, "pct_of_peak"])
-    extra = [c for c in ("scaling", "workers", "task") if c in ok and ok[c].nunique() > 1]
+    extra = [c for c in (*by, "task") if c in ok and ok[c].nunique() > 1]
     out = ok[cols + extra].copy()
     out["achieved_gflop_s"] = ok["achieved_flops_per_s"] / 1e9
     out["ceiling_gflop_s"] = ok["peak_flops_per_s"] / 1e9
@@ -164,20 +180,20 @@ def summary_table(summary: pd.DataFrame, samples: pd.DataFrame,
     mean latency (the 2019 study's summary, labelled as such) beside the
     geometric mean of time ratios against the baseline, with its CI."""
     by_cell = samples_by_cell(samples)
-    rows = []
+    rows, keys = [], cell_keys()
     for device, dev in summary.groupby("device"):
         ok = dev[dev["status"].isin(MEASURED)]
         n_variants = dev["variant"].nunique()
-        counts = ok.groupby(CELL_KEYS)["variant"].nunique()
+        counts = ok.groupby(keys)["variant"].nunique()
         common = set(counts[counts == n_variants].index)
-        in_common = ok[[tuple(k) in common for k in ok[CELL_KEYS].itertuples(index=False)]]
-        base = in_common[in_common["variant"] == variant(*baseline)].set_index(CELL_KEYS)
+        in_common = ok[[tuple(k) in common for k in ok[keys].itertuples(index=False)]]
+        base = in_common[in_common["variant"] == variant(*baseline)].set_index(keys)
         for var, g in in_common.groupby("variant"):
             if var == variant(*baseline):
                 gm, lo, hi = 1.0, math.nan, math.nan  # by definition
             elif len(base):
                 pairs = [(by_cell[r["cell_id"]],
-                          by_cell[base.loc[tuple(r[k] for k in CELL_KEYS), "cell_id"]])
+                          by_cell[base.loc[tuple(r[k] for k in keys), "cell_id"]])
                          for _, r in g.iterrows()]
                 gm, lo, hi = geomean_ratio_ci(pairs)
             else:

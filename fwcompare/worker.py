@@ -18,19 +18,21 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     from .host import pin_threads
 
-    pin_threads(json.loads(Path(argv[0]).read_text())["threads"])
+    raw = json.loads(Path(argv[0]).read_text())
+    pin_threads(raw["threads"])
     # Which process ran the job (forked from a fork server or not), for its log.
     print(f"fwcompare worker: pid {os.getpid()}, parent {os.getppid()}", file=sys.stderr,
           flush=True)
     from . import studies
     from .job import PEAK, PREPARE, Job
 
-    job = Job.read(argv[0])
-    if job.framework_file:  # a framework declared outside fwcompare (a test's)
+    if raw.get("framework_file"):  # a framework declared outside fwcompare (a test's)
         from .frameworks import load
 
-        load(job.framework, job.framework_file)
-    study = studies.load(job.study, job.study_file)
+        load(raw["framework"], raw["framework_file"])
+    # The study first: its cell axes are registered before the job's cells are read.
+    study = studies.load(raw["study"], raw.get("study_file", ""))
+    job = Job.read(argv[0])
     # The params as the parent typed them (checked there, once: not again here).
     job = job.replace(params=study.params_type()(**job.params))
     try:

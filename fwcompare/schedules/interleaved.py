@@ -60,7 +60,7 @@ from ..timing import StoppingRule
 def variant_key(ref: CellRef) -> tuple:
     """What a lane holds: everything of a cell but its shape."""
     s = ref.spec
-    return (s.framework, s.mode, s.dtype, s.task, s.workers, s.scaling)
+    return (s.framework, s.mode, s.dtype, s.task, *s.variant_axes)
 
 
 class Lane:

@@ -11,7 +11,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..results import add_columns
+from ..results import Columns, add_columns
+from ..spec import add_axes, remove_axes
 from .base import Study, module_file  # noqa: F401
 
 STUDIES: dict[str, Study] = {}
@@ -22,13 +23,20 @@ def register(study: Study) -> Study:
     own: its module, or the code that imports it, registers it)."""
     if not study.name:
         raise ValueError(f"{type(study).__name__} has no name")
-    add_columns(study.columns)  # the results store takes its columns from here
+    add_axes(study.axes)  # the cells' axes, then the results store's columns
+    add_columns(study.columns)
     STUDIES[study.name] = study
     return study
 
 
 def unregister(name: str) -> None:
-    STUDIES.pop(name, None)
+    """Remove a study from the registry, and the cell axes no other registered
+    study declares (its result columns stay: a column is only a name)."""
+    study = STUDIES.pop(name, None)
+    if study is not None and study.axes:
+        kept = {a.name for s in STUDIES.values() for a in s.axes}
+        remove_axes([a.name for a in study.axes if a.name not in kept])
+        add_columns(Columns())  # the store's columns read the axes again
 
 
 def load(name: str, module_file: str = "") -> Study:

@@ -11,6 +11,7 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``check``: problems between keys (each a message naming its key); the
   checked params arrive as one frozen, typed object (``params_type``)
 - ``columns``: the result columns its rows add (``results.Columns``)
+- ``axes``: the cell axes its cells add (``spec.Axis``: their columns too)
 - ``cells``: the RunSpecs of a params set
 - ``notebook``: its notebook (default ``<name>.ipynb``)
 - ``model_problem``: why the study cannot run a model at all (its cells are
@@ -42,7 +43,7 @@ from .. import env, models
 from ..job import CellRef, Job
 from ..frameworks import MODES
 from ..results import Columns
-from ..spec import DTYPES, RunSpec
+from ..spec import DTYPES, Axis, RunSpec
 
 if TYPE_CHECKING:
     from ..cell import CellPlan, WorkerContext
@@ -72,7 +73,7 @@ def by_size(ref: CellRef) -> tuple:
     """Ascending batch x sequence, so a cell's peak RSS is not inflated by a
     larger cell's allocator caches; float32 first (every speed-up's baseline)."""
     s = ref.spec
-    return (DTYPES.index(s.dtype), s.batch_size * s.seq_len, s.batch_size, s.new_tokens,
+    return (DTYPES.index(s.dtype), s.batch_size * s.seq_len, s.batch_size, *s.shape[2:],
             s.mode)
 
 
@@ -102,6 +103,9 @@ class Study:
     # Result columns this study's rows add to the shared ones (fwcompare.results):
     # its own figures, those a failed row keeps, its provenance.
     columns: Columns = Columns()
+    # Cell axes this study adds to the shared fields of a cell (spec.Axis: the
+    # distributed study's workers and scaling), read as ``spec.<name>``.
+    axes: tuple[Axis, ...] = ()
     # Claim metrics this study adds (name -> judging.Metric), judged by claims.py.
     metrics: Mapping[str, Any] = MappingProxyType({})
     # The time breakdown's phase of the steps a training cell takes on its own

@@ -45,6 +45,7 @@ from ..judging import Claim, Measurement, Metric, StudyData, check_cells, time_r
 from ..gate import token_ids
 from ..schema import TIMING, Param, grid_params, positive, replace_param
 from ..results import MEASURED, Columns
+from ..spec import Axis
 from ..tables import CELL_KEYS
 from .base import Study
 
@@ -52,8 +53,8 @@ GEN_MODES = {"torch": ("eager", "static-compile"), "tensorflow": ("eager", "xla"
              "jax": ("jit",)}
 # The mode each compiled mode is compared with (its compile's breakeven).
 UNCOMPILED = {("torch", "static-compile"): "eager", ("tensorflow", "xla"): "eager"}
-# What a generation cell shares with its one-token cell (CELL_KEYS but new_tokens).
-KEYS = [k for k in CELL_KEYS if k != "new_tokens"]
+# What a generation cell shares with its one-token cell (the shared cell keys).
+KEYS = CELL_KEYS
 
 
 def tokens_key(batch: int, prompt: int) -> str:
@@ -366,6 +367,10 @@ class Generation(Study):
     # margin over them, the analytic KV cache, the padded prompt
     columns = Columns(figures=("recompiles", "tokens_agreed", "ref_min_margin", "kv_cache_bytes",
                                "padded_len"), analytic=("kv_cache_bytes", "padded_len"))
+    # Tokens generated per call (a cell's seq_len is then its prompt's length):
+    # part of the shape the variants share; a call's tokens are these.
+    axes = (Axis("new_tokens", 0, shape=True, label=" new={new_tokens}", short="+{new_tokens}",
+                 tokens=True),)
     modes = GEN_MODES
 
     def schema(self):
@@ -394,7 +399,8 @@ class Generation(Study):
         from .base import grid_cells
 
         grid = grid_cells(params, self.name, "inference")
-        return [replace(s, new_tokens=n) for s in grid for n in sorted({1, *params["new_tokens"]})]
+        return [replace(s, axes={"new_tokens": n}) for s in grid
+                for n in sorted({1, *params["new_tokens"]})]
 
     def prepare(self, job):
         prepare(job)

@@ -53,7 +53,7 @@ from ...judging import Metric
 from ...job import CELLS
 from ...schema import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
                        one_of, positive, replace_param)
-from ...spec import RunSpec
+from ...spec import Axis, RunSpec
 from ...results import Columns
 from ...workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, train_settings
 from ..base import Study
@@ -94,6 +94,9 @@ class Distributed(Study):
                  # the largest and the least rank's memory (Rank.memory)
                  "rank_mem_bytes", "rank_mem_min_bytes"),
         analytic=("per_worker_batch",))
+    # Worker processes, and weak (per-worker batch fixed) or strong (global
+    # batch fixed) scaling; a cell's batch_size is the global batch.
+    axes = (Axis("workers", 1), Axis("scaling", "", label=" {scaling} x{workers}"))
     tasks = ("train",)
 
     # -- params ---------------------------------------------------------------------
@@ -178,8 +181,8 @@ class Distributed(Study):
                  "strong": lambda w: params["global_batch"]}
         return [RunSpec(study=self.name, model=model, framework=fw, mode=mode,
                         device=params["device"], dtype=params["dtype"], batch_size=batch[sc](w),
-                        seq_len=params["seq_len"], threads=threads, task="train", workers=w,
-                        scaling=sc)
+                        seq_len=params["seq_len"], threads=threads, task="train",
+                        axes={"workers": w, "scaling": sc})
                 for model in params["models"]
                 for fw in params["frameworks"]
                 for mode in params["modes"][fw]
