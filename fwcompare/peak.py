@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -168,6 +169,48 @@ def ceilings(device: str, dtypes, threads: int, manifest: dict,
                        f"{4 * STREAM_ELEMENTS[device] // 2 ** 20} MiB of float32 (a read and "
                        f"a write per element), each framework in a worker process on "
                        f"{threads} cores")}
+
+
+# The time breakdown's phase of the probes.
+PHASE = "hardware peak (matmul, bandwidth)"
+
+
+def measure(runner, model: str, dtypes: list[str]) -> None:
+    """The machine's ceilings into a run's manifest (``env.json``): each of the
+    run's frameworks probed once per machine in a worker of its own, started
+    by ``runner`` (a ``fwcompare.runner.Runner``) as a cell's worker is
+    (forked, pinned, its threads set); the figures of every framework kept for
+    this machine make the ceilings."""
+    from .atomic import write_json
+    from .job import PEAK
+
+    device, threads = runner.params["device"], runner.threads
+    todo = {fw: need for fw in runner.params["frameworks"]
+            if (need := missing(fw, device, dtypes, threads, runner.manifest))}
+    if todo:  # every server's imports done first: nothing else on the cores
+        with runner.phase("process start and imports"):
+            for kind in [*todo, "prepare"]:
+                runner.server_for(runner.worker_env(runner.env_threads, kind))
+    for fw in todo:
+        job = runner.job(PEAK, model, fw).replace(peak_dtypes=tuple(todo[fw]))
+        runner.bar.set_postfix_str(f"measuring the machine's peak with {fw}", refresh=True)
+        w = runner.spawn_worker(job, f"peak-{fw}")
+        try:
+            with runner.phase(PHASE):
+                w.proc.wait(timeout=runner.params["group_timeout_s"])
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            w.kill()
+        found = probe_file(job)
+        if found.is_file():
+            store(json.loads(found.read_text()), runner.manifest)
+        else:
+            runner.say(f"{fw}: the peak probe left no figures ({w.exit_description()}): "
+                       f"{w.stderr_tail()}")
+    runner.manifest["peak"] = ceilings(device, dtypes, threads, runner.manifest,
+                                       [*FRAMEWORKS, *runner.params["frameworks"]])
+    write_json(runner.store.dir / "env.json", runner.manifest)
 
 
 def main(argv: list[str] | None = None) -> int:

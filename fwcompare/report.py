@@ -38,7 +38,7 @@ from .params import (ParamsError, describe_overrides, overridden_profile, overri
                      read_yaml, with_overrides)
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore
-from .runner import PEAK_PHASE
+from .peak import PHASE as PEAK_PHASE
 from .studies import STUDIES
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import env, protocol, schedules
+from . import env, peak, protocol, schedules
 from .atomic import write_json
 from .forkserver import ForkServerError, ForkServers, kill_group
 from .frameworks import Unsupported, check_precision, worker_env
@@ -136,10 +136,6 @@ class Worker:
 
     def exit_description(self) -> str:
         return describe_exit(self.proc.returncode)
-
-
-# Measuring the machine's ceilings (peak.py), once per machine and framework.
-PEAK_PHASE = "hardware peak (matmul, bandwidth)"
 
 
 def planned_cells(study: Study, params: dict, specs: list[RunSpec],
@@ -433,42 +429,6 @@ class Runner:
             mine = [c for c in mine if c.spec.dtype not in unsupported]
             yield from self.study.groups(self.task, mine)
 
-    def measure_peak(self, model: str, dtypes: list[str]) -> None:
-        """The machine's ceilings (fwcompare.peak) into the run's manifest
-        (``env.json``): each of this study's frameworks probed once per
-        machine in a worker of its own, forked like a cell's; the figures of
-        every framework kept for this machine make the ceilings."""
-        from . import peak
-        from .job import PEAK
-
-        device = self.params["device"]
-        todo = {fw: need for fw in self.params["frameworks"]
-                if (need := peak.missing(fw, device, dtypes, self.threads, self.manifest))}
-        if todo:  # every server's imports done first: nothing else on the cores
-            with self.phase("process start and imports"):
-                for kind in [*todo, "prepare"]:
-                    self.server_for(self.worker_env(self.env_threads, kind))
-        for fw in todo:
-            job = self.job(PEAK, model, fw).replace(peak_dtypes=tuple(todo[fw]))
-            self.bar.set_postfix_str(f"measuring the machine's peak with {fw}", refresh=True)
-            w = self._worker(job, f"peak-{fw}", fw)
-            try:
-                with self.phase(PEAK_PHASE):
-                    w.proc.wait(timeout=self.params["group_timeout_s"])
-            except subprocess.TimeoutExpired:
-                pass
-            finally:
-                w.kill()
-            found = peak.probe_file(job)
-            if found.is_file():
-                peak.store(json.loads(found.read_text()), self.manifest)
-            else:
-                self.say(f"{fw}: the peak probe left no figures ({w.exit_description()}): "
-                         f"{w.stderr_tail()}")
-        self.manifest["peak"] = peak.ceilings(device, dtypes, self.threads, self.manifest,
-                                              [*peak.FRAMEWORKS, *self.params["frameworks"]])
-        write_json(self.store.dir / "env.json", self.manifest)
-
     def run(self, specs: list[RunSpec]) -> None:
         rounds = self.params["rounds"]
         self.store.begin(self.manifest["params_hash"])
@@ -502,7 +462,7 @@ class Runner:
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
             if specs and not idle:
-                self.measure_peak(specs[0].model, sorted({s.dtype for s in specs}))
+                peak.measure(self, specs[0].model, sorted({s.dtype for s in specs}))
             prepared = self.passes.prepared
             frameworks = list(self.params["frameworks"])
             for rnd in range(rounds):
