@@ -255,6 +255,46 @@ def roofline(summary: pd.DataFrame, manifest: dict):
 # -- helpers for the study modules' own figures ---------------------------------------
 
 
+def speed_error_point(ax, r, color, marker: str) -> bool:
+    """One cell of a speed-against-error figure (mixed precision, deployment):
+    x its ``speedup`` with its 95% CI (``speedup_low``, ``speedup_high``) as a
+    horizontal bar, y its ``fp64_rel_l2_err``; hollow when not equivalent.
+    False, and nothing drawn, when either figure is not a positive number."""
+    if not (math.isfinite(r["speedup"]) and r["fp64_rel_l2_err"] > 0):
+        return False
+    lo, hi = r["speedup_low"], r["speedup_high"]
+    xerr = ([[r["speedup"] - lo], [hi - r["speedup"]]]
+            if math.isfinite(lo) and math.isfinite(hi) else None)
+    ax.errorbar(r["speedup"], r["fp64_rel_l2_err"], xerr=xerr, marker=marker, ms=7, ls="",
+                capsize=2, color=color, mfc="none" if r["status"] == "not_equivalent" else color)
+    return True
+
+
+def speed_error_axes(ax, title: str, xlabel: str, first: bool) -> None:
+    """A speed-against-error panel's axes: log 2 speed-up (1 dotted), log error."""
+    ax.axvline(1.0, color="0.5", lw=1, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(SHORT)
+    lo, hi = ax.get_xlim()
+    ax.xaxis.set_minor_formatter(SHORT if hi / lo < 4 else NO_LABEL)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    if first:
+        ax.set_ylabel("relative L2 error vs float64")
+
+
+def speed_error_legend(fig, colors: dict, markers: dict) -> None:
+    """The legend right of a speed-against-error figure: a colour per variant
+    (``colors``), a marker per kind (``markers``: label -> marker), hollow."""
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
+    handles += [plt.Line2D([], [], color="0.3", marker=m, ls="", label=label)
+                for label, m in markers.items()]
+    handles.append(plt.Line2D([], [], color="0.3", marker="o", mfc="none", ls="",
+                              label="not equivalent (hollow)"))
+    fig.legend(handles=handles, loc="center right", fontsize=8)
+
+
 def no_data(message: str):
     fig, ax = plt.subplots(figsize=(6, 1.5))
     ax.axis("off")

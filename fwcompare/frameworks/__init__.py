@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 
 from .base import (Backend, DeployPath, Engine, Framework, Unsupported,  # noqa: F401
@@ -189,6 +190,23 @@ def backend_options(params) -> dict:
 def contract(cls: type = Backend) -> list[str]:
     """The names of the contract: every call and flag of :class:`Backend`."""
     return sorted(n for n in dir(cls) if not n.startswith("_"))
+
+
+def module_backend(module: str, name: str, **more) -> Backend:
+    """The backend of a framework's backend module (``module``: its
+    ``__name__``) whose functions carry the contract's names: an instance of a
+    :class:`Backend` subclass ``name`` whose calls are those functions, with
+    ``more`` on top (flags such as ``memory_plan``, and calls the module holds
+    under another name). A call the module lacks stays the base's: a default,
+    or an abstract one, which refuses the instance and names the call. Each
+    framework's backend module ends with ``BACKEND = module_backend(__name__, ...)``."""
+    found = vars(sys.modules[module])
+    body = {n: staticmethod(found[n]) for n in contract()
+            if n in found and callable(getattr(Backend, n)) and n not in more}
+    body.update({k: staticmethod(v) if callable(v) else v for k, v in more.items()})
+    cls = type(name, (Backend,), {"__module__": module, "__doc__": (
+        f"{module}'s functions as the contract's calls (frameworks.Backend)."), **body})
+    return cls()
 
 
 def contract_gaps(backend) -> list[str]:

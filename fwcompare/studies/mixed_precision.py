@@ -302,7 +302,7 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     precision. Cells that did not run are listed under the panels."""
     import matplotlib.pyplot as plt
 
-    from ..plots import NO_LABEL, SHORT, footer, palette
+    from ..plots import footer, palette, speed_error_axes, speed_error_legend, speed_error_point
 
     t = table[table["task"] == "inference"]
     models = sorted(t["model"].unique())
@@ -314,32 +314,13 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
         ax = axes[0, j]
         g = t[t["model"] == model]
         for _, r in g.iterrows():
-            if not (math.isfinite(r["speedup"]) and r["fp64_rel_l2_err"] > 0):
+            if not speed_error_point(ax, r, colors[r["variant"]],
+                                     PRECISION_MARKER.get(r["dtype"], "o")):
                 failed.append(f"{r['dtype']} {r['status']}")
-                continue
-            lo, hi = r["speedup_low"], r["speedup_high"]
-            xerr = ([[r["speedup"] - lo], [hi - r["speedup"]]]
-                    if math.isfinite(lo) and math.isfinite(hi) else None)
-            ax.errorbar(r["speedup"], r["fp64_rel_l2_err"], xerr=xerr,
-                        marker=PRECISION_MARKER.get(r["dtype"], "o"), ms=7, ls="",
-                        color=colors[r["variant"]], capsize=2,
-                        mfc="none" if r["status"] == "not_equivalent" else colors[r["variant"]])
-        ax.axvline(1.0, color="0.5", lw=1, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(SHORT)
-        lo, hi = ax.get_xlim()
-        ax.xaxis.set_minor_formatter(SHORT if hi / lo < 4 else NO_LABEL)
-        ax.set_title(model, fontsize=10)
-        ax.set_xlabel("speed-up over float32, same framework (> 1: faster)")
-        if j == 0:
-            ax.set_ylabel("relative L2 error vs float64")
-    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
-    handles += [plt.Line2D([], [], color="0.3", marker=m, ls="", label=d)
-                for d, m in PRECISION_MARKER.items() if d in set(t["dtype"])]
-    handles.append(plt.Line2D([], [], color="0.3", marker="o", mfc="none", ls="",
-                              label="not equivalent (hollow)"))
-    fig.legend(handles=handles, loc="center right", fontsize=8)
+        speed_error_axes(ax, model, "speed-up over float32, same framework (> 1: faster)",
+                         j == 0)
+    speed_error_legend(fig, colors, {d: m for d, m in PRECISION_MARKER.items()
+                                     if d in set(t["dtype"])})
     fig.suptitle("Speed against error: what each precision buys and costs (inference)",
                  x=0.02, ha="left")
     note = "bars: 95% CI of the speed-up"

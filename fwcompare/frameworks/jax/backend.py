@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from ...atomic import write_atomic
-from .. import (Backend, Engine, Unsupported, auto_class, check_precision, forward_fn,
-               looks_like_oom, native_copy, one_converter, tf32_note)
+from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn,
+               looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 # Initial dynamic loss scale for float16 training: jmp's documented default
@@ -541,32 +541,9 @@ class DataParallel(Engine):
             self._initialized = False
             _jax().distributed.shutdown()
 
-class JaxBackend(Backend):
-    """This module's calls as the contract's methods (frameworks.base.Backend)."""
 
-    memory_plan = True
-
-    configure = staticmethod(configure)
-    load = staticmethod(load)
-    n_params = staticmethod(n_params)
-    make_forward = staticmethod(make_forward)
-    make_train_step = staticmethod(make_train_step)
-    precision_setup = staticmethod(precision_setup)
-    set_precision = staticmethod(set_precision)
-    make_inputs = staticmethod(make_inputs)
-    make_batch = staticmethod(make_batch)
-    sync = staticmethod(sync)
-    to_numpy = staticmethod(to_numpy)
-    gpu_memory = staticmethod(gpu_memory)
-    memory_plan_bytes = staticmethod(memory_plan_bytes)
-    is_oom = staticmethod(is_oom)
-    runtime_info = staticmethod(runtime_info)
-    make_peak_kernels = staticmethod(make_peak_kernels)
-    DataParallel = DataParallel
-
-    @staticmethod
-    def tf32_enabled(device: str) -> bool:
-        return _jax().config.jax_default_matmul_precision == "tensorfloat32"
+def tf32_enabled(device: str) -> bool:
+    return _jax().config.jax_default_matmul_precision == "tensorfloat32"
 
 
-BACKEND = JaxBackend()
+BACKEND = module_backend(__name__, "JaxBackend", memory_plan=True)

@@ -25,8 +25,8 @@ elif "triton" not in sys.modules:
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
-from .. import (Backend, Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
-               looks_like_oom, native_copy, one_converter, tf32_note)
+from .. import (Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
+               looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
 _POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",
@@ -373,33 +373,15 @@ def runtime_info(device: str) -> dict:
         info["tf32_matmul"] = bool(tf.config.experimental.tensor_float_32_execution_enabled())
     return info
 
-class TensorFlowBackend(Backend):
-    """This module's calls as the contract's methods (frameworks.base.Backend)."""
 
-    configure = staticmethod(configure)
-    load = staticmethod(load)
-    n_params = staticmethod(n_params)
-    make_forward = staticmethod(make_forward)
-    make_train_step = staticmethod(make_train_step)
-    precision_setup = staticmethod(precision_setup)
-    set_precision = staticmethod(set_precision)
-    make_inputs = staticmethod(make_inputs)
-    make_batch = staticmethod(make_batch)
-    sync = staticmethod(sync)
-    to_numpy = staticmethod(to_numpy)
-    gpu_memory = staticmethod(gpu_memory)
-    memory_plan_bytes = staticmethod(memory_plan_bytes)
-    is_oom = staticmethod(is_oom)
-    runtime_info = staticmethod(runtime_info)
-    make_peak_kernels = staticmethod(make_peak_kernels)
+def data_parallel(weights_dir, device: str, head: str, opt: dict, mode: str = "graph",
+                  timeout_s: float = 1800.0):
+    """The contract's ``DataParallel``: an engine of this module's steps
+    (``parallel.py`` holds it, with the strategies it imports)."""
+    from . import parallel
 
-    @staticmethod
-    def DataParallel(weights_dir, device: str, head: str, opt: dict, mode: str = "graph",
-                     timeout_s: float = 1800.0):
-        from . import parallel
-
-        return parallel.DataParallel(sys.modules[__name__], weights_dir, device, head, opt,
-                                     mode, timeout_s)
+    return parallel.DataParallel(sys.modules[__name__], weights_dir, device, head, opt,
+                                 mode, timeout_s)
 
 
-BACKEND = TensorFlowBackend()
+BACKEND = module_backend(__name__, "TensorFlowBackend", DataParallel=data_parallel)

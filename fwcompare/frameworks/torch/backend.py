@@ -5,8 +5,8 @@ import numpy as np
 import torch
 import transformers
 
-from .. import (Backend, Engine, Unsupported, auto_class, check_precision, forward_fn,
-               looks_like_oom, tf32_note)
+from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn,
+               looks_like_oom, tf32_note, module_backend)
 
 
 def _device(device: str) -> torch.device:
@@ -461,26 +461,5 @@ class DataParallel(Engine):
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
 
-class TorchBackend(Backend):
-    """This module's calls as the contract's methods (frameworks.base.Backend)."""
 
-    configure = staticmethod(configure)
-    load = staticmethod(load)
-    n_params = staticmethod(n_params)
-    make_forward = staticmethod(make_forward)
-    make_train_step = staticmethod(make_train_step)
-    precision_setup = staticmethod(precision_setup)
-    set_precision = staticmethod(set_precision)
-    make_inputs = staticmethod(make_inputs)
-    make_batch = staticmethod(make_batch)
-    sync = staticmethod(sync)
-    to_numpy = staticmethod(to_numpy)
-    gpu_memory = staticmethod(gpu_memory)
-    memory_plan_bytes = staticmethod(memory_plan_bytes)
-    is_oom = staticmethod(is_oom)
-    runtime_info = staticmethod(runtime_info)
-    make_peak_kernels = staticmethod(make_peak_kernels)
-    DataParallel = DataParallel
-
-
-BACKEND = TorchBackend()
+BACKEND = module_backend(__name__, "TorchBackend")

@@ -24,7 +24,7 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     did not run are listed under the panels."""
     import matplotlib.pyplot as plt
 
-    from ...plots import NO_LABEL, SHORT, footer, palette
+    from ...plots import footer, palette, speed_error_axes, speed_error_legend, speed_error_point
 
     if table.empty:
         from ...plots import no_data
@@ -40,38 +40,20 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     for j, model in enumerate(models_):
         ax, labelled = axes[0, j], 0
         for _, r in table[table["model"] == model].iterrows():
-            if not (math.isfinite(r["speedup"]) and r["fp64_rel_l2_err"] > 0):
+            if not speed_error_point(ax, r, colors[r["framework"]],
+                                     WEIGHTS_MARKER.get(r["weights"], "o")):
                 failed.append(f"{r['path']} ({r['status']})")
                 continue
-            lo, hi = r["speedup_low"], r["speedup_high"]
-            xerr = ([[r["speedup"] - lo], [hi - r["speedup"]]]
-                    if math.isfinite(lo) and math.isfinite(hi) else None)
-            ax.errorbar(r["speedup"], r["fp64_rel_l2_err"], xerr=xerr,
-                        marker=WEIGHTS_MARKER.get(r["weights"], "o"), ms=7, ls="", capsize=2,
-                        color=colors[r["framework"]],
-                        mfc="none" if r["status"] == "not_equivalent" else colors[r["framework"]])
             if (r["batch_size"], r["seq_len"]) == shapes[model]:  # one label per path
                 dx, dy, ha = _LABEL_OFFSETS[labelled % len(_LABEL_OFFSETS)]
                 labelled += 1
                 ax.annotate(r["path"].split("/", 1)[1], (r["speedup"], r["fp64_rel_l2_err"]),
                             xytext=(dx, dy), textcoords="offset points", fontsize=7, ha=ha,
                             color=colors[r["framework"]])
-        ax.axvline(1.0, color="0.5", lw=1, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(SHORT)
-        lo, hi = ax.get_xlim()
-        ax.xaxis.set_minor_formatter(SHORT if hi / lo < 4 else NO_LABEL)
-        ax.set_title(model, fontsize=10)
-        ax.set_xlabel("speed-up over the framework's baseline (> 1: faster)")
-        if j == 0:
-            ax.set_ylabel("relative L2 error vs float64")
-    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
-    handles += [plt.Line2D([], [], color="0.3", marker=mk, ls="", label=f"{w} weights")
-                for w, mk in WEIGHTS_MARKER.items() if w in set(table["weights"])]
-    handles.append(plt.Line2D([], [], color="0.3", marker="o", mfc="none", ls="",
-                              label="not equivalent (hollow)"))
-    fig.legend(handles=handles, loc="center right", fontsize=8)
+        speed_error_axes(ax, model, "speed-up over the framework's baseline (> 1: faster)",
+                         j == 0)
+    speed_error_legend(fig, colors, {f"{w} weights": mk for w, mk in WEIGHTS_MARKER.items()
+                                     if w in set(table["weights"])})
     fig.suptitle("Deployment paths: speed-up against error", x=0.02, ha="left")
     note = ("baselines: PyTorch eager, tf.function, jax.jit; bars: 95% CI of the speed-up; "
             "labels at each model's smallest shape")
