@@ -478,24 +478,18 @@ VERDICT_COLOURS = {"supported": "#1a7f37", "contradicted": "#c62828",
                    "inconclusive": "#b26a00", "not measured here": "#6e7781"}
 
 
-def claim_figure(row: dict, points: pd.DataFrame, count: bool = False):
-    """One claim: the band where it holds (green), the claimed figure (dashed),
-    every cell's value (grey dots, the measured distribution) and the summary
-    figure with its 95% CI, coloured by verdict. Ratios spanning more than 3x
-    on a log axis; ``count``: the figure is a signed count (a linear axis)."""
-    import textwrap
-
-    colour = VERDICT_COLOURS[row["verdict"]]
+def _claim_axis(ax, row: dict, more=(), count: bool = False) -> bool:
+    """A claim's x axis on ``ax``: its limits around the figure, its CI, the
+    claimed figure, the band's finite edges and ``more`` values; log when all
+    are positive and span more than 3x (not for a count); the band where the
+    claim holds shaded green and the claimed figure dashed. True when log."""
     value, lo, hi = (row.get(k) for k in ("value", "ci_low", "ci_high"))
-    has_value = value is not None and math.isfinite(value)
-    finite = [x for x in (value, lo, hi, row["expected"]) if x is not None and math.isfinite(x)]
-    vals = points["value"].to_numpy(dtype=float) if len(points) else np.array([])
-    finite += list(vals[np.isfinite(vals)])
+    finite = [x for x in (value, lo, hi, row["expected"], *more)
+              if x is not None and math.isfinite(x)]
     band = (row["band_low"], row["band_high"])
     finite += [b for b in band if b is not None and math.isfinite(b)]
     log = (not count and all(x > 0 for x in finite)
            and max(finite) / min(finite) > 3)
-    fig, ax = plt.subplots(figsize=(6.4, 2.5))
     if log:
         ax.set_xscale("log")
         left, right = min(finite) / 1.25, max(finite) * 1.25
@@ -507,6 +501,22 @@ def claim_figure(row: dict, points: pd.DataFrame, count: bool = False):
                min(band[1], right) if math.isfinite(band[1]) else right,
                color="#2da44e", alpha=0.13, lw=0, label="claim holds here")
     ax.axvline(row["expected"], color="0.2", ls="--", lw=1.2, label="claimed")
+    return log
+
+
+def claim_figure(row: dict, points: pd.DataFrame, count: bool = False):
+    """One claim: the band where it holds (green), the claimed figure (dashed),
+    every cell's value (grey dots, the measured distribution) and the summary
+    figure with its 95% CI, coloured by verdict. Ratios spanning more than 3x
+    on a log axis; ``count``: the figure is a signed count (a linear axis)."""
+    import textwrap
+
+    colour = VERDICT_COLOURS[row["verdict"]]
+    value, lo, hi = (row.get(k) for k in ("value", "ci_low", "ci_high"))
+    has_value = value is not None and math.isfinite(value)
+    vals = points["value"].to_numpy(dtype=float) if len(points) else np.array([])
+    fig, ax = plt.subplots(figsize=(6.4, 2.5))
+    log = _claim_axis(ax, row, vals, count)
     if len(vals):
         jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(vals))
         ax.scatter(vals, jitter, s=18, color="0.45", alpha=0.8, zorder=3, label="each cell")
@@ -544,3 +554,57 @@ def claim_figures(card) -> list[tuple[str, object]]:
         out.append((f"claim_{row['id']}", claim_figure(row, card.points[card.points["id"] == row["id"]],
                                                         row["metric"] in card.counts)))
     return out
+
+
+def scorecard_forest(card, manifest: dict | None = None):
+    """Every judged claim at a glance (a forest plot), grouped by study: per
+    claim, its band where it holds (green), the claimed figure (dashed), the
+    measured figure with its 95% CI as a line, the marker in the verdict's
+    colour (hollow: no interval). Each row has its own scale (the claims'
+    units differ: time ratios, counts, correlations); ``manifest``: the
+    machine for the footer. Claims not measured here are counted, not drawn."""
+    rows = [r for r in card.table.to_dict("records") if r["verdict"] != "not measured here"]
+    if not rows:
+        return no_data("no claim could be judged from these results")
+    lines: list[tuple[str, object]] = []
+    for study in dict.fromkeys(r["study"] for r in rows):
+        lines += [("study", study)] + [("claim", r) for r in rows if r["study"] == study]
+    fig = plt.figure(figsize=(9.0, 0.36 * len(lines) + 1.2))
+    grid = fig.add_gridspec(len(lines), 1, hspace=0.9)
+    for i, (kind, item) in enumerate(lines):
+        ax = fig.add_subplot(grid[i])
+        if kind == "study":
+            ax.axis("off")
+            ax.text(-0.01, 0.0, f"{item} study", transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=8.5, weight="bold")
+            continue
+        r, colour = item, VERDICT_COLOURS[item["verdict"]]
+        log = _claim_axis(ax, r, count=r["metric"] in card.counts)
+        value, lo, hi = r["value"], r["ci_low"], r["ci_high"]
+        has_ci = math.isfinite(lo) and math.isfinite(hi)
+        bar = ax.errorbar([value], [0], xerr=[[value - lo], [hi - value]] if has_ci else None,
+                          fmt="D", ms=5.5, lw=2, capsize=3, color=colour, zorder=4,
+                          mfc=colour if has_ci else "white")
+        bar.lines[0].set_label(f"{r['id']}: {r['verdict']}")  # the marker, in the CSV
+        ax.set_ylim(-1, 1)
+        ax.set_yticks([])
+        ax.grid(False, axis="y")
+        if log:
+            ax.xaxis.set_major_formatter(PLAIN)
+            ax.xaxis.set_minor_formatter(PLAIN_MINOR)
+        ax.tick_params(axis="x", which="both", labelsize=6, pad=1, length=2)
+        ax.text(-0.01, 0.5, r["id"], transform=ax.transAxes, ha="right", va="center",
+                fontsize=7.5)
+        figure = f"{value:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if has_ci else " (no CI)")
+        ax.text(1.01, 0.5, f"{r['verdict']}: {figure}", transform=ax.transAxes, ha="left",
+                va="center", fontsize=7, color=colour)
+    counts = card.verdict_counts()
+    fig.suptitle("The scorecard at a glance: "
+                 + ", ".join(f"{n} {v}" for v, n in counts.items() if n), x=0.02, ha="left",
+                 fontsize=10)
+    footer(fig, manifest or {}, "green: where the claim holds; dashed: the claimed figure; "
+           "line: the measured figure's 95% CI (hollow marker: a figure with no CI); "
+           "each row its own scale")
+    fig.subplots_adjust(left=0.3, right=0.8, top=1 - 0.55 / fig.get_figheight(),
+                        bottom=0.75 / fig.get_figheight())
+    return fig

@@ -80,6 +80,7 @@ def _render_html(notebook: Path, target: Path) -> None:
 
 
 SUMMARY = "summary"  # the claims scorecard: judged after every study, opens index.html
+FOREST = "scorecard_forest"  # its figure of every judged claim, above its table
 SUMMARY_NOTEBOOK = "summary.ipynb"
 # Its parameters: the report sets results_dir (and profile, output_dir, as for
 # every notebook); claims_file is for running it by hand on other claims.
@@ -512,13 +513,16 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
             f'claim holds; dashed: the claimed figure; dots: each cell; diamond: the summary '
             f'with its 95% CI)</summary><div class="figs">{figs}</div></details>'
             if figs else "")
+    forest = out / "figures" / f"{FOREST}.png"
+    glance = (f'<div class="glance">{_figure_html(f"{SUMMARY}/figures", forest, "")}</div>'
+              if forest.is_file() else "")
     return (f"{head}<p>Each claim from the 2019 Hugging Face study or framework-comparison "
             f"articles, judged against this profile's measurements: <b>supported</b> when "
             f"the whole 95% CI lies where the claim holds, <b>contradicted</b> when it lies "
             f"wholly outside, <b>inconclusive</b> when it straddles an edge, <b>not measured "
             f"here</b> when this run has no cells for it (a GPU claim on a CPU, say). "
             f"Verdicts are about this machine, not the frameworks in general.</p>"
-            f"<p>{counts}</p><p>{links}</p>"
+            f"<p>{counts}</p><p>{links}</p>{glance}"
             f'<table class="scorecard"><thead><tr><th>claim</th><th>claimed</th>'
             f"<th>measured here (95% CI)</th><th>holds when</th><th>verdict</th>"
             f"<th>cells</th><th>on</th><th>note</th></tr></thead>"
@@ -574,6 +578,7 @@ td.verdict {{ font-weight: bold; white-space: nowrap; }} .v {{ padding: 0.1em 0.
 .src {{ color: #555; font-size: 0.85em; }} nav a {{ margin-right: 1em; }}
 {colours}.figs {{ display: flex; flex-wrap: wrap; gap: 1em; }}
 figure {{ margin: 0; width: 380px; }} figure img {{ width: 100%; border: 1px solid #ddd; }}
+.glance figure {{ width: min(100%, 900px); margin: 0.5em 0 1em; }}
 figcaption {{ font-size: 0.8em; color: #555; }} .failed {{ color: #b00; }}
 </style></head><body>
 <h1>fwcompare report: profile <code>{html.escape(profile)}</code></h1>

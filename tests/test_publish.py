@@ -152,3 +152,44 @@ def test_the_export_command(tmp_path, capsys):
     assert "archive:" in capsys.readouterr().out
     assert main(["export", str(tmp_path / "none")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def _card(rows):
+    return claims.Scorecard(pd.DataFrame(rows), pd.DataFrame(columns=["id", "cell", "value"]),
+                            "quick", frozenset({"precision_stability"}))
+
+
+def test_the_scorecard_at_a_glance_draws_every_judged_claim_by_study(tmp_path):
+    nan = float("nan")
+    ratio = dict(claim="c", expected=1.2, band_low=1.1, band_high=1.3, unit="time ratio",
+                 metric="time_ratio", study="training")
+    rows = [dict(ratio, id="fast", verdict="supported", value=1.2, ci_low=1.15, ci_high=1.25),
+            dict(ratio, id="count", study="mixed_precision", metric="precision_stability",
+                 expected=1, band_low=0.0, band_high=float("inf"), verdict="contradicted",
+                 value=-2.0, ci_low=nan, ci_high=nan),
+            dict(ratio, id="gpu-only", verdict="not measured here", value=0.9, ci_low=0.8,
+                 ci_high=1.0),
+            dict(ratio, id="slow", verdict="inconclusive", value=1.1, ci_low=0.9, ci_high=1.35)]
+    fig = plots.scorecard_forest(_card(rows), MANIFEST)
+    d = plots.drawn_data(fig)
+    # one marker per judged claim, its verdict named; the unjudged one not drawn
+    marks = d[(d["kind"] == "point") & d["series"].str.contains(":")]
+    assert sorted(marks["series"]) == ["count: contradicted", "fast: supported",
+                                      "slow: inconclusive"]
+    assert list(marks.set_index("series").loc[["fast: supported", "count: contradicted"], "x"]) \
+        == [1.2, -2.0]
+    # the intervals drawn are the CIs (none for the figure without one)
+    spans = d[d["kind"] == "interval"]
+    assert sorted(zip(spans["x_low"], spans["x_high"])) == [(0.9, 1.35), (1.15, 1.25)]
+    # grouped by study, in the order the claims come: training's two, then mixed precision's
+    texts = list(d.loc[d["kind"] == "text", "text"])
+    named = [t for t in texts if t in ("training study", "fast", "slow", "mixed_precision study",
+                                       "count", "gpu-only")]
+    assert named == ["training study", "fast", "slow", "mixed_precision study", "count"]
+    plots.save_figure(fig, tmp_path, "scorecard_forest")
+    cap = (tmp_path / "scorecard_forest.caption.txt").read_text()
+    assert cap.startswith("The scorecard at a glance: 1 supported, 1 contradicted, "
+                          "1 inconclusive, 1 not measured here"), cap
+    assert "Test CPU" in cap and (tmp_path / "scorecard_forest.png").stat().st_size > 10_000
+    none = plots.scorecard_forest(_card([rows[2]]), MANIFEST)
+    assert "no claim could be judged" in " ".join(t.get_text() for t in none.axes[0].texts)

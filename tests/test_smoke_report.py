@@ -298,6 +298,13 @@ def test_scorecard_judges_every_claim_from_the_smoke_results(smoke):
             assert r["verdict"] == "not measured here" and "GPU" in r["note"], r
         png = out / "summary" / "figures" / f"claim_{r['id']}.png"
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    # The scorecard at a glance: one marker per judged claim, named with its verdict.
+    drawn = pd.read_csv(out / "summary" / "figures" / "scorecard_forest.csv")
+    marks = drawn.loc[(drawn["kind"] == "point") & drawn["series"].str.contains(": ", na=False),
+                      "series"]
+    judged = [f"{r['id']}: {r['verdict']}" for r in card["claims"]
+              if r["verdict"] != "not measured here"]
+    assert judged and sorted(marks) == sorted(judged)
 
 
 def test_index_in_headless_chromium(smoke, tmp_path):
@@ -336,6 +343,14 @@ def test_index_in_headless_chromium(smoke, tmp_path):
             assert path is not None and path.is_file(), f"link does not resolve: {raw}"
         severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not severe, severe
+        # The scorecard at a glance: loaded, wide, above the scorecard's table.
+        glance, top_of_table = driver.execute_script(
+            "const i = document.querySelector('#scorecard .glance img');"
+            "const t = document.querySelector('table.scorecard');"
+            "return [i && [i.complete, i.naturalWidth, i.getBoundingClientRect().top],"
+            "        t.getBoundingClientRect().top]")
+        assert glance is not None and glance[0] and glance[1] > 1000, glance
+        assert glance[2] < top_of_table, (glance, top_of_table)
         # Each claim's figure is linked from its row and opens as an image.
         for claim_id in listed:
             driver.get((out / "summary" / "figures" / f"claim_{claim_id}.png").as_uri())
