@@ -52,6 +52,8 @@ def match() -> list[str]:
     """What two runs' cells must share to be the same cell: :data:`MATCH` and
     every registered cell axis (``fwcompare.spec.Axis``)."""
     return [*MATCH, *(a.name for a in axes())]
+
+
 # Manifest keys (dotted, as env_diff writes them) whose difference between two
 # runs makes their timings incomparable cell by cell: each prefix, what it is.
 HARDWARE_KEYS = {"cpu_flags.": "instruction-set flags of the CPU",
