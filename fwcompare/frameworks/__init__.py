@@ -252,6 +252,14 @@ def tf32_note(dtype: str, device: str) -> str:
     return f"; TF32 {'on' if dtype == 'tf32' else 'off'}" if device == "gpu" else ""
 
 
+def head_output(out, head: str):
+    """What a forward of ``head`` returns, in every framework and exporter:
+    the last hidden states of a base model, the logits of a model with a head
+    (a ``ModelOutput``'s field, or the key of a dict a trace returns)."""
+    key = "last_hidden_state" if head == "base" else "logits"
+    return getattr(out, key) if hasattr(out, key) else out[key]
+
+
 def forward_fn(fn, setup: str, compile_count=None):
     """``fn`` with ``fn.setup`` and ``fn.compile_count`` (see make_forward)."""
     fn.setup = setup

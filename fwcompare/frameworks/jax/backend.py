@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ...atomic import write_atomic
-from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn,
+from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn, head_output,
                looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
@@ -158,8 +158,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
     jax = _jax()
 
     def apply(params, ids):
-        out = model(ids, params=params, train=False)
-        return out.last_hidden_state if head == "base" else out.logits
+        return head_output(model(ids, params=params, train=False), head)
     if mode == "eager":
         def eager(ids):
             _last_lower[0] = None

@@ -7,16 +7,23 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import head_output
 from ..export import Exporter, Runtime
 
-class JaxExporter(Exporter):
-    def apply(self):
-        model, head, params = self.model, self.job.head, self.model.params
 
-        def forward(ids):
-            out = model(ids, params=params, train=False)
-            return out.last_hidden_state if head == "base" else out.logits
+class JaxExporter(Exporter):
+    def forward(self):
+        """The model's output for token ids, its parameters an argument."""
+        model, head = self.model, self.job.head
+
+        def forward(params, ids):
+            return head_output(model(ids, params=params, train=False), head)
         return forward
+
+    def apply(self):
+        """The forward with the model's own parameters (jax2tf converts it)."""
+        forward, params = self.forward(), self.model.params
+        return lambda ids: forward(params, ids)
 
     def export_jax_export(self, out):
         import flax.serialization
@@ -24,11 +31,7 @@ class JaxExporter(Exporter):
         import jax.numpy as jnp
         from jax import export
 
-        model, head = self.model, self.job.head
-
-        def forward(params, ids):
-            out = model(ids, params=params, train=False)
-            return out.last_hidden_state if head == "base" else out.logits
+        model, forward = self.model, self.forward()
         b, s = export.symbolic_shape("b, s")
         shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                         model.params)

@@ -26,7 +26,7 @@ import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
 from .. import (Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
-               looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
+               head_output, looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
 _POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",
@@ -180,7 +180,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
     def eager(ids):
         with tf.device(dev):
             out = model(input_ids=ids, training=False)
-            return out.last_hidden_state if head == "base" else out.logits
+            return head_output(out, head)
     if mode == "eager":
         return forward_fn(eager, "eager")
     if mode in ("graph", "xla"):

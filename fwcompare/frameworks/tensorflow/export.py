@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import head_output
 from ..export import Exporter, ExportUnsupported, Runtime
 
 class TensorFlowExporter(Exporter):
@@ -21,8 +22,7 @@ class TensorFlowExporter(Exporter):
 
         @tf.function(input_signature=self.signature())
         def serve(input_ids):
-            out = model(input_ids=input_ids, training=False)
-            return {"output": out.last_hidden_state if head == "base" else out.logits}
+            return {"output": head_output(model(input_ids=input_ids, training=False), head)}
         return serve
 
     def saved(self) -> Path:

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 import transformers
 
-from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn,
+from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn, head_output,
                looks_like_oom, tf32_note, module_backend)
 
 
@@ -56,11 +56,6 @@ def _autocast(device: str, dtype: str):
     return torch.autocast(dev, enabled=False)
 
 
-def _output(out, head: str):
-    key = "last_hidden_state" if head == "base" else "logits"
-    return out[key]  # a ModelOutput, or the dict a strict=False trace returns
-
-
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -83,7 +78,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
     def eager(ids):
         _graphs[0] = False
         with torch.inference_mode(), _autocast(device, dtype):
-            return _output(model(input_ids=ids), head)
+            return head_output(model(input_ids=ids), head)
     if mode == "eager":
         return forward_fn(eager, "eager")
     if mode == "torchscript":
@@ -98,7 +93,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
                     traced["fn"] = torch.jit.trace(model, (ids,), strict=False)
                 traced["traces"] += 1
             with torch.inference_mode():
-                return _output(traced["fn"](ids), head)
+                return head_output(traced["fn"](ids), head)
         return forward_fn(scripted, "torch.jit.trace(strict=False) on the first call's input",
                           lambda: traced["traces"])
     if mode == "compile":
@@ -111,7 +106,7 @@ def make_forward(model, mode: str, device: str, head: str = "base", dtype: str =
         def fn(ids):
             _graphs[0] = graphs
             with torch.inference_mode(), _autocast(device, dtype):
-                return _output(compiled(input_ids=ids), head)
+                return head_output(compiled(input_ids=ids), head)
         return forward_fn(fn, f"torch.compile(mode={cmode!r}, dynamic={dynamic}), inductor",
                           lambda: int(dynamo_utils.counters["stats"]["unique_graphs"]))
     raise Unsupported(f"torch mode {mode!r} is not implemented")

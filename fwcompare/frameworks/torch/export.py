@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import head_output
 from ..export import Exporter, Runtime
 
 class TorchExporter(Exporter):
@@ -20,8 +21,7 @@ class TorchExporter(Exporter):
                 self.m = m
 
             def forward(self, input_ids):
-                out = self.m(input_ids=input_ids)
-                return out.last_hidden_state if head == "base" else out.logits
+                return head_output(self.m(input_ids=input_ids), head)
         return Output(model if model is not None else self.model).eval()
 
     def ids(self):
