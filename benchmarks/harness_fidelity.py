@@ -30,7 +30,7 @@ import transformers
 from fwcompare import env, models
 from fwcompare.stats import median_ci
 from fwcompare.timing import TimingConfig, measure
-from fwcompare.gate import token_ids
+from fwcompare.models import token_ids
 
 
 def main() -> None:

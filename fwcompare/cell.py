@@ -341,7 +341,7 @@ class WorkerContext:
         return ""
 
     def token_ids(self, spec: RunSpec):
-        from .gate import token_ids
+        from .models import token_ids
 
         return token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .atomic import write_atomic
 from .job import Job
-from .models import token_ids, train_labels  # noqa: F401 (the studies' and workers' names)
+from .models import token_ids, train_labels
 from .protocol import GATE, emit
 
 # The gate's batch where it is no cell's (acceleration): an odd shape no sensible grid uses.

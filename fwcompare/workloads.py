@@ -225,7 +225,7 @@ def plan_training(ctx: WorkerContext, spec: RunSpec, settings: TrainSettings,
     warm-up calls), and the step is compiled once. A variant whose first cell
     here is another (a resumed run) runs them on the gate batch before that
     cell's first call."""
-    from .gate import token_ids, train_labels
+    from .models import token_ids, train_labels
 
     v = ctx.variant(("train", spec.mode, spec.dtype),
                     lambda: trained_variant(ctx, spec.mode, spec.dtype, settings))

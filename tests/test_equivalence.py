@@ -5,7 +5,7 @@ import pytest
 from fwcompare import models
 from fwcompare.frameworks import FRAMEWORKS, contract_gaps, get_backend
 from fwcompare.precision import error_metrics
-from fwcompare.gate import token_ids
+from fwcompare.models import token_ids
 
 
 def backend_module(framework: str):

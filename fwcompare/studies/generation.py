@@ -42,7 +42,7 @@ import pandas as pd
 from .. import models
 from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ..judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
-from ..gate import token_ids
+from ..models import token_ids
 from ..schema import TIMING, Param, grid_params, positive, replace_param
 from ..results import MEASURED, Columns
 from ..spec import Axis

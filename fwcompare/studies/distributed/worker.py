@@ -127,7 +127,7 @@ class Rank:
         return known, "; ".join(problems)
 
     def ids(self, spec: RunSpec):
-        from ...gate import token_ids
+        from ...models import token_ids
 
         return token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
 
@@ -184,7 +184,7 @@ class Rank:
             emit(SPENT, phase=phase, seconds=seconds)
 
     def cell(self, ref: CellRef, known: dict, problems: str) -> None:
-        from ...gate import train_labels
+        from ...models import train_labels
 
         spec, dp, p = ref.spec, self.dp, self.job.params
         if self.rank0:

@@ -56,7 +56,7 @@ class BudgetGuard:
 def fit_call(ctx, spec: RunSpec, model, settings):
     """The callable a try runs: the technique's training step or a forward, on
     this batch (inputs made here, outside the calls)."""
-    from ...gate import token_ids, train_labels
+    from ...models import token_ids, train_labels
 
     backend, p = ctx.backend, ctx.params
     ids = token_ids(ctx.job.seed, spec.batch_size, spec.seq_len, ctx.info["vocab_size"])
