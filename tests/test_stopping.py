@@ -1,0 +1,85 @@
+"""Rounds where the verdict is in doubt (issue 48): a claim still inconclusive
+after the report's rounds gets more rounds, looked at after each, until it is
+decided. Looking again and again and stopping when the interval leaves a band
+edge inflates the chance of a wrong verdict; ``stats.look_confidence`` spends
+the error over the looks so that it stays at most 5%. Shown here by
+simulation: constructed per-round values (log ratios) judged as the
+scorecard judges them (``stats.rounds_t_interval``, ``judging.judge``)."""
+import math
+
+import numpy as np
+import pytest
+
+from fwcompare import stats
+from fwcompare.judging import judge
+
+FIRST = 3        # the quick profile's rounds: the first look
+LOOKS = 4        # the first look and three extra rounds, one look after each
+REPEATS = 4000
+
+
+def naive(look, looks, confidence):
+    return confidence  # every look at 95%: what the rule must beat
+
+
+def sequential(values, band, rule, looks=LOOKS, confidence=0.95):
+    """The verdict of one claim and the rounds it took: judged after FIRST
+    rounds, then after each extra round, stopping when decided."""
+    for k in range(1, looks + 1):
+        n = FIRST + k - 1
+        centre, lo, hi = stats.rounds_t_interval(values[:n], rule(k, looks, confidence))
+        verdict = judge(math.exp(centre), math.exp(lo), math.exp(hi), band)
+        if verdict != "inconclusive":
+            return verdict, n
+    return "inconclusive", n
+
+
+def rates(truth, band, rule, sigma=0.03, disturbed=0.0, seed=0):
+    """Share of each verdict over REPEATS constructed claims whose true ratio
+    is ``truth``; per round a normal log value (sigma), and with chance
+    ``disturbed`` a round slowed on one side by 15% (a busy stretch)."""
+    rng = np.random.default_rng(seed)
+    x = math.log(truth) + sigma * rng.standard_normal((REPEATS, FIRST + LOOKS - 1))
+    x += np.log(1.15) * (rng.random(x.shape) < disturbed)
+    out = {"supported": 0, "contradicted": 0, "inconclusive": 0}
+    for row in x:
+        out[sequential(row, band, rule)[0]] += 1
+    return {k: v / REPEATS for k, v in out.items()}
+
+
+def test_look_confidence_spends_half_the_error_first_and_the_rest_evenly():
+    levels = [stats.look_confidence(k, LOOKS) for k in range(1, LOOKS + 1)]
+    assert levels[0] == 0.95 and levels[1:] == pytest.approx([1 - 0.05 / 3] * 3)
+    # one tail of each look's interval can make a verdict wrong: their sum is the bound
+    assert sum((1 - c) / 2 for c in levels) == pytest.approx(0.05)
+    assert stats.look_confidence(1, 1) == 0.95
+    with pytest.raises(ValueError, match="look 5 of 4"):
+        stats.look_confidence(5, LOOKS)
+
+
+@pytest.mark.parametrize("truth, band, wrong", [
+    (1.02, (1.02, math.inf), "supported"),      # at the edge of "faster": supported is wrong
+    (1.021, (1.02, math.inf), "contradicted"),  # just inside: contradicted is wrong
+    (1.10, (1.10, 1.30), "supported"),          # at an edge of "about"
+    (0.98, (-math.inf, 0.98), "supported"),     # at the edge of "slower"
+])
+def test_extra_rounds_keep_wrong_verdicts_at_most_five_percent(truth, band, wrong):
+    spent = rates(truth, band, stats.look_confidence)
+    assert spent[wrong] <= 0.05, spent
+    plain = rates(truth, band, naive)
+    # the rule is what keeps it there: every look at 95% is wrong more often
+    assert plain[wrong] > spent[wrong], (plain, spent)
+
+
+def test_wrong_verdicts_stay_at_most_five_percent_with_a_disturbed_round_now_and_then():
+    spent = rates(1.02, (1.02, math.inf), stats.look_confidence, disturbed=0.05)
+    assert spent["supported"] <= 0.05, spent
+
+
+def test_extra_rounds_decide_claims_the_first_look_leaves_inconclusive():
+    """A true 5% speed-up against a claim of "faster" (above 1.02), 3% noise
+    per round: the report's three rounds decide some; the extra rounds more."""
+    first_only = rates(1.05, (1.02, math.inf), lambda k, n, c: c if k == 1 else 1.0 - 1e-12)
+    spent = rates(1.05, (1.02, math.inf), stats.look_confidence)
+    assert spent["supported"] > first_only["supported"] + 0.05, (first_only, spent)
+    assert spent["contradicted"] <= 0.05
