@@ -24,9 +24,9 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
 
 def _measure(study: str, params: dict | None, profile: str, out: Path, progress: bool,
              cells: list | None = None, servers=None, upto_round: int | None = None,
-             passes=None) -> None:
-    """``run_study``'s measuring; ``upto_round`` and ``passes``: one round
-    pass of ``run_studies``."""
+             passes=None, more: int = 0) -> None:
+    """``run_study``'s measuring; ``upto_round``, ``passes`` and ``more``: one
+    round pass of ``run_studies`` (``more``: an extra round of ``cells``)."""
     from .claims import claimed_for
     from .forkserver import ForkServers
     from .params import study_named, validate
@@ -55,7 +55,8 @@ def _measure(study: str, params: dict | None, profile: str, out: Path, progress:
                 print(f"{study}: {task} cells", flush=True)
             Runner(st, params, out / "results", profile=profile, progress=progress,
                    task=task, servers=servers, upto_round=upto_round,
-                   passes=passes, claimed=claimed).run([c for c in cells if c.task == task])
+                   passes=passes, claimed=claimed, more=more).run(
+                       [c for c in cells if c.task == task])
 
 
 def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
@@ -67,9 +68,10 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
     10-25% over minutes) lands on one round of several studies instead of on
     every round of one, and the between-round part of each interval sees it.
     Weights, exports and compile caches are made in the first pass and kept
-    for the next. ``log(text)`` gets the progress lines (default: stderr).
-    Returns the seconds spent per study and, per study whose measuring
-    raised, the traceback (its later passes are skipped)."""
+    for the next. Then the timed claims still in doubt get extra rounds
+    (:func:`more_rounds`). ``log(text)`` gets the progress lines (default:
+    stderr). Returns the seconds spent per study and, per study whose
+    measuring raised, the traceback (its later passes are skipped)."""
     import shutil
     import sys
     import time
@@ -84,6 +86,7 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
     rounds = {study: params["rounds"] for study, (params, _) in runs.items()}
     passes = {study: Passes() for study in runs}
     times = dict.fromkeys(runs, 0.0)
+    per_cell: dict[str, float] = {}  # seconds per cell of a study's last round pass
     failed: dict[str, str] = {}
     try:
         for k in range(max(rounds.values(), default=0)):
@@ -93,15 +96,81 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
                 log(f"[{n}/{len(now)}] {study}: measuring (profile {profile}"
                     + (f", round {k + 1} of {rounds[study]})" if rounds[study] > 1 else ")"))
                 t0 = time.perf_counter()
+                before = sum(passes[study].cells.values())
                 try:
                     _measure(study, params, profile, Path(out), progress, servers=servers,
                              upto_round=k, passes=passes[study])
                 except Exception:
                     failed[study] = traceback.format_exc()
                     log(failed[study] + f"{study}: the measurement failed")
-                times[study] += time.perf_counter() - t0
-                log(f"{study}: measured in {time.perf_counter() - t0:.1f} s")
+                took = time.perf_counter() - t0
+                times[study] += took
+                if k > 0 and sum(passes[study].cells.values()) > before:
+                    per_cell[study] = took / (sum(passes[study].cells.values()) - before)
+                log(f"{study}: measured in {took:.1f} s")
+        more_rounds({s: v for s, v in runs.items() if s not in failed}, profile=profile,
+                    servers=servers, progress=progress, log=log, passes=passes,
+                    per_cell=per_cell, times=times)
     finally:  # the compile caches kept between passes (a finished run removed its own)
         for _, out in runs.values():
             shutil.rmtree(Path(out) / "results" / "work" / "compile", ignore_errors=True)
     return times, failed
+
+
+def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passes: dict,
+                per_cell: dict[str, float], times: dict[str, float]) -> None:
+    """Extra rounds where a verdict is in doubt (``run_studies``' last step):
+    while some timed claim is inconclusive from two or more rounds and
+    ``judging.stop_reason`` finds no reason to stop, its cells (only those)
+    get one more round, in fresh processes and interleaved as before, every
+    study's in turn; then the claims are looked at again. It ends when no
+    claim is in doubt, each study's ``more_rounds`` are taken, or the pooled
+    budget (the studies' ``more_rounds_s``) would be overrun: a round is
+    started only where its estimate (seconds per cell of the study's last
+    round pass, times its cells) fits what is left. What it did goes to each
+    study's ``results/more_rounds.json``, which the scorecard reads to say
+    why a claim stopped."""
+    import time
+
+    from .atomic import write_json
+    from .claims import MORE_ROUNDS_FILE, doubtful
+    from .params import study_named
+
+    limit = {study: params["more_rounds"] for study, (params, _) in runs.items()}
+    taking = dict(limit)  # 0 once a study's extra rounds have ended (budget, failure)
+    budget = left = sum(params["more_rounds_s"] for params, _ in runs.values())
+    record = {study: {"budget_s": budget, "rounds": [], "skipped": []} for study in runs}
+    for extra in range(1, max(limit.values(), default=0) + 1):
+        now = {s: out for s, (_, out) in runs.items() if taking[s] >= extra}
+        wanted = doubtful(now) if now else {}
+        if not wanted:
+            break
+        for study, claims in wanted.items():
+            params, out = runs[study]
+            ids = {i for cells in claims.values() for i in cells}
+            cost = per_cell.get(study, 0.0) * len(ids)
+            if cost > left:
+                record[study]["skipped"] += list(claims)
+                taking[study] = 0
+                log(f"{study}: extra round {extra} for {', '.join(claims)} not started: it "
+                    f"would take about {cost:.0f} s and {left:.0f} s are left of {budget:.0f} s")
+                continue
+            log(f"{study}: extra round {extra} of {len(ids)} cells for {', '.join(claims)}")
+            cells = [c for c in study_named(study).cells(params) if c.cell_id in ids]
+            t0 = time.perf_counter()
+            try:
+                _measure(study, params, profile, Path(out), progress, cells=cells,
+                         servers=servers, upto_round=params["rounds"] + extra - 1,
+                         passes=passes[study], more=extra)
+            except Exception as exc:  # the rounds taken so far stand
+                log(f"{study}: extra round {extra} failed: {exc}")
+                taking[study] = 0
+            took = time.perf_counter() - t0
+            times[study] += took
+            left -= took
+            record[study]["rounds"].append({"round": extra, "claims": sorted(claims),
+                                            "cells": len(ids), "seconds": round(took, 1)})
+            log(f"{study}: extra round {extra} took {took:.1f} s ({max(left, 0):.0f} s left)")
+    for study, (_, out) in runs.items():
+        if limit[study]:
+            write_json(Path(out) / "results" / MORE_ROUNDS_FILE, record[study])

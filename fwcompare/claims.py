@@ -14,6 +14,7 @@ the CPU cells is shown beside it, marked as such.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from .env import hardware_line
 from .judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE, SHARED_METRICS,  # noqa: F401
                       SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known, Measurement, Metric,
                       StudyData, _devices, busy_host_note, cell_label, check_cells, is_claimed, judge,
-                      memory_ratio, speedup_trend, time_ratio, timed_from)
+                      look_of, memory_ratio, speedup_trend, stop_reason, time_ratio, timed_from)
+from .stats import look_confidence
 from .host import BUSY_HOST
 from .paths import OUTPUTS
 from .schema import read_yaml
@@ -190,14 +192,15 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
            "claim_hardware": claim.hardware, "study": claim.study, "metric": claim.metric,
            "expected": claim.expected, "direction": claim.direction,
            "band_low": claim.band[0], "band_high": claim.band[1], "tolerance": claim.tolerance}
-    fn = metrics()[claim.metric].fn
+    metric = metrics()[claim.metric]
+    look, looks = 1, 1
     if not data.present:
         m = Measurement(note=f"the {claim.study} study has no results for this profile")
     else:
-        m = fn(data, claim, _devices(claim.hardware))
+        m, look, looks = measure(metric, data, claim, _devices(claim.hardware))
         if claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced:
             # Not measured on a GPU: show what the CPU cells say, unjudged.
-            cpu = fn(data, claim, ("cpu",))
+            cpu, look, looks = measure(metric, data, claim, ("cpu",))
             if math.isfinite(cpu.value):
                 cpu.forced = "not measured here"
                 cpu.note = ("the claim is about GPUs and this run has no GPU cells; the "
@@ -210,8 +213,17 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
     if verdict == "not measured here" and not m.note:
         m.note = "no figure could be computed"
-    if m.rounds == 1 and verdict in ("supported", "contradicted", "inconclusive"):
+    judged = verdict in ("supported", "contradicted", "inconclusive")
+    if judged and metric.timed and m.rounds == 1:
+        verdict = "inconclusive"  # one process per variant: not a verdict (issue 48)
         m.note = "; ".join(n for n in (m.note, SINGLE_PROCESS) if n)
+    elif judged and look > 1:
+        m.note = "; ".join(n for n in (m.note, (
+            f"after {look - 1} extra round(s) of its cells, its interval at "
+            f"{look_confidence(look, looks):.1%} (the error spent over the looks)")) if n)
+    if verdict == "inconclusive" and metric.timed and m.rounds >= 2:
+        why = stop_reason(m, claim.band, look, looks) or skipped_note(data, claim)
+        m.note = "; ".join(n for n in (m.note, why) if n)
     if m.host_load > BUSY_HOST and verdict in ("supported", "contradicted", "inconclusive"):
         m.note = "; ".join(n for n in (m.note, busy_host_note(m.host_load)) if n)
     hw = hardware_line(data.manifest) if data.manifest else ""
@@ -223,6 +235,58 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                if m.devices else (hw or "no run"),
                note=m.note)
     return row, m.points
+
+
+def measure(metric: Metric, data: StudyData, claim: Claim, devices) -> tuple[Measurement, int, int]:
+    """A claim's figure, and which look at it this is of how many
+    (``judging.look_of``): a timed figure whose cells took extra rounds is
+    computed again with its interval at that look's confidence."""
+    m = metric.fn(data, claim, devices)
+    if not metric.timed:
+        return m, 1, 1
+    look, looks = look_of(m, data)
+    if look > 1:
+        data = copy.copy(data)
+        data.confidence = look_confidence(look, looks)
+        m = metric.fn(data, claim, devices)
+    return m, look, looks
+
+
+MORE_ROUNDS_FILE = "more_rounds.json"  # in a study's results: what the extra rounds did
+
+
+def skipped_note(data: StudyData, claim: Claim) -> str:
+    """Why a claim that could take another round did not: the report's time
+    for extra rounds was spent, or no report's extra rounds ran at all."""
+    path = data.dir / "results" / MORE_ROUNDS_FILE
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    if claim.id in record.get("skipped", []):
+        return ("the report's time for extra rounds was spent before this claim's next round "
+                f"(budget {record.get('budget_s', 0):.0f} s)")
+    return "" if record else "no extra rounds were taken (a report takes them: fwcompare report)"
+
+
+def doubtful(outs: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
+    """The timed claims that should get another round: per study (``outs``:
+    study -> its output folder), claim id -> the ids of the cells its figure
+    used. A claim qualifies while it is inconclusive from two or more rounds
+    and :func:`judging.stop_reason` finds no reason to stop."""
+    out: dict[str, dict[str, list[str]]] = {}
+    data: dict[str, StudyData] = {}
+    known = metrics()
+    for c in load_claims():
+        if c.study not in outs or not known[c.metric].timed:
+            continue
+        if c.study not in data:
+            data[c.study] = StudyData(Path(outs[c.study]))
+        d = data[c.study]
+        if not d.present or d.more_rounds == 0:
+            continue
+        m, look, looks = measure(known[c.metric], d, c, _devices(c.hardware))
+        if (judge(m.value, m.low, m.high, c.band) == "inconclusive" and not m.forced
+                and m.rounds >= 2 and m.ids and not stop_reason(m, c.band, look, looks)):
+            out.setdefault(c.study, {})[c.id] = m.ids
+    return out
 
 
 def scorecard(profile: str = "quick", results_dir: Path | str | None = None,

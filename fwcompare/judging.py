@@ -38,8 +38,8 @@ HARDWARE = ("cpu", "gpu", "any")
 DIRECTIONS = ("about", "above", "below")
 
 
-SINGLE_PROCESS = ("judged from a single process per variant (rounds: 1): the interval "
-                  "covers one sampling window, not the spread between reruns")
+SINGLE_PROCESS = ("one process per variant (rounds: 1): its interval holds the noise of one "
+                  "sampling window, not the spread between processes, so it decides nothing")
 
 
 def busy_host_note(load: float) -> str:
@@ -98,6 +98,7 @@ class Measurement:
     note: str = ""
     forced: str = ""
     rounds: int = 0  # fewest rounds (fresh processes) behind any cell used; 0: not a timing
+    ids: list[str] = field(default_factory=list)  # the timed cells' ids (timed_from)
     host_load: float = math.nan  # busiest share of the machine taken by other work (host.py)
 
 
@@ -117,12 +118,75 @@ def judge(value: float, low: float, high: float, band: tuple[float, float]) -> s
     return "inconclusive"
 
 
+# -- extra rounds for doubtful claims -------------------------------------------------
+# A timed claim still inconclusive after a report's rounds may get up to
+# ``more_rounds`` more rounds of its cells (``fwcompare.run_studies``), and is
+# judged after each: look 1 is the report's own rounds, look k has k - 1 extra
+# rounds behind every cell it used. Each look's interval is computed at
+# ``stats.look_confidence(k, 1 + more_rounds)`` so that, whichever look a
+# verdict comes from, it is wrong with a chance of at most 5%.
+
+NARROW = 0.02  # an interval this narrow (high / low - 1) that still holds an edge: stop
+
+
+def look_of(m: "Measurement", data: "StudyData") -> tuple[int, int]:
+    """(this look, the most looks) for a timed figure: how many of the study's
+    extra rounds are behind every cell the figure used, plus one."""
+    looks = 1 + data.more_rounds
+    if m.rounds <= data.rounds:
+        return 1, looks
+    return min(looks, 1 + m.rounds - data.rounds), looks
+
+
+def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: int) -> str:
+    """Why an inconclusive timed figure gets no further round ("": it should
+    get one): extra rounds are off, the last one is taken, its interval is
+    already narrow, or even every round left could not move the interval off
+    the edge it holds (the figure sits at the edge: inconclusive is the
+    honest answer)."""
+    from .stats import look_confidence, median_se_factor, t_quantile
+
+    if m.rounds < 2 or not all(math.isfinite(x) and x > 0 for x in (m.value, m.low, m.high)):
+        return ""
+    if looks == 1:
+        return "no extra rounds in this profile (more_rounds: 0)"
+    if look >= looks:
+        return f"still holds a band edge after the {looks - 1} extra rounds this profile allows"
+    if m.high / m.low - 1 < NARROW:
+        return (f"its interval is narrower than {NARROW:.0%} and still holds a band edge: "
+                f"the figure sits at the edge")
+    edges = [e for e in band if math.isfinite(e) and e > 0 and m.low < e < m.high]
+    if not edges:
+        return ""
+    n, last = m.rounds, m.rounds + looks - look
+    half = (math.log(m.high) - math.log(m.low)) / 2
+    shrink = (t_quantile(look_confidence(looks, looks), last - 1)
+              / t_quantile(look_confidence(look, looks), n - 1)
+              * math.sqrt(n / last) * median_se_factor(last) / median_se_factor(n))
+    gap = min(abs(math.log(m.value) - math.log(e)) for e in edges)
+    if gap < half * shrink:
+        return (f"{looks - look} more round(s) would still leave a band edge inside its "
+                f"interval (it is {gap:.1%} from the edge): the figure sits at the edge")
+    return ""
+
+
 # -- the stored results of a profile ---------------------------------------------------
 class StudyData:
-    """A study's stored results, loaded once and summarised (rounds pooled)."""
+    """A study's stored results, loaded once and summarised (rounds pooled).
+    ``rounds`` and ``more_rounds``: the run's params (its ``params.json``):
+    the rounds every claim cell gets and the extra ones a doubtful claim may
+    get; ``confidence``: the level the metrics' intervals are computed at
+    (``claims.evaluate`` raises it for a claim whose cells took extra rounds)."""
 
     def __init__(self, directory: Path):
+        import json
+
         self.dir = directory
+        self.confidence = 0.95
+        params = directory / "results" / "params.json"
+        params = json.loads(params.read_text()) if params.is_file() else {}
+        self.rounds = int(params.get("rounds", 1))
+        self.more_rounds = int(params.get("more_rounds", 0))
         self.present = (directory / "results" / "results.parquet").is_file() or \
             (directory / "results" / "cells").is_dir()
         res = load_results(directory) if self.present else None
@@ -173,10 +237,11 @@ def timed_from(m: "Measurement", data: "StudyData", cell_ids) -> None:
     """Record on ``m`` what the timings of these cells came from: the fewest
     rounds (fresh worker processes) behind any of them (0: none is known) and
     the busiest host load of any of their rounds (NaN: not measured)."""
+    ids = list(dict.fromkeys(cell_ids))
+    m.ids = ids
     if "cell_id" not in data.summary:
         return
     s = data.summary.drop_duplicates("cell_id").set_index("cell_id")
-    ids = list(cell_ids)
     if "rounds" in s:
         rounds = s["rounds"].reindex(ids).dropna()
         m.rounds = int(rounds.min()) if len(rounds) else 0
@@ -224,7 +289,7 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     best = None
     for name, ps in groups.items():
         est = geomean_ratio_ci([(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]])
-                                for ra, rb in ps])
+                                for ra, rb in ps], data.confidence)
         if best is None or est[0] < best[1][0]:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
@@ -258,7 +323,7 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
                    (data.by_cell[lb["cell_id"]], data.by_cell[la["cell_id"]])]
     # The geometric mean over 2 log-ratios per model, squared, is the product of
     # the two per model (averaged over models): a monotone map, so the CI maps too.
-    m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays))
+    m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays, data.confidence))
     timed_from(m, data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):

@@ -139,19 +139,21 @@ class Worker:
 
 
 def planned_cells(study: Study, params: dict, specs: list[RunSpec],
-                  claimed: set[str] | None = None) -> list[CellRef]:
+                  claimed: set[str] | None = None, more: int = 0) -> list[CellRef]:
     """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
     and in the rounds after it those ``rounds_for`` names (all, or
     ``claimed``: the variants a claim compares in this study, which the
     caller reads from the claims, ``claims.claimed_variants``), none of a task
-    the study measures once (``Study.one_round_tasks``)."""
+    the study measures once (``Study.one_round_tasks``). ``more``: that many
+    extra rounds after the params' (a doubtful claim's, ``run_studies``)."""
     again = [s for s in specs if s.task not in study.one_round_tasks]
     if params["rounds_for"] != "all":
         if claimed is None:
             raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "
                              f"claimed variants")
         again = [s for s in again if is_claimed(s.framework, s.mode, claimed)]
-    return [CellRef(s, r) for r in range(params["rounds"]) for s in (specs if r == 0 else again)]
+    return [CellRef(s, r) for r in range(params["rounds"] + more)
+            for s in (specs if r == 0 else again)]
 
 
 class Passes:
@@ -173,11 +175,13 @@ class Runner:
     def __init__(self, study: Study, params: dict, store_dir: Path, profile: str = "adhoc",
                  progress: bool = True, task: str = "inference",
                  servers: ForkServers | None = None, upto_round: int | None = None,
-                 passes: Passes | None = None, claimed: set[str] | None = None):
+                 passes: Passes | None = None, claimed: set[str] | None = None,
+                 more: int = 0):
         """``upto_round``: measure rounds 0 to ``upto_round`` only (one round
         pass; the later rounds are left for the next pass, which ``passes``
         ties to this one); None: every round. ``claimed``: the variants a
-        claim compares (:func:`planned_cells`)."""
+        claim compares (:func:`planned_cells`). ``more``: extra rounds after
+        the params' rounds (of the cells a doubtful claim used)."""
         self.study, self.params, self.task = study, params, task
         self.claimed = claimed
         self.servers, self._own_servers = servers, servers is None
@@ -185,7 +189,8 @@ class Runner:
         self.profile = profile
         self.progress = progress
         self.passes, self._passes_given = passes or Passes(), passes is not None
-        self.upto_round = params["rounds"] - 1 if upto_round is None else upto_round
+        self.more = more
+        self.upto_round = params["rounds"] + more - 1 if upto_round is None else upto_round
         self.run_id = self.passes.run_id
         self.threads = params["threads"] or env.default_threads()
         # The thread variables of the workers' environment (a rank's share
@@ -430,10 +435,10 @@ class Runner:
             yield from self.study.groups(self.task, mine)
 
     def run(self, specs: list[RunSpec]) -> None:
-        rounds = self.params["rounds"]
+        rounds = self.params["rounds"] + self.more
         self.store.begin(self.manifest["params_hash"])
         done = self.store.finished()
-        whole = planned_cells(self.study, self.params, specs, self.claimed)  # every round
+        whole = planned_cells(self.study, self.params, specs, self.claimed, self.more)
         every = [c for c in whole if (c.spec.cell_id, c.round) not in done]  # prepare's
         planned = [c for c in whole if c.round <= self.upto_round]  # this pass's
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
@@ -453,7 +458,10 @@ class Runner:
                         dynamic_ncols=True,
                         bar_format="{l_bar}{bar:20}| {n_fmt}/{total_fmt} cells "
                                    "[{elapsed}<{remaining}]{postfix}")
-        if self._passes_given and rounds > 1:  # a round pass: the cells of rounds <= k
+        if self._passes_given and self.more:  # an extra round of a doubtful claim's cells
+            self.say(f"{self.study.name} ({self.task}): extra round {self.more} for doubtful "
+                     f"claims, {len(todo)} cells")
+        elif self._passes_given and rounds > 1:  # a round pass: the cells of rounds <= k
             self.say(f"{self.study.name} ({self.task}): round pass {self.upto_round + 1} of "
                      f"{rounds}, {total} cells of rounds 1 to {self.upto_round + 1}")
         if len(todo) < total and not (self._passes_given and self.upto_round > 0):
@@ -493,7 +501,8 @@ class Runner:
             if self._own_servers and self.servers is not None:
                 self.servers.close()
                 self.servers = None
-            if self.upto_round >= rounds - 1:  # kept for the next round pass
+            # kept for the next round pass (round passes: run_studies removes them at the end)
+            if not self._passes_given and self.upto_round >= rounds - 1:
                 shutil.rmtree(self.work_dir / "compile", ignore_errors=True)
             self.bar.close()
             self.charge("total", time.monotonic() - self.t_start)

@@ -209,7 +209,7 @@ def rounds_t_interval(values, confidence: float = 0.95,
     if v.size < 2:
         return centre, math.nan, math.nan
     var = max(float(np.var(v, ddof=1)), floor_var)
-    h = float(_st.t.ppf((1 + confidence) / 2, v.size - 1) * math.sqrt(var / v.size)
+    h = float(t_quantile(confidence, v.size - 1) * math.sqrt(var / v.size)
               * median_se_factor(v.size))
     return centre, centre - h, centre + h
 
@@ -238,6 +238,12 @@ def look_confidence(look: int, looks: int, confidence: float = 0.95) -> float:
     if look == 1:
         return confidence
     return 1.0 - alpha / (looks - 1)
+
+
+def t_quantile(confidence: float, dof: int) -> float:
+    """Student's t factor of a two-sided interval of ``confidence`` on ``dof``
+    degrees of freedom (what :func:`rounds_t_interval` multiplies by)."""
+    return float(_st.t.ppf((1 + confidence) / 2, dof))
 
 
 @functools.lru_cache(maxsize=None)

@@ -83,3 +83,39 @@ def test_extra_rounds_decide_claims_the_first_look_leaves_inconclusive():
     spent = rates(1.05, (1.02, math.inf), stats.look_confidence)
     assert spent["supported"] > first_only["supported"] + 0.05, (first_only, spent)
     assert spent["contradicted"] <= 0.05
+
+
+def _figure(value, low, high, rounds):
+    from fwcompare.judging import Measurement
+
+    return Measurement(value=value, low=low, high=high, rounds=rounds)
+
+
+def test_a_doubtful_figure_takes_another_round_unless_it_names_why_not():
+    from fwcompare.judging import stop_reason
+
+    above = (1.02, math.inf)
+    # holds the edge 1.02 at 3.9% from its centre, half-width 5.8%: three more rounds
+    # shrink that to about 3.5% (t on 5 degrees of freedom at 98.3%, six rounds)
+    assert stop_reason(_figure(1.06, 1.0, 1.124, 3), above, 1, 4) == ""
+    # at 2.9% from the edge they cannot: the figure sits at the edge
+    assert "sits at the edge" in stop_reason(_figure(1.05, 0.99, 1.113, 3), above, 1, 4)
+    assert "more_rounds: 0" in stop_reason(_figure(1.06, 1.0, 1.124, 3), above, 1, 1)
+    assert "after the 3 extra rounds" in stop_reason(_figure(1.06, 1.0, 1.124, 6), above, 4, 4)
+    assert "narrower than 2%" in stop_reason(_figure(1.02, 1.015, 1.03, 3), above, 1, 4)
+    # 0.3% from the edge with a 4% half-width: three more rounds cannot get it off
+    assert "sits at the edge" in stop_reason(_figure(1.023, 0.98, 1.065, 3), above, 1, 4)
+    # one process, or no interval: not a figure extra rounds are for
+    assert stop_reason(_figure(1.06, 1.0, 1.124, 1), above, 1, 4) == ""
+
+
+def test_a_figure_is_the_look_its_extra_rounds_make_it():
+    from fwcompare.judging import look_of
+
+    class Data:
+        rounds, more_rounds = 3, 3
+
+    assert look_of(_figure(1, 1, 1, 3), Data) == (1, 4)
+    assert look_of(_figure(1, 1, 1, 1), Data) == (1, 4)  # a cell of round 0 only
+    assert look_of(_figure(1, 1, 1, 5), Data) == (3, 4)
+    assert look_of(_figure(1, 1, 1, 9), Data) == (4, 4)

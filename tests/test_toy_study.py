@@ -368,3 +368,72 @@ def test_round_passes_measure_every_studys_round_before_anyones_next(
         assert json.loads((out / "results" / "last_run_inference.json").read_text())[
             "cells"] == 2 * q["rounds"]
         assert not (out / "results" / "work" / "compile").exists()
+
+
+def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided(
+        toy, tmp_path, smoke_timing, no_orphans, monkeypatch):
+    """``run_studies``' extra rounds (issue 48): a timed claim whose interval
+    holds a band edge gets more rounds of the cells its figure used, and of
+    no other; the scorecard then judges it at the look's confidence and says
+    so. Where the report's budget cannot pay for a round, the claim's note
+    says that instead."""
+    import json
+    import math
+
+    from fwcompare import api, claims, load_results, run_studies
+    from fwcompare.forkserver import ForkServers
+    from fwcompare.judging import Claim, StudyData
+    from fwcompare.runner import Passes
+
+    out = tmp_path / "toy"
+    p = {"seq_lens": [16, 32], "rounds": 2, "more_rounds": 3, "more_rounds_s": 600.0,
+         **smoke_timing}
+    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [])  # no claim: no extra round
+    with ForkServers(tmp_path / "servers") as servers:
+        _, failed = run_studies({toy.name: (p, out)}, profile="adhoc", servers=servers,
+                                progress=False, log=lambda line: None)
+    assert not failed, failed
+
+    def rounds_of(res):
+        return res.results.groupby(["seq_len", "mode"])["round"].apply(sorted).to_dict()
+
+    assert set(map(tuple, rounds_of(load_results(out)).values())) == {(0, 1)}
+    # A claim about the smallest shape whose band edge the interval holds, a
+    # quarter of its width from the figure: more rounds can move it off.
+    probe = Claim("toy-einsum-slower", "einsum is slower", "toy", "", "cpu", toy.name,
+                  "time_ratio", {"a": "numpy/einsum", "b": "numpy/matmul"}, 1.0, "above",
+                  0.0, reference=1.0, shapes="smallest")
+    m, look, looks = claims.measure(claims.metrics()["time_ratio"], StudyData(out), probe,
+                                    ("cpu",))
+    assert (look, looks, m.rounds) == (1, 4, 2) and len(m.ids) == 2
+    edge = math.exp(math.log(m.value) - (math.log(m.high) - math.log(m.low)) / 4)
+    claim = Claim(**{**vars(probe), "reference": edge})
+    assert claims.evaluate(claim, StudyData(out))[0]["verdict"] == "inconclusive"
+    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [claim])
+    runs = {toy.name: (params.validate(toy.name, p), out)}
+    lines = []
+    with ForkServers(tmp_path / "servers2") as servers:
+        # 1. no time left for a round: none is taken, and the scorecard says why
+        api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
+                        log=lines.append, passes={toy.name: Passes()},
+                        per_cell={toy.name: 1e6}, times={toy.name: 0.0})
+        record = json.loads((out / "results" / "more_rounds.json").read_text())
+        assert record["skipped"] == [claim.id] and record["rounds"] == []
+        row = claims.evaluate(claim, StudyData(out))[0]
+        assert row["verdict"] == "inconclusive" and "time for extra rounds was spent" in row["note"]
+        # 2. time enough: extra rounds of the claim's two cells, looked at after each
+        api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
+                        log=lines.append, passes={toy.name: Passes()},
+                        per_cell={toy.name: 1.0}, times={toy.name: 0.0})
+    record = json.loads((out / "results" / "more_rounds.json").read_text())
+    taken = len(record["rounds"])
+    assert 1 <= taken <= 3 and all(r["cells"] == 2 and r["claims"] == [claim.id]
+                                   for r in record["rounds"]), (record, lines)
+    got = rounds_of(load_results(out))
+    assert got[(16, "matmul")] == got[(16, "einsum")] == list(range(2 + taken))
+    assert got[(32, "matmul")] == got[(32, "einsum")] == [0, 1]  # no claim: no extra round
+    row = claims.evaluate(claim, StudyData(out))[0]
+    assert row["rounds"] == 2 + taken
+    assert f"after {taken} extra round(s)" in row["note"], row["note"]
+    if row["verdict"] == "inconclusive":  # stopped for a reason it names
+        assert taken == 3 or "sits at the edge" in row["note"], row["note"]

@@ -212,9 +212,14 @@ class Study:
         return None
 
     def claimed_variants(self, claim, metric) -> set[str]:
-        """The framework/mode variants a claim of this study compares (its
-        cells ``a`` and ``b`` that name one): what ``rounds_for: claims``
-        measures in every round. ``metric``: the claim's ``judging.Metric``."""
+        """The framework/mode variants a claim of this study times (its cells
+        ``a`` and ``b`` that name one, where the claim's figure is a timing):
+        what ``rounds_for: claims`` measures in every round. A figure that is
+        no timing (a memory ratio, a count) is one measurement per cell: later
+        rounds would add nothing to it. ``metric``: the claim's
+        ``judging.Metric``."""
+        if not metric.timed:
+            return set()
         return {str(v) for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)}
 
     def failure_figures(self, params: dict, ref) -> dict:

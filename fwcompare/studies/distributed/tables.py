@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...judging import Claim, Measurement, StudyData
+from ...judging import Claim, Measurement, StudyData, timed_from
 from ...results import MEASURED
 from ...stats import ratio_ci
 from ...tables import baseline_pairs, both_measured, samples_by_cell, variant
@@ -18,7 +18,8 @@ from .engines import DIST_MODES, SCALINGS
 SCALING_KEYS = ["model", "framework", "mode", "device", "dtype", "seq_len", "scaling"]
 
 
-def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame,
+                  confidence: float = 0.95) -> pd.DataFrame:
     """One row per (framework, scaling, workers): step time with its CI
     (rank 0, to the slowest rank), samples/s, and against the smallest worker
     count of the same framework and scaling (the baseline, usually 1):
@@ -32,7 +33,8 @@ def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 
     Gradient all-reduce timed alone (``allreduce_s``) and its share of the
     step, weights across ranks and losses against the single-process run
-    come from the cell's row."""
+    come from the cell's row. ``cell_id`` and ``baseline_cell_id`` name
+    the two cells; ``confidence``: the intervals' level."""
     if summary.empty:
         return pd.DataFrame()
     by_cell = samples_by_cell(samples)
@@ -47,7 +49,9 @@ def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         for _, r in g.iterrows():
             base, status = paired[r["cell_id"]]
             row = {k: r[k] for k in SCALING_KEYS}
-            row.update(variant=r["variant"], workers=int(r["workers"]),
+            row.update(variant=r["variant"], cell_id=r["cell_id"],
+                       baseline_cell_id=base["cell_id"] if base is not None else "",
+                       workers=int(r["workers"]),
                        batch_size=int(r["batch_size"]),
                        per_worker_batch=int(r["batch_size"]) // int(r["workers"]),
                        status=status, median_s=r["median_s"], ci_low_s=r["ci_low_s"],
@@ -58,7 +62,7 @@ def scaling_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
                        first_call_s=r["first_call_s"])
             speed = (math.nan,) * 3
             if both_measured(r, base, by_cell):
-                ratio = ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]])
+                ratio = ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]], confidence)
                 scale = r["batch_size"] / base["batch_size"]
                 speed = tuple(x * scale for x in ratio)
             ideal = r["workers"] / base["workers"] if base is not None else math.nan
@@ -103,7 +107,8 @@ def dist_loss_table(losses: pd.DataFrame) -> pd.DataFrame:
 ENGINE_KEYS = ["model", "framework", "device", "dtype", "seq_len", "scaling", "workers"]
 
 
-def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+def engine_table(summary: pd.DataFrame, samples: pd.DataFrame,
+                 confidence: float = 0.95) -> pd.DataFrame:
     """Each engine of a framework against its plain engine (DIST_MODES' first:
     DDP, MultiWorkerMirroredStrategy) at the same worker count, scaling and
     batch, one row per engine (the plain one included):
@@ -117,7 +122,10 @@ def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     - memory per rank, the largest and the least rank (MiB; a parameter
       server cluster's: its parameter servers and workers), and the
       communication timed alone and its share of this engine's step and of
-      the plain engine's."""
+      the plain engine's.
+
+    ``cell_id`` and ``plain_cell_id`` name the two cells; ``confidence``:
+    the intervals' level."""
     if summary.empty:
         return pd.DataFrame()
     by_cell = samples_by_cell(samples)
@@ -125,7 +133,9 @@ def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for r, base, status in baseline_pairs(summary, ENGINE_KEYS, plain):
         row = {k: r[k] for k in ENGINE_KEYS}
-        row.update(variant=r["variant"], mode=r["mode"], batch_size=int(r["batch_size"]),
+        row.update(variant=r["variant"], mode=r["mode"], cell_id=r["cell_id"],
+                   plain_cell_id=base["cell_id"] if base is not None else "",
+                   batch_size=int(r["batch_size"]),
                    per_worker_batch=int(r["batch_size"]) // int(r["workers"]), status=status,
                    median_s=r["median_s"], plain_median_s=math.nan,
                    speedup=math.nan, speedup_low=math.nan, speedup_high=math.nan,
@@ -141,7 +151,8 @@ def engine_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
                 "rank_mem_bytes", math.nan)
             if both_measured(r, base, by_cell):
                 row.update(zip(("speedup", "speedup_low", "speedup_high"),
-                               ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]])))
+                               ratio_ci(by_cell[base["cell_id"]], by_cell[r["cell_id"]],
+                                        confidence)))
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["model", "scaling", "framework", "workers", "mode"],
                                           ignore_index=True)
@@ -156,7 +167,7 @@ def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measure
     fws, scaling = claim.cells["frameworks"], claim.cells["scaling"]
     m = Measurement(unit=f"{scaling}-scaling efficiency at the most workers")
     s = data.summary[data.summary["device"].isin(devices)]
-    table = scaling_table(s, data.samples) if len(s) else pd.DataFrame()
+    table = scaling_table(s, data.samples, data.confidence) if len(s) else pd.DataFrame()
     rows = []
     for fw in fws:
         g = table[(table["framework"] == fw) & (table["mode"] == DIST_MODES[fw][0])
@@ -175,6 +186,7 @@ def scaling_efficiency_metric(data: StudyData, claim: Claim, devices) -> Measure
                for r in rows]
     m.points = [(c, r["efficiency"]) for c, r in zip(m.cells, rows)]
     m.devices = {r["device"] for r in rows}
+    timed_from(m, data, [c for r in rows for c in (r["cell_id"], r["baseline_cell_id"])])
     m.note = "lowest: " + ", ".join(f"{r['variant']} {r['efficiency']:.0%}" for r in rows)
     return m
 
@@ -185,7 +197,7 @@ def _engine_row(data: StudyData, claim: Claim, devices, figure: str, m: Measurem
     note then says what is missing)."""
     fw, _, mode_b = str(claim.cells["b"]).partition("/")
     s = data.summary[data.summary["device"].isin(devices)]
-    table = engine_table(s, data.samples) if len(s) else pd.DataFrame()
+    table = engine_table(s, data.samples, data.confidence) if len(s) else pd.DataFrame()
     if len(table):
         table = table[(table["framework"] == fw) & (table["mode"] == mode_b)
                       & (table["scaling"] == claim.cells["scaling"]) & table[figure].notna()]
@@ -209,6 +221,7 @@ def engine_speedup_metric(data: StudyData, claim: Claim, devices) -> Measurement
     if r is not None:
         m.value, m.low, m.high = r["speedup"], r["speedup_low"], r["speedup_high"]
         m.points = [(m.cells[0], m.value)]
+        timed_from(m, data, [r["cell_id"], r["plain_cell_id"]])
         m.note = (f"{r['workers']} workers; communication timed alone: "
                   f"{r['plain_allreduce_share']:.0%} of {claim.cells['a']}'s step, "
                   f"{r['allreduce_share']:.0%} of {claim.cells['b']}'s")

@@ -162,7 +162,8 @@ def technique_time_ratio(data, claim, devices):
         m.note = _none(claim, data, devices)
         return m
     m.value, m.low, m.high = geomean_ratio_ci([(data.by_cell[r["cell_id"]],
-                                                data.by_cell[b["cell_id"]]) for r, b in pairs])
+                                                data.by_cell[b["cell_id"]]) for r, b in pairs],
+                                              data.confidence)
     timed_from(m, data, [x["cell_id"] for pair in pairs for x in pair])
     m.cells = [f"{r['framework']} {cell_label(r)}" for r, _ in pairs]
     m.points = [(c, r["median_s"] / b["median_s"]) for c, (r, b) in zip(m.cells, pairs)]
