@@ -208,13 +208,13 @@ def main() -> None:
                     help="only compare the schedules on the same cells, K back-to-back pairs")
     args = ap.parse_args()
     if args.fidelity:
-        print(f"{hardware_line(manifest({}))}; {time.strftime('%Y-%m-%d')}", flush=True)
+        print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}", flush=True)
         fidelity(args.out, args.fidelity)
         return
     chosen = cpu_claims()
     schedules = args.schedules.split(",")
     print(f"# Reproducibility of {len(chosen)} CPU claims: {', '.join(c.id for c in chosen)}")
-    print(f"{hardware_line(manifest({}))}; {time.strftime('%Y-%m-%d')}\n", flush=True)
+    print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}\n", flush=True)
     results, medians = {}, {}
     for schedule in schedules:
         runs = []

@@ -53,7 +53,7 @@ from .. import env, protocol
 from ..host import BUSY_HOST, BUSY_PHASE, host_load
 from ..job import CELLS, CellRef
 from ..protocol import WorkerStop
-from ..spec import shape_text
+from ..spec import axes, shape_text
 from ..timing import StoppingRule
 
 
@@ -71,7 +71,8 @@ class Lane:
         self.remaining = {c.key: c for c in cells}
         s = cells[0].spec
         self.framework = s.framework
-        kinds = [s.mode] + ([s.dtype] if s.dtype != "float32" else [])
+        kinds = [s.mode] + ([s.dtype] if s.dtype != "float32" else []) + [
+            str(v) for v, axis in zip(s.variant_axes, axes(False)) if v != axis.default]
         self.name = f"{s.framework}-{'-'.join(kinds)}-{runner.model_key(model)}"
         self.worker = None
         self.busy = 0.0  # seconds this lane's requests took (its group_timeout_s budget)

@@ -1,0 +1,242 @@
+"""The method's own error rates (a benchmark, not a test): how often an
+interval calls two identical variants different (A/A), and how small a
+slowdown it detects (sensitivity).
+
+Three studies' cells are measured as the quick report measures them (their
+quick params' timing, rounds in passes over the studies, interleaved sets of
+fresh worker processes), each cell in four twins that differ only in a cell
+axis of this file's (``twin``), so each is a lane of its own, a worker of its
+own in every round:
+
+- ``plain``: the cell as it is;
+- ``copy``: the same again (A/A: the true ratio copy / plain is 1);
+- ``slow2``, ``slow5``: the same with a busy-wait after each call of 2% and 5%
+  of the call's median time (calibrated in the worker on 10 warm calls; the
+  row keeps the wait, ``twin_delay_s``, so the true slowdown is
+  1 + wait / plain's median).
+
+The cells (synchronous on a CPU, so the wait follows a finished call): the
+inference sweep's PyTorch eager bert-base 1x128, the acceleration study's
+TorchScript distilbert 1x64 and the deployment study's ONNX Runtime MiniLM
+1x128. Each run measures every twin in ``--rounds`` rounds; the interval of
+each twin against ``plain`` is the scorecard's (``stats.geomean_ratio_ci``:
+Student's t over the rounds' ratios). Over ``--runs`` runs it prints:
+
+- A/A: the share of intervals of copy / plain that exclude 1 (the false
+  difference rate; goal at most 5%) and their median half-width;
+- sensitivity: per slowdown, the share of intervals that exclude 1 and hold
+  the true slowdown (detected; goal for 2%: at least 80%), the share that
+  exclude 1 at all, and the share that hold the true value (coverage).
+
+Usage: .venv/bin/python benchmarks/error_rates.py [--runs 5] [--rounds 3]
+       [--out outputs/error_rates] [--analyse]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import fwcompare
+from fwcompare import studies
+from fwcompare.cell import CellPlan
+from fwcompare.env import hardware_line, manifest
+from fwcompare.paths import OUTPUTS, PARAMS
+from fwcompare.results import Columns, load_results
+from fwcompare.schema import read_yaml
+from fwcompare.spec import Axis
+from fwcompare.stats import geomean_ratio_ci
+from fwcompare.tables import samples_by_cell
+
+TWIN = Axis("twin", "plain", label=" {twin}")
+SLOWDOWN = {"plain": 0.0, "copy": 0.0, "slow2": 0.02, "slow5": 0.05}
+CALIBRATION_CALLS = 10
+
+# study: (framework, mode, batch, sequence), each study's quick model
+CELLS = {"inference_sweep": ("torch", "eager", 1, 128),
+         "acceleration": ("torch", "torchscript", 1, 64),
+         "deployment": ("torch", "onnxruntime", 1, 128)}
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def slowed(plan: CellPlan, share: float) -> CellPlan:
+    """``plan`` with a busy-wait of ``share`` of its call's median time after
+    every call, the median from CALIBRATION_CALLS calls when the timed callable
+    is built (after the cell's own first call: warm)."""
+    wait = {}
+
+    def call():
+        fn = plan.call()
+        times = []
+        for _ in range(CALIBRATION_CALLS):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        wait["s"] = share * statistics.median(times)
+
+        def run():
+            out = fn()
+            _spin(wait["s"])
+            return out
+        return run
+
+    def after(fn):
+        return {**(plan.after(fn) if plan.after else {}), "twin_delay_s": wait.get("s", math.nan)}
+
+    return dataclasses.replace(plan, call=call, after=after)
+
+
+def twins_of(base):
+    """The study ``base`` (a registered study) with the twin axis: its cells,
+    restricted to CELLS' one, each in the four twins."""
+    fw, mode, b, s = CELLS[base.name]
+
+    class Twins(type(base)):
+        name = f"{base.name}_twins"
+        axes = (*base.axes, TWIN)
+        columns = base.columns + Columns(figures=("twin_delay_s",))
+
+        def cells(self, params):
+            return [dataclasses.replace(c, axes={**dict(c.axes), "twin": t})
+                    for c in super().cells(params)
+                    if (c.framework, c.mode, c.batch_size, c.seq_len) == (fw, mode, b, s)
+                    for t in SLOWDOWN]
+
+        def plan(self, ctx, spec):
+            plan = super().plan(ctx, spec)
+            share = SLOWDOWN[spec.twin]
+            return slowed(plan, share) if share and not plan.skip else plan
+
+    return Twins()
+
+
+# what a worker process imports this file for (studies.load finds them by name)
+INFERENCE = twins_of(studies.STUDIES["inference_sweep"])
+ACCELERATION = twins_of(studies.STUDIES["acceleration"])
+DEPLOYMENT = twins_of(studies.STUDIES["deployment"])
+TWINS = {t.name: t for t in (INFERENCE, ACCELERATION, DEPLOYMENT)}
+
+
+def params_for(twins, rounds: int) -> dict:
+    """The base study's quick params, only the framework and shape measured here,
+    ``rounds`` rounds of every cell, no extra rounds."""
+    base = twins.name.removesuffix("_twins")
+    fw, mode, b, s = CELLS[base]
+    p = read_yaml(PARAMS / base / "quick.yaml", "params")
+    # eager too: a study may require its baseline mode (only CELLS' cell is measured)
+    p.update(frameworks=[fw], modes={fw: list(dict.fromkeys(["eager", mode]))},
+             batch_sizes=[b], seq_lens=[s],
+             rounds=rounds, rounds_for="all", more_rounds=0, more_rounds_s=0.0)
+    return p
+
+
+def measure(runs: int, rounds: int, out: Path) -> None:
+    from fwcompare import run_studies
+    from fwcompare.forkserver import ForkServers
+
+    for name in TWINS:
+        studies.register(TWINS[name])
+    for k in range(runs):
+        folder = out / f"run{k}"
+        if all((folder / name / "results" / "cells").is_dir() and
+               len(load_results(folder / name).results) >= 4 * rounds for name in TWINS):
+            continue  # done (a rerun resumes)
+        t0 = time.perf_counter()
+        with ForkServers(folder / ".forkservers") as servers:
+            _, failed = run_studies({name: (params_for(t, rounds), folder / name)
+                                     for name, t in TWINS.items()},
+                                    profile="error_rates", servers=servers, progress=False,
+                                    log=lambda line: None)
+        print(f"run {k + 1}/{runs}: {time.perf_counter() - t0:.0f} s"
+              + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+
+
+def intervals(out: Path) -> pd.DataFrame:
+    """One row per (run, study, twin other than plain): the ratio twin / plain
+    with its interval and the true ratio."""
+    rows = []
+    for folder in sorted(out.glob("run*")):
+        for name in TWINS:
+            if not (folder / name / "results").is_dir():
+                continue
+            res = load_results(folder / name)
+            r = res.results[res.results["status"] == "ok"]
+            by_cell = samples_by_cell(res.samples)
+            ids = r.drop_duplicates("cell_id").set_index("twin")["cell_id"]
+            if "plain" not in ids:
+                continue
+            plain = by_cell[ids["plain"]]
+            median_plain = float(np.median(plain.pooled))
+            for twin in ("copy", "slow2", "slow5"):
+                if twin not in ids:
+                    continue
+                value, lo, hi = geomean_ratio_ci([(by_cell[ids[twin]], plain)])
+                wait = r.loc[r["twin"] == twin, "twin_delay_s"].median()
+                truth = 1.0 + (wait / median_plain if math.isfinite(wait) else 0.0)
+                rows.append(dict(run=folder.name, study=name.removesuffix("_twins"), twin=twin,
+                                 nominal=SLOWDOWN[twin], truth=truth, value=value, low=lo,
+                                 high=hi, rounds=len(plain.rounds)))
+    return pd.DataFrame(rows)
+
+
+def report(df: pd.DataFrame) -> None:
+    if df.empty:
+        print("no results yet")
+        return
+    df = df.assign(excludes_1=(df["low"] > 1) | (df["high"] < 1),
+                   holds_truth=(df["low"] <= df["truth"]) & (df["truth"] <= df["high"]),
+                   half_width=(np.log(df["high"]) - np.log(df["low"])) / 2)
+    df["detected"] = (df["low"] > 1) & df["holds_truth"]
+    pd.set_option("display.width", 200)
+    print(df[["run", "study", "twin", "truth", "value", "low", "high", "rounds"]]
+          .round(4).to_string(index=False))
+    print()
+    n_runs = df["run"].nunique()
+    aa = df[df["twin"] == "copy"]
+    print(f"A/A (copy / plain, true ratio 1): {int(aa['excludes_1'].sum())} of {len(aa)} intervals "
+          f"exclude 1 ({aa['excludes_1'].mean():.1%}; goal at most 5%); median half-width "
+          f"{np.expm1(aa['half_width'].median()):.2%} ({n_runs} runs x "
+          f"{aa['study'].nunique()} cells)")
+    for twin in ("slow2", "slow5"):
+        s = df[df["twin"] == twin]
+        if s.empty:
+            continue
+        print(f"{twin} (true ratio {s['truth'].min():.4f}-{s['truth'].max():.4f}): detected in "
+              f"{int(s['detected'].sum())} of {len(s)} ({s['detected'].mean():.1%}); interval "
+              f"excludes 1 in {s['excludes_1'].mean():.1%}, holds the truth in "
+              f"{s['holds_truth'].mean():.1%}; median half-width "
+              f"{np.expm1(s['half_width'].median()):.2%}")
+    for study, g in df.groupby("study"):
+        print(f"  {study}: A/A excludes 1 in {g.loc[g['twin'] == 'copy', 'excludes_1'].mean():.0%}, "
+              f"2% detected in {g.loc[g['twin'] == 'slow2', 'detected'].mean():.0%}, "
+              f"5% in {g.loc[g['twin'] == 'slow5', 'detected'].mean():.0%}; median half-width "
+              f"{np.expm1(g['half_width'].median()):.2%}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=OUTPUTS / "error_rates")
+    ap.add_argument("--analyse", action="store_true", help="only print what is stored")
+    args = ap.parse_args()
+    print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}; fwcompare "
+          f"{fwcompare.__version__}", flush=True)
+    if not args.analyse:
+        measure(args.runs, args.rounds, args.out)
+    report(intervals(args.out))
+
+
+if __name__ == "__main__":
+    main()
