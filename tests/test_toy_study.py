@@ -1,6 +1,7 @@
 """A study is one module: a toy study registered from this file (a numpy
 "framework", no transformers, no other file of the project touched) runs end
 to end through the runner, its worker processes and the results store."""
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from fwcompare import params, run_study, studies, tables
 from fwcompare.cell import CellPlan
 from fwcompare.params import TIMING, Param, grid_params, one_of, positive, replace_param
+from fwcompare.spec import Axis
 from fwcompare.studies.base import Study
 
 pytestmark = pytest.mark.slow  # it starts worker processes
@@ -79,7 +81,20 @@ class ToyStudy(Study):
                         provenance={"mode_setup": f"np.{spec.mode}"})
 
 
+class TwinToy(ToyStudy):
+    """The toy with a variant axis of its own: each cell twice, as twins a and
+    b that differ in that axis only (as the error-rate benchmark's twins)."""
+
+    name = "toy_matmul_twins"
+    axes = (Axis("twin", "a", label=" {twin}"),)
+
+    def cells(self, params):
+        return [dataclasses.replace(c, axes={"twin": t}) for c in super().cells(params)
+                for t in ("a", "b")]
+
+
 STUDY = ToyStudy()  # what a worker process imports this file for
+TWINS = TwinToy()
 OTHER = ToyStudy()  # a second study, for the round passes of several studies
 OTHER.name = "toy_matmul_other"
 
@@ -437,3 +452,21 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
     assert f"after {taken} extra round(s)" in row["note"], row["note"]
     if row["verdict"] == "inconclusive":  # stopped for a reason it names
         assert taken == 3 or "sits at the edge" in row["note"], row["note"]
+
+
+def test_variants_that_differ_in_an_axis_alone_are_lanes_of_their_own(tmp_path, smoke_timing,
+                                                                      no_orphans):
+    """Interleaved, each twin is a worker of its own in every round, with a job
+    file of its own (twins once shared one and read each other's cells)."""
+    studies.register(TWINS)
+    try:
+        p = {"seq_lens": [16], "rounds": 2, **smoke_timing}
+        res = run_study(TWINS.name, p, output_dir=tmp_path, progress=False)
+    finally:
+        studies.unregister(TWINS.name)
+    df = res.results
+    assert len(df) == 2 * 2 * 2 and set(df["status"]) == {"ok"}, df[["mode", "twin", "error"]]
+    assert sorted(df.groupby(["mode", "twin"])["round"].apply(sorted).tolist()) == [[0, 1]] * 4
+    jobs = {f.name.split("-toy")[0] for f in (tmp_path / "results" / "work" / "jobs")
+            .glob("numpy-*.json")}
+    assert jobs == {"numpy-matmul", "numpy-matmul-b", "numpy-einsum", "numpy-einsum-b"}, jobs
