@@ -111,7 +111,7 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
         more_rounds({s: v for s, v in runs.items() if s not in failed}, profile=profile,
                     servers=servers, progress=progress, log=log, passes=passes,
                     per_cell=per_cell, times=times)
-    finally:  # the compile caches kept between passes (a finished run removed its own)
+    finally:  # the compile caches kept between passes and extra rounds
         for _, out in runs.values():
             shutil.rmtree(Path(out) / "results" / "work" / "compile", ignore_errors=True)
     return times, failed
@@ -127,31 +127,55 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
     claim is in doubt, each study's ``more_rounds`` are taken, or the pooled
     budget (the studies' ``more_rounds_s``) would be overrun: a round is
     started only where its estimate (seconds per cell of the study's last
-    round pass, times its cells) fits what is left. What it did goes to each
-    study's ``results/more_rounds.json``, which the scorecard reads to say
-    why a claim stopped."""
+    round pass, times the (cell, round)s it needs) fits what is left; with
+    no such estimate none is started. What it did goes to each study's
+    ``results/more_rounds.json`` after every step, which the scorecard reads
+    to say why a claim stopped. Judging that fails ends the extra rounds (the
+    report goes on; its scorecard shows the failure)."""
+    import math
     import time
+    import traceback
 
     from .atomic import write_json
     from .claims import MORE_ROUNDS_FILE, doubtful
     from .params import study_named
+    from .results import ResultStore
 
     limit = {study: params["more_rounds"] for study, (params, _) in runs.items()}
     taking = dict(limit)  # 0 once a study's extra rounds have ended (budget, failure)
     budget = left = sum(params["more_rounds_s"] for params, _ in runs.values())
-    record = {study: {"budget_s": budget, "rounds": [], "skipped": []} for study in runs}
+    record = {study: {"budget_s": budget, "rounds": [], "skipped": [], "failed": []}
+              for study in runs}
+
+    def keep(study: str) -> None:  # after every step: an interrupted report keeps its record
+        if limit[study]:
+            write_json(Path(runs[study][1]) / "results" / MORE_ROUNDS_FILE, record[study])
+
+    for study in runs:
+        keep(study)
     for extra in range(1, max(limit.values(), default=0) + 1):
         now = {s: out for s, (_, out) in runs.items() if taking[s] >= extra}
-        wanted = doubtful(now) if now else {}
+        try:
+            wanted = doubtful(now) if now else {}
+        except Exception:  # judging failed: the measuring is done; the scorecard says why
+            log(traceback.format_exc() + "extra rounds: the claims could not be judged")
+            break
         if not wanted:
             break
         for study, claims in wanted.items():
             params, out = runs[study]
             ids = {i for cells in claims.values() for i in cells}
-            cost = per_cell.get(study, 0.0) * len(ids)
+            # every (cell, round) this round needs that is not stored (a cell a round behind
+            # catches up), at the study's seconds per cell; none known: none started
+            done = ResultStore(Path(out) / "results").finished()
+            missing = sum((i, r) not in done for i in ids
+                          for r in range(params["rounds"] + extra))
+            rate = per_cell.get(study, max(per_cell.values(), default=math.inf))
+            cost = rate * missing
             if cost > left:
                 record[study]["skipped"] += list(claims)
                 taking[study] = 0
+                keep(study)
                 log(f"{study}: extra round {extra} for {', '.join(claims)} not started: it "
                     f"would take about {cost:.0f} s and {left:.0f} s are left of {budget:.0f} s")
                 continue
@@ -164,13 +188,12 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
                          passes=passes[study], more=extra)
             except Exception as exc:  # the rounds taken so far stand
                 log(f"{study}: extra round {extra} failed: {exc}")
+                record[study]["failed"].append({"round": extra, "error": str(exc)})
                 taking[study] = 0
             took = time.perf_counter() - t0
             times[study] += took
             left -= took
             record[study]["rounds"].append({"round": extra, "claims": sorted(claims),
                                             "cells": len(ids), "seconds": round(took, 1)})
+            keep(study)
             log(f"{study}: extra round {extra} took {took:.1f} s ({max(left, 0):.0f} s left)")
-    for study, (_, out) in runs.items():
-        if limit[study]:
-            write_json(Path(out) / "results" / MORE_ROUNDS_FILE, record[study])

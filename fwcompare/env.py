@@ -184,9 +184,16 @@ def git_info(root: Path = ROOT) -> dict:
     return {"git_commit": commit.stdout.strip(), "git_dirty": bool(status.stdout.strip())}
 
 
+# Params that change no measurement: a report's time for extra rounds (changing it
+# must not archive a study's results as other params would).
+UNHASHED = ("more_rounds_s",)
+
+
 def params_hash(params) -> str:
-    """12 hex digits of a study's params (a mapping, or its typed params)."""
-    blob = json.dumps(dict(params), sort_keys=True, default=str)
+    """12 hex digits of a study's params (a mapping, or its typed params), but
+    for UNHASHED."""
+    blob = json.dumps({k: v for k, v in dict(params).items() if k not in UNHASHED},
+                      sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 

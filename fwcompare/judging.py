@@ -146,10 +146,10 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
     honest answer)."""
     from .stats import look_confidence, median_se_factor, t_quantile
 
-    if m.rounds < 2 or not all(math.isfinite(x) and x > 0 for x in (m.value, m.low, m.high)):
-        return ""
     if looks == 1:
         return "no extra rounds in this profile (more_rounds: 0)"
+    if m.rounds < 2 or not all(math.isfinite(x) and x > 0 for x in (m.value, m.low, m.high)):
+        return ""
     if look >= looks:
         return f"still holds a band edge after the {looks - 1} extra rounds this profile allows"
     if m.high / m.low - 1 < NARROW:
@@ -165,8 +165,10 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
               * math.sqrt(n / last) * median_se_factor(last) / median_se_factor(n))
     gap = min(abs(math.log(m.value) - math.log(e)) for e in edges)
     if gap < half * shrink:
-        return (f"{looks - look} more round(s) would still leave a band edge inside its "
-                f"interval (it is {gap:.1%} from the edge): the figure sits at the edge")
+        return (f"{looks - look} more round(s) would likely still leave a band edge inside "
+                f"its interval (it is {gap:.1%} from the edge, and at this spread they would "
+                f"narrow it to about ±{math.expm1(half * shrink):.1%}): the figure sits at "
+                f"the edge")
     return ""
 
 
@@ -294,6 +296,8 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
     timed_from(m, data, [r["cell_id"] for pair in used for r in pair])
+    if claim.aggregate == "min":  # extra rounds for every model's cells: the lowest may change
+        m.ids = list(dict.fromkeys(r["cell_id"] for pair in pairs for r in pair))
     m.cells = [cell_label(ra) for ra, _ in used]
     m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
     m.devices = {ra["device"] for ra, _ in used}

@@ -231,7 +231,10 @@ def look_confidence(look: int, looks: int, confidence: float = 0.95) -> float:
     and the later looks share the other half equally: at 95% and three extra
     looks, 98.3% each. An alpha-spending rule in the sense of Lan and DeMets
     (1983), with the union bound in place of the joint normal law, which the
-    few rounds (3 to 6) and the median-of-rounds estimator do not give."""
+    few rounds (3 to 6) and the median-of-rounds estimator do not give.
+    A wrong "contradicted" on a two-edged ("about") band can come from either
+    tail where the band is narrower than the interval: there the bound is
+    ``1 - confidence`` from each side, twice that at worst (methodology.md)."""
     if not 1 <= look <= looks:
         raise ValueError(f"look {look} of {looks}: looks are numbered 1 to {looks}")
     alpha = 1.0 - confidence
@@ -240,6 +243,7 @@ def look_confidence(look: int, looks: int, confidence: float = 0.95) -> float:
     return 1.0 - alpha / (looks - 1)
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(confidence: float, dof: int) -> float:
     """Student's t factor of a two-sided interval of ``confidence`` on ``dof``
     degrees of freedom (what :func:`rounds_t_interval` multiplies by)."""
