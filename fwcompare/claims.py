@@ -216,16 +216,15 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
     judged = verdict in ("supported", "contradicted", "inconclusive")
     if judged and metric.timed and m.rounds == 1:
         verdict = "inconclusive"  # one process per variant: not a verdict (issue 48)
-        m.note = "; ".join(n for n in (m.note, SINGLE_PROCESS) if n)
+        m.add_note(SINGLE_PROCESS)
     elif judged and look > 1:
-        m.note = "; ".join(n for n in (m.note, (
-            f"after {look - 1} extra round(s) of its cells, its interval at "
-            f"{look_confidence(look, looks):.1%} (the error spent over the looks)")) if n)
+        m.add_note(f"after {look - 1} extra round(s) of its cells, its interval at "
+                   f"{look_confidence(look, looks):.1%} (the error spent over the looks)")
     if verdict == "inconclusive" and metric.timed and m.rounds >= 2:
         why = stop_reason(m, claim.band, look, looks) or skipped_note(data, claim)
-        m.note = "; ".join(n for n in (m.note, why) if n)
-    if m.host_load > BUSY_HOST and verdict in ("supported", "contradicted", "inconclusive"):
-        m.note = "; ".join(n for n in (m.note, busy_host_note(m.host_load)) if n)
+        m.add_note(why)
+    if m.host_load > BUSY_HOST and judged:
+        m.add_note(busy_host_note(m.host_load))
     hw = hardware_line(data.manifest) if data.manifest else ""
     row.update(verdict=verdict, value=m.value, ci_low=m.low, ci_high=m.high, unit=m.unit,
                has_ci=bool(math.isfinite(m.low) and math.isfinite(m.high)),

@@ -101,6 +101,10 @@ class Measurement:
     ids: list[str] = field(default_factory=list)  # the timed cells' ids (timed_from)
     host_load: float = math.nan  # busiest share of the machine taken by other work (host.py)
 
+    def add_note(self, text: str) -> None:
+        """``text`` after the note so far ("; " between; nothing for "")."""
+        self.note = "; ".join(n for n in (self.note, text) if n)
+
 
 def judge(value: float, low: float, high: float, band: tuple[float, float]) -> str:
     """supported / contradicted / inconclusive for a figure and its CI against
