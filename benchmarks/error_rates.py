@@ -51,7 +51,7 @@ from fwcompare.paths import OUTPUTS, PARAMS
 from fwcompare.results import Columns, load_results
 from fwcompare.schema import read_yaml
 from fwcompare.spec import Axis
-from fwcompare.stats import geomean_ratio_ci
+from fwcompare.stats import geomean_ratio_ci, variance_prior
 from fwcompare.tables import samples_by_cell
 
 TWIN = Axis("twin", "plain", label=" {twin}")
@@ -164,9 +164,14 @@ def measure(runs: int, rounds: int, out: Path) -> None:
 
 def intervals(out: Path) -> pd.DataFrame:
     """One row per (run, study, twin other than plain): the ratio twin / plain
-    with its interval and the true ratio."""
+    with its interval and the true ratio. Each run is a report: the
+    variance prior of its intervals (``stats.variance_prior``, the moderated
+    t the scorecard uses) is estimated from all of its figures, as the
+    scorecard's is from all of a report's timed claims; ``own`` is the
+    interval from each figure's own t, beside it."""
     rows = []
     for folder in sorted(out.glob("run*")):
+        figures = []
         for name in TWINS:
             if not (folder / name / "results").is_dir():
                 continue
@@ -181,12 +186,21 @@ def intervals(out: Path) -> pd.DataFrame:
             for twin in ("copy", "slow2", "slow5"):
                 if twin not in ids:
                     continue
-                value, lo, hi = geomean_ratio_ci([(by_cell[ids[twin]], plain)])
                 wait = r.loc[r["twin"] == twin, "twin_delay_s"].median()
                 truth = 1.0 + (wait / median_plain if math.isfinite(wait) else 0.0)
-                rows.append(dict(run=folder.name, study=name.removesuffix("_twins"), twin=twin,
-                                 nominal=SLOWDOWN[twin], truth=truth, value=value, low=lo,
-                                 high=hi, rounds=len(plain.rounds)))
+                figures.append(((by_cell[ids[twin]], plain),
+                                dict(run=folder.name, study=name.removesuffix("_twins"),
+                                     twin=twin, nominal=SLOWDOWN[twin], truth=truth,
+                                     rounds=len(plain.rounds))))
+        spreads: list = []
+        for pair, _ in figures:
+            geomean_ratio_ci([pair], spreads=spreads)
+        prior = variance_prior(spreads)
+        for pair, row in figures:
+            value, lo, hi = geomean_ratio_ci([pair], prior=prior)
+            _, own_lo, own_hi = geomean_ratio_ci([pair])
+            rows.append(dict(row, value=value, low=lo, high=hi, own_low=own_lo,
+                             own_high=own_hi, prior_dof=prior.dof if prior else math.nan))
     return pd.DataFrame(rows)
 
 
@@ -194,14 +208,21 @@ def report(df: pd.DataFrame) -> None:
     if df.empty:
         print("no results yet")
         return
+    pd.set_option("display.width", 200)
+    print(df[["run", "study", "twin", "truth", "value", "low", "high", "own_low", "own_high",
+              "rounds", "prior_dof"]].round(4).to_string(index=False))
+    for label, low, high in (("moderated t (the scorecard's)", "low", "high"),
+                             ("each figure's own t", "own_low", "own_high")):
+        print(f"\n{label}:")
+        summary(df.assign(low=df[low], high=df[high]))
+
+
+def summary(df: pd.DataFrame) -> None:
+    """The error rates of the intervals ``low``-``high`` of ``df``."""
     df = df.assign(excludes_1=(df["low"] > 1) | (df["high"] < 1),
                    holds_truth=(df["low"] <= df["truth"]) & (df["truth"] <= df["high"]),
                    half_width=(np.log(df["high"]) - np.log(df["low"])) / 2)
     df["detected"] = (df["low"] > 1) & df["holds_truth"]
-    pd.set_option("display.width", 200)
-    print(df[["run", "study", "twin", "truth", "value", "low", "high", "rounds"]]
-          .round(4).to_string(index=False))
-    print()
     n_runs = df["run"].nunique()
     aa = df[df["twin"] == "copy"]
     print(f"A/A (copy / plain, true ratio 1): {int(aa['excludes_1'].sum())} of {len(aa)} intervals "

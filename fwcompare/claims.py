@@ -15,6 +15,7 @@ the CPU cells is shown beside it, marked as such.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from .judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE, SHARED_METRIC
                       SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known, Measurement, Metric,
                       StudyData, _devices, busy_host_note, cell_label, check_cells, is_claimed, judge,
                       look_of, memory_ratio, speedup_trend, stop_reason, time_ratio, timed_from)
-from .stats import look_confidence
+from .stats import VariancePrior, look_confidence, variance_prior
 from .host import BUSY_HOST
 from .paths import OUTPUTS
 from .schema import read_yaml
@@ -180,6 +181,7 @@ class Scorecard:
     points: pd.DataFrame  # per-cell values behind each claim's figure
     profile: str
     counts: frozenset = frozenset()  # the metrics whose figure is a signed count
+    prior: VariancePrior | None = None  # the report's variance prior (timed claims)
 
     def verdict_counts(self) -> dict[str, int]:
         return {v: int((self.table["verdict"] == v).sum()) for v in VERDICTS}
@@ -221,7 +223,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
         m.add_note(f"after {look - 1} extra round(s) of its cells, its interval at "
                    f"{look_confidence(look, looks):.1%} (the error spent over the looks)")
     if verdict == "inconclusive" and metric.timed and m.rounds >= 2:
-        why = stop_reason(m, claim.band, look, looks) or skipped_note(data, claim)
+        why = stop_reason(m, claim.band, look, looks, prior_dof(data)) or skipped_note(data, claim)
         m.add_note(why)
     if m.host_load > BUSY_HOST and judged:
         m.add_note(busy_host_note(m.host_load))
@@ -265,25 +267,60 @@ def skipped_note(data: StudyData, claim: Claim) -> str:
     return "" if record else "no extra rounds were taken (a report takes them: fwcompare report)"
 
 
+def prior_dof(data: StudyData) -> float:
+    """The degrees of freedom the report's variance prior adds to a figure's t."""
+    return data.prior.dof if data.prior is not None else 0.0
+
+
+def variance_prior_of(claims: list[Claim], data: dict[str, StudyData]) -> VariancePrior | None:
+    """The report's prior of per-round variances (``stats.variance_prior``,
+    Smyth 2004): from the per-round figures of every timed claim of these
+    studies measured in two or more rounds, as they stand (extra rounds
+    included). Three rounds give a figure's own variance 2 degrees of
+    freedom (t = 4.30); where the report's figures spread alike, the prior
+    adds many more (t near 2), and a figure that spreads more than they do
+    keeps its own t (``VariancePrior.typical``; methodology.md). The
+    distributed study's launches (several ranks each) feed no prior and take
+    none: their spread is of another kind."""
+    spreads: list = []
+    known = metrics()
+    for c in claims:
+        d = data.get(c.study)
+        if not known[c.metric].timed or d is None or not d.present:
+            continue
+        d = copy.copy(d)
+        d.prior, d.spreads = None, spreads
+        known[c.metric].fn(d, c, _devices(c.hardware))
+    return variance_prior(spreads)
+
+
+def studies_data(claims: list[Claim], folder) -> dict[str, StudyData]:
+    """Each claimed study's stored results (``folder(study)``: its output
+    folder), with the variance prior of all of them set on each."""
+    data = {s: StudyData(Path(folder(s))) for s in dict.fromkeys(c.study for c in claims)}
+    prior = variance_prior_of(claims, data)
+    for d in data.values():
+        d.prior = prior
+    return data
+
+
 def doubtful(outs: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
     """The timed claims that should get another round: per study (``outs``:
     study -> its output folder), claim id -> the ids of the cells its figure
     used. A claim qualifies while it is inconclusive from two or more rounds
     and :func:`judging.stop_reason` finds no reason to stop."""
     out: dict[str, dict[str, list[str]]] = {}
-    data: dict[str, StudyData] = {}
     known = metrics()
-    for c in load_claims():
-        if c.study not in outs or not known[c.metric].timed:
-            continue
-        if c.study not in data:
-            data[c.study] = StudyData(Path(outs[c.study]))
+    mine = [c for c in load_claims() if c.study in outs]
+    data = studies_data(mine, outs.get)
+    for c in mine:
         d = data[c.study]
-        if not d.present or d.more_rounds == 0:
+        if not known[c.metric].timed or not d.present or d.more_rounds == 0:
             continue
         m, look, looks = measure(known[c.metric], d, c, _devices(c.hardware))
         if (judge(m.value, m.low, m.high, c.band) == "inconclusive" and not m.forced
-                and m.rounds >= 2 and m.ids and not stop_reason(m, c.band, look, looks)):
+                and m.rounds >= 2 and m.ids
+                and not stop_reason(m, c.band, look, looks, prior_dof(d))):
             out.setdefault(c.study, {})[c.id] = m.ids
     return out
 
@@ -297,16 +334,15 @@ def scorecard(profile: str = "quick", results_dir: Path | str | None = None,
     JSON)."""
     claims = load_claims(claims_file or CLAIMS_FILE)
     root = Path(results_dir) if results_dir else OUTPUTS / profile
-    data: dict[str, StudyData] = {}
+    data = studies_data(claims, lambda study: root / study)
     rows, points = [], []
     for c in claims:
-        if c.study not in data:
-            data[c.study] = StudyData(root / c.study)
         row, pts = evaluate(c, data[c.study])
         rows.append(row)
         points += [{"id": c.id, "cell": label, "value": float(v)} for label, v in pts]
     card = Scorecard(pd.DataFrame(rows), pd.DataFrame(points, columns=["id", "cell", "value"]),
-                     profile, frozenset(k for k, m in metrics().items() if m.count))
+                     profile, frozenset(k for k, m in metrics().items() if m.count),
+                     next(iter(data.values())).prior if data else None)
     if output_dir:
         write(card, Path(output_dir))
     return card
@@ -323,6 +359,8 @@ def _jsonable(v):
 def write(card: Scorecard, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"profile": card.profile, "verdicts": card.verdict_counts(),
+           "variance_prior": {k: _jsonable(v) for k, v in dataclasses.asdict(card.prior).items()}
+           if card.prior else None,
            "claims": [{k: _jsonable(v) for k, v in r.items()}
                       for r in card.table.to_dict("records")]}
     target = write_text(directory / "scorecard.json", json.dumps(doc, indent=1))

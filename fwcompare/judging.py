@@ -142,12 +142,14 @@ def look_of(m: "Measurement", data: "StudyData") -> tuple[int, int]:
     return min(looks, 1 + m.rounds - data.rounds), looks
 
 
-def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: int) -> str:
+def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: int,
+                prior_dof: float = 0.0) -> str:
     """Why an inconclusive timed figure gets no further round ("": it should
     get one): extra rounds are off, the last one is taken, its interval is
     already narrow, or even every round left could not move the interval off
     the edge it holds (the figure sits at the edge: inconclusive is the
-    honest answer)."""
+    honest answer). ``prior_dof``: the degrees of freedom the report's
+    variance prior adds to t (``stats.VariancePrior``)."""
     from .stats import look_confidence, median_se_factor, t_quantile
 
     if looks == 1:
@@ -163,9 +165,10 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
     if not edges:
         return ""
     n, last = m.rounds, m.rounds + looks - look
+    extra = min(prior_dof, 1e6)
     half = (math.log(m.high) - math.log(m.low)) / 2
-    shrink = (t_quantile(look_confidence(looks, looks), last - 1)
-              / t_quantile(look_confidence(look, looks), n - 1)
+    shrink = (t_quantile(look_confidence(looks, looks), last - 1 + extra)
+              / t_quantile(look_confidence(look, looks), n - 1 + extra)
               * math.sqrt(n / last) * median_se_factor(last) / median_se_factor(n))
     gap = min(abs(math.log(m.value) - math.log(e)) for e in edges)
     if gap < half * shrink:
@@ -189,6 +192,10 @@ class StudyData:
 
         self.dir = directory
         self.confidence = 0.95
+        # the report's variance prior (stats.variance_prior), and a list that
+        # collects the figures' per-round spreads to estimate it (claims.scorecard)
+        self.prior = None
+        self.spreads = None
         params = directory / "results" / "params.json"
         params = json.loads(params.read_text()) if params.is_file() else {}
         self.rounds = int(params.get("rounds", 1))
@@ -242,7 +249,8 @@ def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
 def timed_from(m: "Measurement", data: "StudyData", cell_ids) -> None:
     """Record on ``m`` what the timings of these cells came from: the fewest
     rounds (fresh worker processes) behind any of them (0: none is known) and
-    the busiest host load of any of their rounds (NaN: not measured)."""
+    the busiest host load of any of their rounds (NaN: not measured), and
+    a note where a round of them failed while others measured."""
     ids = list(dict.fromkeys(cell_ids))
     m.ids = ids
     if "cell_id" not in data.summary:
@@ -254,6 +262,9 @@ def timed_from(m: "Measurement", data: "StudyData", cell_ids) -> None:
     if "host_load" in s:
         load = s["host_load"].reindex(ids).dropna()
         m.host_load = float(load.max()) if len(load) else math.nan
+    if "lost_rounds" in s and (lost := int(s["lost_rounds"].reindex(ids).fillna(0).sum())):
+        m.add_note(f"{lost} round(s) of its cells failed and are left out (the cells' "
+                   f"error column says why)")
 
 
 def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
@@ -295,7 +306,8 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     best = None
     for name, ps in groups.items():
         est = geomean_ratio_ci([(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]])
-                                for ra, rb in ps], data.confidence)
+                                for ra, rb in ps], data.confidence,
+                               prior=data.prior, spreads=data.spreads)
         if best is None or est[0] < best[1][0]:
             best = (ps, est)
     used, (m.value, m.low, m.high) = best
@@ -331,7 +343,8 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
                    (data.by_cell[lb["cell_id"]], data.by_cell[la["cell_id"]])]
     # The geometric mean over 2 log-ratios per model, squared, is the product of
     # the two per model (averaged over models): a monotone map, so the CI maps too.
-    m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(arrays, data.confidence))
+    m.value, m.low, m.high = (x ** 2 for x in geomean_ratio_ci(
+        arrays, data.confidence, prior=data.prior, spreads=data.spreads))
     timed_from(m, data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):

@@ -18,6 +18,7 @@ import hashlib
 import html
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -516,12 +517,20 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
     forest = out / "figures" / f"{FOREST}.png"
     glance = (f'<div class="glance">{_figure_html(f"{SUMMARY}/figures", forest, "")}</div>'
               if forest.is_file() else "")
+    prior = card.get("variance_prior")
+    dof = float(prior["dof"]) if prior else math.nan  # "inf" in JSON
+    pooled = (f" A timed claim's interval from rounds borrows the round-to-round spread of "
+              f"this report's other timed claims (moderated t: typical spread "
+              f"{math.sqrt(prior['var']):.2%} of the log ratio, worth "
+              f"{'unlimited' if math.isinf(dof) else format(dof, '.0f')}"
+              f" degrees of freedom, from {prior['figures']} claims); one that spreads more "
+              f"keeps its own (docs/methodology.md)." if prior else "")
     return (f"{head}<p>Each claim from the 2019 Hugging Face study or framework-comparison "
             f"articles, judged against this profile's measurements: <b>supported</b> when "
             f"the whole 95% CI lies where the claim holds, <b>contradicted</b> when it lies "
             f"wholly outside, <b>inconclusive</b> when it straddles an edge, <b>not measured "
             f"here</b> when this run has no cells for it (a GPU claim on a CPU, say). "
-            f"Verdicts are about this machine, not the frameworks in general.</p>"
+            f"Verdicts are about this machine, not the frameworks in general.{pooled}</p>"
             f"<p>{counts}</p><p>{links}</p>{glance}"
             f'<table class="scorecard"><thead><tr><th>claim</th><th>claimed</th>'
             f"<th>measured here (95% CI)</th><th>holds when</th><th>verdict</th>"

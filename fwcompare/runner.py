@@ -143,10 +143,9 @@ def planned_cells(study: Study, params: dict, specs: list[RunSpec],
     """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
     and in the rounds after it those ``rounds_for`` names (all, or
     ``claimed``: the variants a claim compares in this study, which the
-    caller reads from the claims, ``claims.claimed_variants``), none of a task
-    the study measures once (``Study.one_round_tasks``). ``more``: that many
+    caller reads from the claims, ``claims.claimed_variants``). ``more``: that many
     extra rounds after the params' (a doubtful claim's, ``run_studies``)."""
-    again = [s for s in specs if s.task not in study.one_round_tasks]
+    again = specs
     if params["rounds_for"] != "all":
         if claimed is None:
             raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "

@@ -206,7 +206,11 @@ def _shared_problems(full: dict) -> list[str]:
     problems = []
     for key, value in full.items():  # every framework needs its modes
         if key.endswith("modes") and isinstance(value, dict) and "frameworks" in full:
-            missing = [fw for fw in full["frameworks"] if not value.get(fw)]
+            # an explicit empty list leaves a framework out of that key's cells
+            # (the memory study's quick fit_modes: JAX's search is the full
+            # profile's); no entry at all is a slip
+            missing = [fw for fw in full["frameworks"] if fw not in value
+                       or (key == "modes" and not value[fw])]
             if missing:
                 problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
     if "min_time_s" in full and full["min_time_s"] > full["max_time_s"]:

@@ -29,6 +29,7 @@ from a single process.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -180,12 +181,15 @@ def _enough(pairs) -> bool:
     return all(len(x) >= 2 for pair in pairs for x in pair)
 
 
-def rounds_t_interval(values, confidence: float = 0.95,
-                      floor_var: float = 0.0) -> tuple[float, float, float]:
+def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
+                      prior: "VariancePrior | None" = None) -> tuple[float, float, float]:
     """(centre, low, high) of per-round values (logs of a median or a ratio):
     the rounds' median, with Student's t half-width on R - 1 degrees of
     freedom, on the rounds' variance or ``floor_var`` if that is larger,
     scaled by :func:`median_se_factor`. NaN bounds with fewer than 2 values.
+    With a ``prior`` (:func:`variance_prior`: what the other figures of the
+    report say of such variances), the rounds' variance is moderated by it
+    and t has R - 1 + d0 degrees of freedom (:meth:`VariancePrior.moderate`).
 
     The floor is the variance one round's value has from its blocks alone
     (:func:`_block_var`): the rounds cannot truly vary less than that, and
@@ -208,9 +212,11 @@ def rounds_t_interval(values, confidence: float = 0.95,
     centre = float(np.median(v)) if v.size else math.nan
     if v.size < 2:
         return centre, math.nan, math.nan
-    var = max(float(np.var(v, ddof=1)), floor_var)
-    h = float(t_quantile(confidence, v.size - 1) * math.sqrt(var / v.size)
-              * median_se_factor(v.size))
+    var, dof = float(np.var(v, ddof=1)), float(v.size - 1)
+    if prior is not None:
+        var, dof = prior.moderate(var, dof)
+    var = max(var, floor_var)
+    h = float(t_quantile(confidence, dof) * math.sqrt(var / v.size) * median_se_factor(v.size))
     return centre, centre - h, centre + h
 
 
@@ -243,8 +249,81 @@ def look_confidence(look: int, looks: int, confidence: float = 0.95) -> float:
     return 1.0 - alpha / (looks - 1)
 
 
+@dataclasses.dataclass(frozen=True)
+class VariancePrior:
+    """What many figures' per-round variances say of one more (Smyth 2004,
+    "Linear models and empirical Bayes methods for assessing differential
+    expression in microarray experiments", the moderated t of limma): the
+    variances are taken as drawn from a scaled inverse chi-square law with
+    ``dof`` (d0) degrees of freedom around ``var`` (s0^2), whose two
+    parameters :func:`variance_prior` estimates from the figures themselves.
+    ``figures``: how many it was estimated from.
+
+    A figure whose own variance the prior finds atypically large keeps its
+    own t (:attr:`OUTLIER_P`): the figures are not all alike here (a training
+    step's processes spread 5-7 times as much as an inference cell's), and
+    Smyth's prior, which takes them as alike, pulls such a figure's interval
+    down to the others' width. In 2,000 constructed reports of 12 figures
+    from 3 rounds, one spreading 3 times as much as the other 11, that one's
+    95% interval held its truth in 74% of them with Smyth's prior alone and
+    in 92% with this rule, the others' in 97%; with 12 alike figures the
+    median half-width is 0.62 times their own t's (``tests/test_stats.py``). The
+    idea is Phipson et al.'s (2016, "Robust hyperparameter estimation protects
+    against hypervariable genes and improves power to detect differential
+    expression"), in its simplest form: a cut in place of their weights,
+    whose ranks need more figures than a report has."""
+
+    var: float
+    dof: float
+    figures: int
+
+    # the upper-tail probability of a figure's variance under the prior below
+    # which the figure keeps its own t
+    OUTLIER_P = 0.2
+
+    def typical(self, var: float, dof: float) -> bool:
+        """Whether a variance on ``dof`` degrees of freedom is no outlier:
+        s^2 / s0^2 has the F law on (d, d0) degrees of freedom under the
+        prior; its upper tail there is at least :attr:`OUTLIER_P`."""
+        return bool(_st.f.sf(var / self.var, dof, min(self.dof, 1e9)) >= self.OUTLIER_P)
+
+    def moderate(self, var: float, dof: float) -> tuple[float, float]:
+        """One figure's variance (on ``dof`` degrees of freedom) moderated:
+        (d0 s0^2 + d s^2) / (d0 + d), on d0 + d degrees of freedom; an
+        outlier's (:meth:`typical`) as it is. An infinite d0 (the variances
+        spread no more than sampling alone explains) gives s0^2, on as many
+        degrees of freedom as the figures have in all."""
+        if not self.typical(var, dof):
+            return var, dof
+        if math.isinf(self.dof):
+            return self.var, float(self.figures * dof)
+        return (self.dof * self.var + dof * var) / (self.dof + dof), self.dof + dof
+
+
+def variance_prior(spreads: Sequence[tuple[float, float]]) -> VariancePrior | None:
+    """Smyth's (2004, section 6.2) moment estimates of the prior of
+    ``spreads`` ((variance, degrees of freedom) of each figure's per-round
+    values): on log variances, whose mean and spread beyond what sampling
+    alone gives (digamma and trigamma of d / 2) fix s0^2 and d0. None from
+    fewer than 3 figures, or where a variance is 0 (no log)."""
+    from scipy import optimize, special
+
+    v = np.asarray([x for x, d in spreads if d >= 1], dtype=float)
+    d = np.asarray([d for x, d in spreads if d >= 1], dtype=float)
+    if v.size < 3 or not np.all(v > 0):
+        return None
+    e = np.log(v) - special.digamma(d / 2) + np.log(d / 2)
+    extra = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, d / 2)))
+    if extra <= 0:
+        return VariancePrior(float(np.exp(np.mean(e))), math.inf, int(v.size))
+    half = optimize.brentq(lambda x: special.polygamma(1, x) - extra, 1e-8, 1e8)
+    d0 = 2 * half
+    return VariancePrior(float(np.exp(np.mean(e) + special.digamma(half) - np.log(half))),
+                         float(d0), int(v.size))
+
+
 @functools.lru_cache(maxsize=4096)
-def t_quantile(confidence: float, dof: int) -> float:
+def t_quantile(confidence: float, dof: float) -> float:
     """Student's t factor of a two-sided interval of ``confidence`` on ``dof``
     degrees of freedom (what :func:`rounds_t_interval` multiplies by)."""
     return float(_st.t.ppf((1 + confidence) / 2, dof))
@@ -289,7 +368,9 @@ def common_rounds(pairs) -> list[int]:
 
 
 def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
-                     n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+                     n_resamples: int = 2000, seed: int = 0,
+                     prior: VariancePrior | None = None,
+                     spreads: list | None = None) -> tuple[float, float, float]:
     """Geometric mean over cells of median(a)/median(b), with its CI.
 
     ``pairs`` holds, per cell, the samples of A and of B: :class:`CellSamples`
@@ -303,6 +384,10 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     paired block by block when both sides were sampled interleaved: only the
     noise within one sampling window. With one pair this is the CI of a
     single ratio of medians.
+
+    ``prior``: moderate the rounds' variance (:class:`VariancePrior`);
+    ``spreads``: a list that gets (variance, degrees of freedom) of the
+    per-round values, for :func:`variance_prior`.
     """
     pairs = [(CellSamples.of(a), CellSamples.of(b)) for a, b in pairs]
     pairs = [(a, b) for a, b in pairs if len(a) and len(b)]
@@ -313,7 +398,10 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
         per_round = [np.mean([np.log(np.median(a.rounds[r])) - np.log(np.median(b.rounds[r]))
                               for a, b in pairs]) for r in rounds]
         floor = _block_var(pairs, rounds, _log_ratio, n_resamples, seed)
-        return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor))
+        if spreads is not None:
+            spreads.append((float(np.var(per_round, ddof=1)), len(per_round) - 1))
+        return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor,
+                                                                 prior))
     point = float(np.exp(np.mean([np.log(np.median(a.pooled)) - np.log(np.median(b.pooled))
                                   for a, b in pairs])))
     if not _enough(pairs):
@@ -324,10 +412,11 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     return (point, *_interval(reps, confidence))
 
 
-def ratio_ci(a, b, confidence: float = 0.95,
-             n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def ratio_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
+             prior: VariancePrior | None = None,
+             spreads: list | None = None) -> tuple[float, float, float]:
     """median(a)/median(b) with its CI (see geomean_ratio_ci)."""
-    return geomean_ratio_ci([(a, b)], confidence, n_resamples, seed)
+    return geomean_ratio_ci([(a, b)], confidence, n_resamples, seed, prior, spreads)
 
 
 def median_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000,

@@ -65,11 +65,21 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
         # Round 0's row first: its first call is the cold one (later rounds
         # reuse its compile cache, Runner.compile_cache).
         g = g.sort_values("round", kind="stable") if "round" in g else g
+        # A round that failed (an error, a timeout, out of memory in that
+        # process) while others measured loses itself, not their figures: an
+        # extra round that crashes must not hide a claim's cells. Its status
+        # and error stay in ``error``; ``lost_rounds`` counts such rounds.
+        ok = g["status"].isin(MEASURED)
+        lost = g[~ok] if ok.any() else g.iloc[:0]
+        errors = [f"round {r['round']}: {r['status']}: {r['error']}" if "round" in g
+                  else r["error"] for _, r in lost.iterrows()]
+        g = g[ok] if ok.any() else g
         first = g.iloc[0].to_dict()
         bad = [s for s in g["status"] if s != "ok"]
         first["status"] = bad[0] if bad else "ok"
-        first["error"] = "; ".join(e for e in g["error"] if e)
+        first["error"] = "; ".join([*(e for e in g["error"] if e), *errors])
         first["rounds"] = len(g)
+        first["lost_rounds"] = len(lost)
         if "host_other_cpu" in g:  # the busiest round: what a rerun may not see
             first["host_load"] = float(host_load(g["host_other_cpu"], g["host_steal"]).max())
         first["converged"] = bool(g["converged"].all())

@@ -97,7 +97,8 @@ def test_claims_file_problems_each_named(tmp_path):
 
 # what a StudyData has besides its frames: one round in the params, no extra
 # rounds, intervals at 95%, no results folder
-STUDY_DATA = dict(rounds=1, more_rounds=0, confidence=0.95, dir=Path("/nonexistent"))
+STUDY_DATA = dict(rounds=1, more_rounds=0, confidence=0.95, dir=Path("/nonexistent"),
+                  prior=None, spreads=None)
 
 
 def fake_study(cells, present=True, losses=None):
@@ -158,6 +159,10 @@ def test_a_timed_claim_from_one_process_per_variant_is_not_decided():
     row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
     assert row["rounds"] == 2 and "one process" not in row["note"]
     assert row["verdict"] == "supported"
+    # a round of its cells that failed while others measured is left out, and said
+    data.summary["lost_rounds"] = [1, 0, 0, 0]
+    row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
+    assert row["verdict"] == "supported" and "1 round(s) of its cells failed" in row["note"]
     # a figure that is no timing (one memory measurement per cell) is judged as it is
     data.summary["rounds"] = 1
     row, _ = claims.evaluate(claim(metric="memory_ratio", expected=2.0, tolerance=0.1), data)
@@ -262,3 +267,53 @@ def test_a_verdict_measured_on_a_busy_machine_says_so():
     row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
     assert row["verdict"] == "supported" and row["host_load"] == pytest.approx(0.27)
     assert "busy machine" in row["note"] and "27%" in row["note"], row["note"]
+
+
+def test_the_report_prior_narrows_timed_claims_and_spares_one_that_spreads_more():
+    """Twelve claims, one model each, three rounds whose ratios move 1% from
+    process to process, and a thirteenth whose rounds move 8%: the prior of
+    all of them (``claims.variance_prior_of``) narrows the twelve intervals
+    (the thirteenth, in the prior, makes its d0 small: about a quarter) and
+    leaves the thirteenth its own."""
+    from fwcompare.stats import CellSamples
+
+    rng = np.random.default_rng(5)
+    cells, by_cell = [], {}
+    for i in range(13):
+        sd = 0.08 if i == 12 else 0.01
+        effect = sd * rng.standard_normal(3)
+        for var, scale in (("torch/eager", 1.2), ("tensorflow/graph", 1.0)):
+            cid = f"c{len(cells)}"
+            own = effect if var == "torch/eager" else np.zeros(3)
+            by_cell[cid] = CellSamples({r: 0.01 * scale * np.exp(own[r]) * (
+                1 + 0.001 * rng.standard_normal(20)) for r in range(3)})
+            cells.append(dict(cell_id=cid, model=f"m{i}", framework=var.split("/")[0],
+                              mode=var.split("/")[1], variant=var, device="cpu",
+                              dtype="float32", batch_size=1, seq_len=32, new_tokens=0,
+                              status="ok", rounds=3, task="inference",
+                              median_s=float(np.median(by_cell[cid].pooled)), peak_mem_bytes=1e9))
+    df = pd.DataFrame(cells)
+    data = SimpleNamespace(present=True, summary=df, results=df, by_cell=by_cell,
+                           samples=pd.DataFrame(), losses=None, manifest={},
+                           **{**STUDY_DATA, "rounds": 3})
+    mine = [claim(id=f"k{i}", models=[f"m{i}"], expected=1.2, tolerance=0.1) for i in range(13)]
+    own = [claims.evaluate(c, data)[0] for c in mine]
+    data.prior = claims.variance_prior_of(mine, {"inference_sweep": data})
+    assert data.prior is not None and data.prior.figures == 13
+    pooled = [claims.evaluate(c, data)[0] for c in mine]
+
+    def width(r):
+        return math.log(r["ci_high"]) - math.log(r["ci_low"])
+
+    narrower = [width(p) / width(o) for p, o in zip(pooled[:12], own[:12])]
+    # a figure whose rounds agreed by chance widens towards the others (1.25 seen)
+    assert np.median(narrower) < 0.85, narrower  # 0.76 seen
+    assert width(pooled[12]) == pytest.approx(width(own[12])), (pooled[12], own[12])
+    assert not data.prior.typical(*_spread_of(data, mine[12]))
+
+
+def _spread_of(data, c):
+    spreads: list = []
+    d = SimpleNamespace(**{**vars(data), "prior": None, "spreads": spreads})
+    claims.metrics()[c.metric].fn(d, c, claims._devices(c.hardware))
+    return spreads[0]

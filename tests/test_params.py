@@ -70,6 +70,10 @@ def test_unknown_mode():
 
 def test_framework_without_modes():
     check({"modes": {"torch": ["eager"]}}, "no modes given", "tensorflow")
+    check({"modes": {"torch": ["eager"], "tensorflow": []}}, "no modes given", "tensorflow")
+    # another *modes key may leave a framework out with an explicit empty list
+    quick = params.validate("memory", params.load_file(PARAMS / "memory" / "quick.yaml"))
+    assert quick["fit_modes"]["jax"] == [] and "jax" in quick["frameworks"]
 
 
 def test_non_positive_sizes():

@@ -229,3 +229,60 @@ def test_rounds_that_agree_by_chance_keep_the_blocks_noise():
     assert np.log(hi / lo) / 2 > 0.5 * 4.30 * 0.05 * 1.25 / math.sqrt(12) / math.sqrt(3)
     r, rlo, rhi = stats.ratio_ci(cs, stats.CellSamples({r: 2 * x for r in range(3)}))
     assert r == pytest.approx(0.5) and rlo < 0.5 < rhi
+
+
+def _reports(sds, rounds=3, repeats=2000, seed=3):
+    """Per constructed report: each figure's per-round values (normal, zero
+    truth, its own sd) and the prior estimated from all of them."""
+    rng = np.random.default_rng(seed)
+    for _ in range(repeats):
+        x = rng.standard_normal((len(sds), rounds)) * np.asarray(sds)[:, None]
+        yield x, stats.variance_prior([(float(np.var(r, ddof=1)), rounds - 1) for r in x])
+
+
+def _coverage(sds, **kw):
+    """Per figure: the share of reports whose moderated 95% interval holds
+    the truth; and the median half-width over the own t's median one."""
+    held, mine, own = np.zeros(len(sds)), [], []
+    for x, prior in _reports(sds, **kw):
+        for i, r in enumerate(x):
+            c, lo, hi = stats.rounds_t_interval(r, 0.95, 0.0, prior)
+            held[i] += lo <= 0 <= hi
+            mine.append(hi - c)
+            own.append(stats.rounds_t_interval(r, 0.95)[2] - c)
+    return held / kw.get("repeats", 2000), float(np.median(mine) / np.median(own))
+
+
+def test_moderated_intervals_keep_their_level_and_narrow():
+    """Twelve alike figures from three rounds: the moderated t (Smyth 2004)
+    holds 95% and its interval is well narrower than each figure's own t
+    on 2 degrees of freedom (4.30)."""
+    held, ratio = _coverage([0.01] * 12)
+    assert held.mean() >= 0.945 and held.min() >= 0.93, held
+    assert ratio < 0.7, ratio  # 0.62 seen
+
+
+def test_a_figure_that_spreads_more_keeps_its_own_t(monkeypatch):
+    """One figure of twelve spreading 3 times as much as the others (a
+    training step among inference cells): Smyth's prior alone pulls its
+    interval to the others' width and misses often; the outlier rule
+    (VariancePrior.typical) gives it back its own t."""
+    sds = [0.01] * 11 + [0.03]
+    held, _ = _coverage(sds)
+    assert held[-1] >= 0.88 and held[:-1].mean() >= 0.945, held
+    monkeypatch.setattr(stats.VariancePrior, "OUTLIER_P", 0.0)
+    plain, _ = _coverage(sds)
+    assert plain[-1] < 0.8 and plain[-1] < held[-1] - 0.1, (plain, held)
+
+
+def test_variance_prior_estimates():
+    """From many alike figures the prior's variance comes out near theirs and
+    d0 large; from too few, or a zero variance, no prior."""
+    rng = np.random.default_rng(0)
+    x = 0.02 * rng.standard_normal((400, 3))
+    prior = stats.variance_prior([(float(np.var(r, ddof=1)), 2) for r in x])
+    assert prior.var == pytest.approx(0.02 ** 2, rel=0.15) and prior.dof > 20
+    assert stats.variance_prior([(1e-4, 2), (2e-4, 2)]) is None
+    assert stats.variance_prior([(1e-4, 2), (2e-4, 2), (0.0, 2)]) is None
+    assert prior.typical(0.02 ** 2, 2) and not prior.typical(0.1 ** 2, 2)
+    assert prior.moderate(0.1 ** 2, 2) == (0.1 ** 2, 2)

@@ -59,3 +59,27 @@ def test_figures_mark_failed_cells(stored):
     assert "OOM" in texts and any(t.startswith("2.0") for t in texts)
     lat = plots.latency_vs_seq(s, {})
     assert "OOM" in [t.get_text() for ax in lat.axes for t in ax.texts]
+
+
+def test_a_round_that_failed_loses_itself_not_the_rounds_that_measured(tmp_path):
+    """An extra round that crashes must not hide a claim's cell: the cell keeps
+    the figure of its measured rounds, says which round failed and how, and
+    counts it in ``lost_rounds``; a cell that measured in no round keeps its
+    failure."""
+    store = ResultStore(tmp_path)
+    a = RunSpec(study="inference_sweep", model="m", framework="torch", mode="eager",
+                device="cpu", dtype="float32", batch_size=1, seq_len=8, threads=1)
+    b = RunSpec(study="inference_sweep", model="m", framework="torch", mode="eager",
+                device="cpu", dtype="float32", batch_size=2, seq_len=8, threads=1)
+    for r, median in ((0, 0.010), (1, 0.012)):
+        store.append(make_row(a, status="ok", figures={"median_s": median, "n_samples": 3},
+                              round=r), [median] * 3)
+    store.append(make_row(a, status="timeout", error="no answer in 60 s", round=2))
+    store.append(make_row(b, status="error", error="boom", round=0))
+    store.append(make_row(b, status="timeout", error="no answer", round=1))
+    s = tables.summarize(store.load(), store.load_samples()).set_index("batch_size")
+    assert s.loc[1, "status"] == "ok" and s.loc[1, "rounds"] == 2 and s.loc[1, "lost_rounds"] == 1
+    assert s.loc[1, "error"] == "round 2: timeout: no answer in 60 s"
+    assert 0.010 <= s.loc[1, "median_s"] <= 0.012
+    assert s.loc[2, "status"] == "error" and s.loc[2, "rounds"] == 2
+    assert s.loc[2, "lost_rounds"] == 0 and "boom" in s.loc[2, "error"]

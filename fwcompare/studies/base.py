@@ -121,10 +121,6 @@ class Study:
     # did not account for with ``spent`` events: for data-parallel launches,
     # the launcher's and ranks' start before they could say, rendezvous, exits.
     autonomous_phase: str = "data-parallel launches (launcher start, rendezvous, exits)"
-    # Tasks measured in the first round only, whatever ``rounds`` says: what a
-    # fresh process per round would only repeat (the memory study's search for
-    # the largest batch: its figure is a batch size, not a timing).
-    one_round_tasks: tuple[str, ...] = ()
 
     @property
     def notebook(self) -> str:

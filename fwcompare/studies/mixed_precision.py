@@ -237,7 +237,7 @@ def precision_speedup(data: StudyData, claim: Claim, devices) -> Measurement:
         return m
     m.value, m.low, m.high = geomean_ratio_ci(
         [(data.by_cell[r["baseline_cell_id"]], data.by_cell[r["cell_id"]])
-         for _, r in table.iterrows()], data.confidence)
+         for _, r in table.iterrows()], data.confidence, prior=data.prior, spreads=data.spreads)
     m.cells = [f"{r['variant']} {cell_label(r)}" for _, r in table.iterrows()]
     timed_from(m, data, [*table["cell_id"], *table["baseline_cell_id"]])
     m.points = list(zip(m.cells, table["speedup"]))

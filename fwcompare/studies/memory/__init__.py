@@ -23,7 +23,10 @@ Two tasks:
   compiling included) is over the budget is ``oom`` too. The search
   (:func:`next_batch`) brackets the limit from a line through its first two
   tries, then bisects; the search's own row carries the largest batch that
-  fit, its peak, and the smallest batch that did not.
+  fit, its peak, and the smallest batch that did not. A limit moves between
+  fresh processes by a few batches, so a search a claim compares searches
+  again in the rounds after the first, its first tries the previous round's
+  bracket (two tries where the limit holds).
 
 The study's parts: ``techniques`` (the techniques, the tasks and units every
 part shares), ``worker`` (a try's process and its budget guard), ``largest_batch``
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 
 from ... import env, models
 from ...judging import Metric, check_cells
@@ -48,7 +52,7 @@ from ..base import Study, grid_cells, per_mode
 # The study's parts; every name of each is reachable from the package, as
 # from the one module it was (``study.technique_table``, ``study.TECHNIQUES``).
 from .figures import breakdown_figure, largest_batch_figure, trade_figure  # noqa: F401
-from .largest_batch import GROWTH, OutsideGuard, next_batch, search  # noqa: F401
+from .largest_batch import GROWTH, OutsideGuard, next_batch, previous_bracket, search  # noqa: F401
 from .tables import (ARTICLE_FIGURES, _technique_cells, largest_batch_ratio,  # noqa: F401
                      largest_batch_table, memory_ratio_largest_model, technique_memory_ratio,
                      technique_table, technique_time_ratio, tries_table)
@@ -75,7 +79,6 @@ class Memory(Study):
     columns = TRAINING_COLUMNS + Columns(figures=("largest_batch", "oom_batch", "fit_tries",
                                                   "budget_bytes"), analytic=("budget_bytes",))
     tasks = ("train", SEARCH)
-    one_round_tasks = (SEARCH,)  # a batch size: a fresh process would search again
     modes = {fw: (*TECHNIQUES, FORWARD) for fw in FRAMEWORKS}
     first_steps_phase = "agreement steps (losses against PyTorch's plain step)"
     # A try is one measurement from its start (its peak spans loading and
@@ -165,16 +168,27 @@ class Memory(Study):
 
     def claimed_variants(self, claim, metric) -> set[str]:
         """A technique claim whose figure is a timing compares the technique
-        with the plain step in every framework: "*/checkpointing", "*/plain"."""
+        with the plain step in every framework: "*/checkpointing", "*/plain".
+        A largest-batch claim is no timing, yet its two searches (cells ``a``
+        and ``b``) take every round: their limits move between processes,
+        and its interval needs that spread (``largest_batch_ratio``)."""
         out = super().claimed_variants(claim, metric)
         if "technique" in claim.cells and metric.timed:
             out |= {f"*/{claim.cells['technique']}", f"*/{PLAIN}"}
+        if metric.fn is largest_batch_ratio:
+            out |= {claim.cells["a"], claim.cells["b"]}
         return out
 
     def schedule(self, params, task):
         return "sequential" if task == SEARCH else super().schedule(params, task)
 
     def spawn(self, runner, job, name):
+        if job.task == SEARCH:
+            # A try's peak spans its compile: it compiles cold in every round
+            # (the runner keeps a variant's compile caches for its later
+            # rounds: JAX's would hand a try the program that an earlier try
+            # at its batch compiled).
+            shutil.rmtree(runner.compile_cache(job), ignore_errors=True)
         w = runner.spawn_worker(job, name)
         if job.task == SEARCH:  # a try runs on its own and says when it is done
             w.autonomous = True

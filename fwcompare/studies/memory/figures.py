@@ -91,7 +91,10 @@ def trade_figure(table: pd.DataFrame, manifest: dict):
 
 def largest_batch_figure(table: pd.DataFrame, manifest: dict):
     """The largest batch each framework fit per search, with the smallest that
-    did not as a hollow bar end; a search that found nothing says so."""
+    did not as a hollow bar end; a search that found nothing says so. With
+    rounds (each a search of its own), the bar is the largest batch that fit
+    in every round and the hollow end reaches the highest of the rounds'
+    smallest failing batches, so every round's limit lies within it."""
     import matplotlib.pyplot as plt
 
     from ...plots import legend_right, no_data, palette
@@ -106,27 +109,29 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
         fws = sorted(g["framework"].unique())
         width = 0.8 / max(1, len(fws))
         for i, fw in enumerate(fws):
-            h = g[g["framework"] == fw].set_index("what")
+            h = g[g["framework"] == fw]
             for j, w in enumerate(whats):
-                if w not in h.index:
+                rounds = h[h["what"] == w]
+                if rounds.empty:
                     continue
-                r = h.loc[w]
+                ok = rounds[rounds["status"] == "ok"]
                 x = j + (i - (len(fws) - 1) / 2) * width
-                if r["status"] != "ok":
-                    ax.text(x, 0, r["status"], rotation=90, ha="center", va="bottom",
-                            fontsize=8, color="#c44e52")
+                if ok.empty:
+                    ax.text(x, 0, rounds["status"].iloc[0], rotation=90, ha="center",
+                            va="bottom", fontsize=8, color="#c44e52")
                     continue
-                ax.bar(x, r["largest_batch"], width=width, color=colors[fw],
-                       label=fw if j == 0 else None)
-                if r["oom_batch"] == r["oom_batch"]:
-                    ax.bar(x, r["oom_batch"] - r["largest_batch"], bottom=r["largest_batch"],
-                           width=width, fill=False, edgecolor=colors[fw], hatch="//")
-                ax.text(x, r["largest_batch"], f"{r['largest_batch']:g}", ha="center",
-                        va="bottom", fontsize=8)
+                low, top = ok["largest_batch"].min(), ok["largest_batch"].max()
+                ax.bar(x, low, width=width, color=colors[fw], label=fw if j == 0 else None)
+                oom = ok["oom_batch"].max()
+                if oom == oom:
+                    ax.bar(x, oom - low, bottom=low, width=width, fill=False,
+                           edgecolor=colors[fw], hatch="//")
+                ax.text(x, low, f"{low:g}" if top == low else f"{low:g}-{top:g}",
+                        ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(whats)), whats)
         ax.set_ylabel("largest batch that fits")
         ax.set_title(f"{model}, sequence {s}, budget {budget:g} GiB", fontsize=10)
     return legend_right(fig, axes, "The largest batch each framework fits in the budget",
-                        manifest, "filled: the largest batch that fit; hatched up to the "
-                                  "smallest batch that ran out of memory (each try a fresh "
-                                  "process)", 0.82)
+                        manifest, "filled: the largest batch that fit in every round (label: "
+                                  "its range over rounds); hatched up to the smallest that ran "
+                                  "out of memory", 0.82)

@@ -53,22 +53,35 @@ class OutsideGuard:
 
 # -- the search (parent side) ---------------------------------------------------------
 GROWTH = 8  # how far a search reaches past its largest fitting try before one fails
+# A line through two fitting tries needs the lower at most this fraction of the
+# upper: closer together, the allocator's noise in their peaks tilts it.
+LINE_SPAN = 0.75
 
 
 def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
-               budget: float | None = None, precision: float = 0.0) -> int | None:
+               budget: float | None = None, precision: float = 0.0,
+               seeds: tuple[int, ...] = ()) -> int | None:
     """The next batch to try, or None when the limit is found: the smallest
     failing batch is the next step after the largest fitting one, or at most
     ``precision`` (a fraction) above it. ``tried``: batch -> (fits, peak
-    bytes); batches are multiples of ``step`` up to ``cap``. The first
-    tries are ``step`` and ``4 * step``; until a try fails, each next one is
-    at most ``GROWTH`` times the largest that fit; then a line through two
-    fitting tries (``_predict``) predicts the limit from ``budget`` (bytes;
-    None: bisection only), and the next try is that batch but at least the
-    bracket's goal (``up``: a step, or ``precision`` of the largest fitting
-    batch) past the largest fitting one; a prediction at or below it asks
-    for the batch ``up`` past it (once in a row), one past a known failure
-    bisects the bracket instead."""
+    bytes); batches are multiples of ``step`` up to ``cap``.
+
+    ``seeds`` (a search in a round after the first: the previous round's
+    largest fitting and smallest failing batch) are tried first, each unless
+    the tries so far decide it (one above a failure, or below a fit): where
+    the limit holds, the two confirm it and the search ends. Where it moved,
+    the search steps away from them, each step twice the one before (up:
+    the seeds' gap before the first; down: the first is the bracket's goal
+    ``up``), until a try lands on the other side, and then bisects.
+
+    Without seeds the first tries are ``step`` and ``4 * step``; until a try
+    fails, each next one is at most ``GROWTH`` times the largest that fit;
+    then a line through two fitting tries (``_predict``) predicts the limit
+    from ``budget`` (bytes; None: bisection only), and the next try is that
+    batch but at least the bracket's goal (``up``: a step, or ``precision``
+    of the largest fitting batch) past the largest fitting one; a prediction
+    at or below it asks for the batch ``up`` past it (once in a row), one
+    past a known failure bisects the bracket instead."""
     ok = sorted(b for b, (fits, _) in tried.items() if fits)
     bad = sorted(b for b, (fits, _) in tried.items() if not fits)
     lo = ok[-1] if ok else 0
@@ -76,8 +89,14 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
     up = max(step, int(precision * lo) // step * step)  # the bracket's goal
     if hi - lo <= up or lo >= cap:
         return None
+    for b in seeds:
+        if lo < b < hi:  # not decided by the tries so far
+            return b
     if not tried:
         return step
+    if not ok:  # every try failed, above the first step (a seed): widen downwards
+        down = 2 * (bad[1] - bad[0]) if len(bad) > 1 else up
+        return max(bad[0] - down, step)
     if len(ok) == 1 and len(tried) == 1:  # a base for the line, wider than 1 to 2
         return min(4 * step, cap)
     guess = _predict(tried, ok, budget)
@@ -98,7 +117,9 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
                   and tried[lo - step][0])
         if guess <= lo and not walked:
             return min(lo + up, cap)
-    if not bad:  # no line (no budget, or a flat one): grow
+    if not bad:  # no line: fits too close for one (seeds) widen upwards, others grow
+        if ok[0] > LINE_SPAN * lo:
+            return min(lo + 2 * (lo - ok[-2]), cap)
         return min(GROWTH * lo // step * step, cap)
     mid = (lo + hi) // 2 // step * step  # the line overshoots a failure, or a walk
     return mid if mid > lo else lo + step
@@ -106,18 +127,19 @@ def next_batch(tried: dict[int, tuple[bool, float]], step: int, cap: int,
 
 def _predict(tried, ok, budget) -> int | None:
     """The largest batch a line through the largest fitting try and the
-    largest one at most 3/4 of it keeps under ``budget`` (``tried[b][1]`` are
-    their peaks): near the limit the line follows the local slope (a base
-    through batch 1 carries its fixed costs and creeps up), yet its two points
-    are far enough apart for the allocator's noise not to tilt it. Where that
-    slope is not positive (small batches whose peaks the allocator's noise
-    hides: TensorFlow's MiniLM tries at 4 and 8 peaked at 692 and 689 MB on
-    2026-11-25, and the search then grew 8-fold and came back down in four
-    out-of-memory tries), the line through the smallest fitting try instead:
-    its slope spans the whole range tried."""
-    if len(ok) < 2 or not budget:
+    largest one at most ``LINE_SPAN`` of it keeps under ``budget``
+    (``tried[b][1]`` are their peaks): near the limit the line follows the
+    local slope (a base through batch 1 carries its fixed costs and creeps
+    up), yet its two points are far enough apart for the allocator's noise
+    not to tilt it; no such try (a seeded search's tries a step apart), no
+    line. Where that slope is not positive (small batches whose peaks the
+    allocator's noise hides: TensorFlow's MiniLM tries at 4 and 8 peaked at
+    692 and 689 MB on 2026-11-25, and the search then grew 8-fold and came
+    back down in four out-of-memory tries), the line through the smallest
+    fitting try instead: its slope spans the whole range tried."""
+    base = [b for b in ok[:-1] if b <= LINE_SPAN * ok[-1]]
+    if not base or not budget:
         return None
-    base = [b for b in ok[:-1] if b <= 0.75 * ok[-1]] or ok[:1]
     b2, p2 = ok[-1], tried[ok[-1]][1]
     for b1 in dict.fromkeys((base[-1], ok[0])):  # the local line, then the whole range
         slope = (p2 - tried[b1][1]) / (b2 - b1)
@@ -126,17 +148,30 @@ def _predict(tried, ok, budget) -> int | None:
     return None
 
 
+def previous_bracket(row: dict | None) -> tuple[int, ...]:
+    """The seeds of a search's next round (``next_batch``): the largest
+    batch its ``row`` (the previous round's search) found fitting and the
+    smallest it found failing, those it found."""
+    if row is None or row["status"] != "ok":
+        return ()
+    return tuple(int(row[k]) for k in ("largest_batch", "oom_batch") if row[k] > 0)
+
+
 def search(runner, model: str, ref: CellRef) -> None:
     """One largest-batch search: tries (fresh processes, rows of their own,
-    task ``fit``) until the limit is bracketed, then the search's row. A try
-    a resumed run already made is read back, not made again."""
+    task ``fit``, in the search's round) until the limit is bracketed, then
+    the search's row. In a round after the first, the previous round's
+    bracket seeds it (``next_batch``): a limit that holds costs two tries,
+    and the rounds' limits give the figure its spread between processes. A
+    try a resumed run already made is read back, not made again."""
     spec = ref.spec
     step, cap = micro_batches(spec.mode), spec.batch_size
     budget = runner.params["fit_budget_gib"] * GIB or None
     precision = runner.params["fit_precision"]
+    seeds = previous_bracket(runner.store.row(spec.cell_id, ref.round - 1)) if ref.round else ()
     tried: dict[int, tuple[bool, float]] = {}
     rows: dict[int, dict] = {}
-    while (b := next_batch(tried, step, cap, budget, precision)) is not None:
+    while (b := next_batch(tried, step, cap, budget, precision, seeds)) is not None:
         t = CellRef(dataclasses.replace(spec, task=TRY, batch_size=b), ref.round)
         row = runner.store.row(t.spec.cell_id, t.round)
         if row is None or row["status"] not in ("ok", "oom"):
@@ -163,7 +198,9 @@ def search(runner, model: str, ref: CellRef) -> None:
                                                  "achieved_flops_per_s", "bytes_per_call")})
     note = (f"largest batch {largest}" + (f", batch {bad[0]} out of memory" if bad else
                                           f": every try fit, up to fit_max_batch {cap}")
-            if ok else f"even batch {step} does not fit")
+            if ok else f"even batch {step} does not fit") + (
+        f" (first tries: round {ref.round - 1}'s {' and '.join(map(str, seeds))})"
+        if seeds else "")
     _finish(runner, ref, "ok", note, figures)  # the note stays on the row
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pandas as pd
 
 from ...judging import Measurement, cell_label, memory_ratio, timed_from
-from ...stats import geomean, geomean_ratio_ci, ratio_ci
+from ...stats import geomean_ratio_ci, ratio_ci, rounds_t_interval
 from ...tables import samples_by_cell
-from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY, micro_batches
+from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY
 
 
 # What the articles say, with their hardware (shown beside the measured figures).
@@ -75,30 +76,31 @@ def technique_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFram
 
 
 def largest_batch_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Per search: the largest batch that fit the budget, its peak (MiB), the
-    smallest batch that did not, and the tries it took."""
+    """Per search and round: the largest batch that fit the budget, its peak
+    (MiB), the smallest batch that did not, and the tries it took."""
     s = results[results["task"] == SEARCH] if len(results) else results
     if s.empty:
         return pd.DataFrame()
     out = pd.DataFrame({
         "model": s["model"], "framework": s["framework"], "what": s["mode"],
-        "seq_len": s["seq_len"], "budget_gib": s["budget_bytes"] / GIB,
+        "seq_len": s["seq_len"], "budget_gib": s["budget_bytes"] / GIB, "round": s["round"],
         "largest_batch": s["largest_batch"], "peak_mib": s["peak_mem_bytes"] / MIB,
         "oom_batch": s["oom_batch"], "tries": s["fit_tries"], "status": s["status"],
         "note": s["error"]})
-    return out.sort_values(["model", "what", "framework"], ignore_index=True)
+    return out.sort_values(["model", "what", "framework", "round"], ignore_index=True)
 
 
 def tries_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Every try of every search: batch, outcome, peak (MiB) and its message."""
+    """Every try of every search (and round): batch, outcome, peak (MiB) and
+    its message."""
     s = results[results["task"] == TRY] if len(results) else results
     if s.empty:
         return pd.DataFrame()
     return pd.DataFrame({
         "model": s["model"], "framework": s["framework"], "what": s["mode"],
-        "batch_size": s["batch_size"], "status": s["status"],
+        "round": s["round"], "batch_size": s["batch_size"], "status": s["status"],
         "peak_mib": s["peak_mem_bytes"] / MIB, "first_call_s": s["first_call_s"],
-        "error": s["error"]}).sort_values(["model", "what", "framework", "batch_size"],
+        "error": s["error"]}).sort_values(["model", "what", "framework", "round", "batch_size"],
                                           ignore_index=True)
 
 
@@ -163,7 +165,8 @@ def technique_time_ratio(data, claim, devices):
         return m
     m.value, m.low, m.high = geomean_ratio_ci([(data.by_cell[r["cell_id"]],
                                                 data.by_cell[b["cell_id"]]) for r, b in pairs],
-                                              data.confidence)
+                                              data.confidence, prior=data.prior,
+                                              spreads=data.spreads)
     timed_from(m, data, [x["cell_id"] for pair in pairs for x in pair])
     m.cells = [f"{r['framework']} {cell_label(r)}" for r, _ in pairs]
     m.points = [(c, r["median_s"] / b["median_s"]) for c, (r, b) in zip(m.cells, pairs)]
@@ -173,9 +176,15 @@ def technique_time_ratio(data, claim, devices):
 
 def largest_batch_ratio(data, claim, devices):
     """Largest batch that fit for a over that for b (framework/what, e.g.
-    torch/plain), geometric mean over the searches both made (same model,
-    sequence and budget); the interval spans where each limit lies between
-    its largest fitting batch and its smallest failing one."""
+    torch/plain) in each round of the searches both made (same model,
+    sequence, budget and device), the geometric mean over searches and
+    rounds. Each limit lies between its largest fitting batch and its
+    smallest failing one, so a round's ratio lies in [largest_a / oom_b,
+    oom_a / largest_b], never of zero width. The limits move between fresh
+    processes, so the interval is Student's t over the rounds' log ratios
+    (``stats.rounds_t_interval``), around the figure, widened by the rounds'
+    mean bracket; from one round, the bracket alone. No timing: its rounds
+    are the searches' (``Memory.claimed_variants``)."""
 
     a, b = claim.cells["a"], claim.cells["b"]
     r = data.results
@@ -187,33 +196,49 @@ def largest_batch_ratio(data, claim, devices):
     if s.empty:
         m.note = "no largest-batch search ran here"
         return m
-    s = s.assign(variant=s["framework"] + "/" + s["mode"])
+    # a GPU search's budget is the device's (NaN): 0, as fit_budget_gib says it
+    s = s.assign(variant=s["framework"] + "/" + s["mode"], budget_bytes=s["budget_bytes"].fillna(0))
     keys = ["model", "seq_len", "budget_bytes", "device"]
-    sa, sb = s[s["variant"] == a].set_index(keys), s[s["variant"] == b].set_index(keys)
-    both = [k for k in sa.index if k in sb.index]
+    sa, sb = (s[s["variant"] == v].set_index([*keys, "round"]).sort_index() for v in (a, b))
+    both = sorted(k for k in sa.index if k in sb.index)
     if not both:
         m.note = f"no search where both {a} and {b} ran"
         return m
-    vals, lows, highs, notes = [], [], [], []
+    found = {}  # (search, round) -> (log ratio, log bracket low, log bracket high)
+    notes = []
     for k in both:
         ra, rb = sa.loc[k], sb.loc[k]
-        la, lb = ra["largest_batch"], rb["largest_batch"]
-        if not (la > 0 and lb > 0) or not (ra["oom_batch"] > 0 and rb["oom_batch"] > 0):
+        la, lb, oa, ob = ra["largest_batch"], rb["largest_batch"], ra["oom_batch"], rb["oom_batch"]
+        if not (la > 0 and lb > 0 and oa > 0 and ob > 0):
             m.forced = "not measured here"
-            notes.append(f"{k[0]}: a search found no limit (largest {la:g} / {lb:g}; raise "
-                         f"fit_max_batch or lower fit_budget_gib)")
+            notes.append(f"{k[0]} round {k[-1]}: a search found no limit (largest {la:g} / "
+                         f"{lb:g}; raise fit_max_batch or lower fit_budget_gib)")
             continue
-        step_a, step_b = micro_batches(a.split("/")[1]), micro_batches(b.split("/")[1])
-        top_a, top_b = ra["oom_batch"] - step_a, rb["oom_batch"] - step_b
-        vals.append(la / lb)
-        lows.append(la / max(top_b, lb))
-        highs.append(max(top_a, la) / lb)
-        notes.append(f"{k[0]} s={k[1]}: {a} {la:g}, {b} {lb:g}")
-        m.cells.append(f"{k[0]} s={k[1]} budget {k[2] / GIB:g} GiB")
-        m.points.append((m.cells[-1], la / lb))
-        m.devices.add(k[3])
-    if vals and not m.forced:
-        m.value, m.low, m.high = geomean(vals), geomean(lows), geomean(highs)
+        found[k] = (math.log(la / lb), math.log(la / ob), math.log(oa / lb))
+    searches = list(dict.fromkeys(k[:-1] for k in found))
+    # the rounds in which every search of both found its limit
+    rounds = sorted(set.intersection(*({k[-1] for k in found if k[:-1] == x}
+                                       for x in searches))) if searches else []
+    for x in searches:
+        label = f"{x[0]} s={x[1]} " + (f"budget {x[2] / GIB:g} GiB" if x[2] else
+                                        "the device's memory")
+        m.cells.append(label)
+        m.points += [(f"{label}, round {n}", math.exp(found[(*x, n)][0])) for n in rounds]
+        m.devices.add(x[3])
+        notes.append(f"{x[0]} s={x[1]}, largest batch by round: " + "; ".join(
+            f"{v} " + ", ".join(f"{t.loc[(*x, n), 'largest_batch']:g}" for n in rounds)
+            for v, t in ((a, sa), (b, sb))))
+    if rounds and not m.forced:
+        # per round, the mean over searches of each log (ratio, bracket low, high)
+        logs, lows, highs = np.array([[found[(*x, n)] for x in searches]
+                                      for n in rounds]).mean(axis=1).T
+        _, t_low, t_high = rounds_t_interval(logs, data.confidence)
+        half = (t_high - t_low) / 2 if len(rounds) > 1 else 0.0
+        centre = float(logs.mean())
+        m.value = math.exp(centre)
+        m.low = math.exp(centre - half + float((lows - logs).mean()))
+        m.high = math.exp(centre + half + float((highs - logs).mean()))
+        m.rounds = len(rounds)
     m.note = "; ".join(notes)
     return m
 
