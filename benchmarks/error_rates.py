@@ -51,7 +51,7 @@ from fwcompare.paths import OUTPUTS, PARAMS
 from fwcompare.results import Columns, load_results
 from fwcompare.schema import read_yaml
 from fwcompare.spec import Axis
-from fwcompare.stats import geomean_ratio_ci, variance_prior
+from fwcompare.stats import CellSamples, geomean_ratio_ci, look_confidence, variance_prior
 from fwcompare.tables import samples_by_cell
 
 TWIN = Axis("twin", "plain", label=" {twin}")
@@ -162,16 +162,16 @@ def measure(runs: int, rounds: int, out: Path) -> None:
               + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
 
 
-def intervals(out: Path) -> pd.DataFrame:
-    """One row per (run, study, twin other than plain): the ratio twin / plain
-    with its interval and the true ratio. Each run is a report: the
-    variance prior of its intervals (``stats.variance_prior``, the moderated
-    t the scorecard uses) is estimated from all of its figures, as the
-    scorecard's is from all of a report's timed claims; ``own`` is the
-    interval from each figure's own t, beside it."""
-    rows = []
+def upto(x: CellSamples, n: int) -> CellSamples:
+    """A cell's samples of its first ``n`` rounds."""
+    return CellSamples({r: v for r, v in x.rounds.items() if r < n}, x.interleaved)
+
+
+def run_figures(out: Path) -> dict[str, list]:
+    """Per run: each twin's (pair of CellSamples twin / plain, row of what it is)."""
+    runs = {}
     for folder in sorted(out.glob("run*")):
-        figures = []
+        figures = runs.setdefault(folder.name, [])
         for name in TWINS:
             if not (folder / name / "results").is_dir():
                 continue
@@ -190,31 +190,83 @@ def intervals(out: Path) -> pd.DataFrame:
                 truth = 1.0 + (wait / median_plain if math.isfinite(wait) else 0.0)
                 figures.append(((by_cell[ids[twin]], plain),
                                 dict(run=folder.name, study=name.removesuffix("_twins"),
-                                     twin=twin, nominal=SLOWDOWN[twin], truth=truth,
-                                     rounds=len(plain.rounds))))
-        spreads: list = []
-        for pair, _ in figures:
-            geomean_ratio_ci([pair], spreads=spreads)
-        prior = variance_prior(spreads)
-        for pair, row in figures:
-            value, lo, hi = geomean_ratio_ci([pair], prior=prior)
-            _, own_lo, own_hi = geomean_ratio_ci([pair])
-            rows.append(dict(row, value=value, low=lo, high=hi, own_low=own_lo,
-                             own_high=own_hi, prior_dof=prior.dof if prior else math.nan))
+                                     twin=twin, nominal=SLOWDOWN[twin], truth=truth)))
+    return runs
+
+
+def looked_at(figures: list, n: int, confidence: float) -> list[tuple]:
+    """Each figure's (value, low, high) from its first ``n`` rounds, moderated
+    by the prior of all of them at ``n`` rounds, and from its own t."""
+    pairs = [(upto(a, n), upto(b, n)) for (a, b), _ in figures]
+    spreads: list = []
+    for pair in pairs:
+        geomean_ratio_ci([pair], confidence, spreads=spreads)
+    prior = variance_prior(spreads)
+    return [(*geomean_ratio_ci([pair], confidence, prior=prior),
+             *geomean_ratio_ci([pair], confidence)[1:], prior) for pair in pairs]
+
+
+def sequential(out: Path, first: int) -> pd.DataFrame:
+    """The report's extra rounds, replayed on runs of more rounds than
+    ``first``: each figure looked at after ``first`` rounds (95%), then after
+    each further round (``stats.look_confidence``), stopping once its interval
+    excludes 1, as a doubtful claim of "slower" would (moderated t)."""
+    rows = []
+    for run, figures in run_figures(out).items():
+        if not figures:
+            continue
+        rounds = min(len(a.rounds) for (a, _), _ in figures)
+        looks = 1 + max(rounds - first, 0)
+        done = [None] * len(figures)
+        for k in range(1, looks + 1):
+            seen = looked_at(figures, first + k - 1, look_confidence(k, looks))
+            for i, (value, lo, hi, *_rest) in enumerate(seen):
+                if done[i] is None and (lo > 1 or hi < 1 or k == looks):
+                    done[i] = dict(figures[i][1], value=value, low=lo, high=hi,
+                                   rounds=first + k - 1, look=k)
+        rows += done
     return pd.DataFrame(rows)
 
 
-def report(df: pd.DataFrame) -> None:
+def intervals(out: Path, first: int | None = None) -> pd.DataFrame:
+    """One row per (run, study, twin other than plain): the ratio twin / plain
+    with its interval and the true ratio, from each run's first ``first``
+    rounds (None: all). Each run is a report: the variance prior of its
+    intervals (``stats.variance_prior``, the moderated t the scorecard uses)
+    is estimated from all of its figures, as the scorecard's is from all of a
+    report's timed claims; ``own`` is the interval from each figure's own t,
+    beside it."""
+    rows = []
+    for run, figures in run_figures(out).items():
+        if not figures:
+            continue
+        n = first or min(len(a.rounds) for (a, _), _ in figures)
+        for (_, row), (value, lo, hi, own_lo, own_hi, prior) in zip(
+                figures, looked_at(figures, n, 0.95)):
+            rows.append(dict(row, value=value, low=lo, high=hi, own_low=own_lo,
+                             own_high=own_hi, rounds=n,
+                             prior_dof=prior.dof if prior else math.nan))
+    return pd.DataFrame(rows)
+
+
+def report(df: pd.DataFrame, seq: pd.DataFrame | None = None) -> None:
     if df.empty:
         print("no results yet")
         return
     pd.set_option("display.width", 200)
     print(df[["run", "study", "twin", "truth", "value", "low", "high", "own_low", "own_high",
               "rounds", "prior_dof"]].round(4).to_string(index=False))
-    for label, low, high in (("moderated t (the scorecard's)", "low", "high"),
+    for label, low, high in ((f"moderated t (the scorecard's), {df['rounds'].min()} rounds",
+                              "low", "high"),
                              ("each figure's own t", "own_low", "own_high")):
         print(f"\n{label}:")
         summary(df.assign(low=df[low], high=df[high]))
+    if seq is not None and len(seq) and seq["look"].max() > 1:
+        print(f"\nwith the report's extra rounds replayed (moderated t, up to "
+              f"{seq['rounds'].max()} rounds, stopping once an interval excludes 1):")
+        summary(seq)
+        print("rounds taken: " + ", ".join(f"{t} median {g['rounds'].median():g}"
+                                           for t, g in seq.groupby("twin")))
 
 
 def summary(df: pd.DataFrame) -> None:
@@ -251,12 +303,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUTPUTS / "error_rates")
     ap.add_argument("--analyse", action="store_true", help="only print what is stored")
+    ap.add_argument("--first", type=int, default=3,
+                    help="the report's own rounds: with --rounds above it, the rounds "
+                         "after these replay the report's extra rounds (default 3)")
     args = ap.parse_args()
     print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}; fwcompare "
           f"{fwcompare.__version__}", flush=True)
     if not args.analyse:
         measure(args.runs, args.rounds, args.out)
-    report(intervals(args.out))
+    report(intervals(args.out, args.first), sequential(args.out, args.first))
 
 
 if __name__ == "__main__":

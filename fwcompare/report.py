@@ -523,7 +523,7 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
               f"this report's other timed claims (moderated t: typical spread "
               f"{math.sqrt(prior['var']):.2%} of the log ratio, worth "
               f"{'unlimited' if math.isinf(dof) else format(dof, '.0f')}"
-              f" degrees of freedom, from {prior['figures']} claims); one that spreads more "
+              f" degrees of freedom, from {prior['figures']} figures); one that spreads more "
               f"keeps its own (docs/methodology.md)." if prior else "")
     return (f"{head}<p>Each claim from the 2019 Hugging Face study or framework-comparison "
             f"articles, judged against this profile's measurements: <b>supported</b> when "

@@ -317,3 +317,23 @@ def _spread_of(data, c):
     d = SimpleNamespace(**{**vars(data), "prior": None, "spreads": spreads})
     claims.metrics()[c.metric].fn(d, c, claims._devices(c.hardware))
     return spreads[0]
+
+
+def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
+    """The report's first page names the moderated t and its prior (as
+    scorecard.json stores it: an infinite d0 is "inf" in JSON)."""
+    import json
+
+    from fwcompare import report
+
+    summary = tmp_path / report.SUMMARY
+    summary.mkdir()
+    doc = {"profile": "quick", "verdicts": {"supported": 0}, "claims": [],
+           "variance_prior": {"var": 1.44e-4, "dof": "inf", "figures": 14}}
+    (summary / "scorecard.json").write_text(json.dumps(doc))
+    page = report._scorecard_section(tmp_path, {})
+    assert "moderated t" in page and "1.20%" in page and "unlimited" in page, page
+    assert "from 14 figures" in page
+    doc["variance_prior"] = None
+    (summary / "scorecard.json").write_text(json.dumps(doc))
+    assert "moderated t" not in report._scorecard_section(tmp_path, {})
