@@ -198,21 +198,21 @@ def looked_at(figures: list, n: int, confidence: float) -> list[tuple]:
     """Each figure's (value, low, high) from its first ``n`` rounds, moderated
     by the prior of all of them at ``n`` rounds, and from its own t."""
     pairs = [(upto(a, n), upto(b, n)) for (a, b), _ in figures]
-    spreads: list = []
-    for pair in pairs:
-        geomean_ratio_ci([pair], confidence, spreads=spreads)
+    spreads: list = []  # the own t's pass also collects what the prior needs
+    own = [geomean_ratio_ci([pair], confidence, spreads=spreads) for pair in pairs]
     prior = variance_prior(spreads)
-    return [(*geomean_ratio_ci([pair], confidence, prior=prior),
-             *geomean_ratio_ci([pair], confidence)[1:], prior) for pair in pairs]
+    return [(*geomean_ratio_ci([pair], confidence, prior=prior), *mine[1:], prior)
+            for pair, mine in zip(pairs, own)]
 
 
-def sequential(out: Path, first: int) -> pd.DataFrame:
+def sequential(runs: dict[str, list], first: int) -> pd.DataFrame:
     """The report's extra rounds, replayed on runs of more rounds than
     ``first``: each figure looked at after ``first`` rounds (95%), then after
     each further round (``stats.look_confidence``), stopping once its interval
-    excludes 1, as a doubtful claim of "slower" would (moderated t)."""
+    excludes 1, as a doubtful claim of "slower" would (moderated t). ``runs``:
+    :func:`run_figures`."""
     rows = []
-    for run, figures in run_figures(out).items():
+    for run, figures in runs.items():
         if not figures:
             continue
         rounds = min(len(a.rounds) for (a, _), _ in figures)
@@ -228,16 +228,16 @@ def sequential(out: Path, first: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def intervals(out: Path, first: int | None = None) -> pd.DataFrame:
+def intervals(runs: dict[str, list], first: int | None = None) -> pd.DataFrame:
     """One row per (run, study, twin other than plain): the ratio twin / plain
     with its interval and the true ratio, from each run's first ``first``
     rounds (None: all). Each run is a report: the variance prior of its
     intervals (``stats.variance_prior``, the moderated t the scorecard uses)
     is estimated from all of its figures, as the scorecard's is from all of a
     report's timed claims; ``own`` is the interval from each figure's own t,
-    beside it."""
+    beside it. ``runs``: :func:`run_figures`."""
     rows = []
-    for run, figures in run_figures(out).items():
+    for run, figures in runs.items():
         if not figures:
             continue
         n = first or min(len(a.rounds) for (a, _), _ in figures)
@@ -311,7 +311,8 @@ def main() -> None:
           f"{fwcompare.__version__}", flush=True)
     if not args.analyse:
         measure(args.runs, args.rounds, args.out)
-    report(intervals(args.out, args.first), sequential(args.out, args.first))
+    runs = run_figures(args.out)  # read once, for both
+    report(intervals(runs, args.first), sequential(runs, args.first))
 
 
 if __name__ == "__main__":
