@@ -14,8 +14,12 @@ import), and through the same backend calls the measurements use
 - **memory**: the memory figure responds to a 64 MiB allocation (GPU: the
   framework's allocator peak; CPU: the process's peak RSS, ``memory.PeakRSS``).
 
-A ``device: gpu`` run calls :func:`require` first and stops with the doctor's
-findings instead of producing a grid of ``unsupported`` cells.
+A framework that is not installed at all (``frameworks.not_installed``: no
+module it requires) is said once ("tensorflow: not installed here") and not
+probed; it fails nothing: its cells are ``unsupported`` with that reason and
+the rest runs. A ``device: gpu`` run calls :func:`require` first and stops
+with the doctor's findings where an installed framework cannot use the GPU,
+instead of producing a grid of ``unsupported`` cells.
 """
 from __future__ import annotations
 
@@ -122,8 +126,14 @@ def probe(framework: str, device: str) -> list[dict]:
 
 
 def examine(frameworks: list[str], device: str, timeout_s: float = 300.0) -> dict[str, list]:
-    """Every framework probed in a fresh interpreter of its own, two at a time."""
+    """Every framework probed in a fresh interpreter of its own, two at a time;
+    one that is not installed in one finding, ``missing``, unprobed."""
+    from .frameworks import not_installed
+
     def one(fw: str) -> list[dict]:
+        if why := not_installed(fw):
+            return [{"check": "import", "ok": False, "missing": True,
+                     "detail": f"{why}: its cells are unsupported, the others run"}]
         try:
             out = subprocess.run([sys.executable, "-m", "fwcompare.doctor", "--probe", fw,
                                   "--device", device], capture_output=True, text=True,
@@ -142,15 +152,17 @@ def examine(frameworks: list[str], device: str, timeout_s: float = 300.0) -> dic
 
 
 def passed(found: dict[str, list]) -> bool:
-    return all(c["ok"] for checks in found.values() for c in checks)
+    """Every installed framework passed every check (one not installed
+    fails nothing: its cells are unsupported)."""
+    return all(c["ok"] or c.get("missing") for checks in found.values() for c in checks)
 
 
 def format_findings(device: str, found: dict[str, list]) -> str:
     lines = [f"device {device}" + (f": {env.describe_gpus()}" if device == "gpu" else "")]
     for fw, checks in found.items():
         for c in checks:
-            lines.append(f"  {fw:<11} {c['check']:<7} {'ok  ' if c['ok'] else 'FAIL'} "
-                         f"{c['detail']}")
+            mark = "ok  " if c["ok"] else "--  " if c.get("missing") else "FAIL"
+            lines.append(f"  {fw:<11} {c['check']:<7} {mark} {c['detail']}")
     return "\n".join(lines)
 
 
@@ -167,7 +179,8 @@ def require(frameworks: list[str], device: str) -> None:
         return
     found = examine(todo, device)
     if not passed(found):
-        bad = sorted(fw for fw, checks in found.items() if not all(c["ok"] for c in checks))
+        bad = sorted(fw for fw, checks in found.items()
+                     if not all(c["ok"] or c.get("missing") for c in checks))
         raise DoctorError(f"device {device}: {', '.join(bad)} cannot run here "
                           f"(fwcompare doctor):\n" + format_findings(device, found))
     os.environ[PASSED_VAR] = ",".join(sorted(done | {f"{device}:{fw}" for fw in todo}))

@@ -185,8 +185,8 @@ def measure(runner, model: str, dtypes: list[str]) -> None:
     from .job import PEAK
 
     device, threads = runner.params["device"], runner.threads
-    todo = {fw: need for fw in runner.params["frameworks"]
-            if (need := missing(fw, device, dtypes, threads, runner.manifest))}
+    todo = {fw: need for fw in runner.params["frameworks"] if fw not in runner.not_installed
+            and (need := missing(fw, device, dtypes, threads, runner.manifest))}
     if todo:  # every server's imports done first: nothing else on the cores
         with runner.phase("process start and imports"):
             for kind in [*todo, "prepare"]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from . import claims, doctor, env, load_results, run_studies
+from . import claims, doctor, env, frameworks, load_results, run_studies
 from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
@@ -178,6 +178,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     if overrides:
         say(f"your own question ({describe_overrides(overrides)}): the report goes to "
             f"{out_root}")
+    named = dict.fromkeys(fw for full in typed.values() for fw in full["frameworks"])
+    for why in filter(None, map(frameworks.not_installed, named)):  # once, not per study
+        say(f"{why}: its cells will be unsupported, the others run")
     claims.load_claims()  # the scorecard's claims, checked before anything runs too
     if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
         doctor.require(on_gpu, "gpu")
@@ -538,6 +541,15 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>{figs}</section>")
 
 
+def _not_installed_html() -> str:
+    """The frameworks this machine lacks, said once on the first page: their
+    cells are unsupported with that reason (``frameworks.not_installed``)."""
+    lacking = [why for fw in frameworks.BUILT_IN if (why := frameworks.not_installed(fw))]
+    return "".join(f'<p class="failed">{html.escape(why)}: its cells are unsupported and its '
+                   f'claims not judged from them; the other frameworks ran.</p>'
+                   for why in lacking)
+
+
 def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = None) -> Path:
     manifest = env.manifest()
     failures = failures or {}
@@ -594,6 +606,7 @@ figcaption {{ font-size: 0.8em; color: #555; }} .failed {{ color: #b00; }}
 <p>PyTorch, TensorFlow and JAX on Transformer models, measured on this machine
 ({html.escape(env.hardware_line(manifest))}). Every figure shows 95% confidence intervals;
 failed cells are marked, not dropped. Index written {html.escape(manifest['timestamp'])}.</p>
+{_not_installed_html()}
 <nav><a href="#scorecard">Claims scorecard</a>{''.join(toc)}<a href="#environment">Environment</a></nav>
 {_scorecard_section(out_root, failures)}
 {''.join(sections)}

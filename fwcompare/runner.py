@@ -45,7 +45,7 @@ from tqdm import tqdm
 from . import env, peak, protocol, schedules
 from .atomic import write_json
 from .forkserver import ForkServerError, ForkServers, kill_group
-from .frameworks import Unsupported, check_precision, worker_env
+from .frameworks import Unsupported, check_precision, not_installed, worker_env
 from .host import HostMeter
 from .job import CELLS, PREPARE, CellRef, Job
 from .judging import is_claimed
@@ -183,6 +183,9 @@ class Runner:
         the params' rounds (of the cells a doubtful claim used)."""
         self.study, self.params, self.task = study, params, task
         self.claimed = claimed
+        # A framework this machine lacks: its cells unsupported, no worker started
+        self.not_installed = {fw: why for fw in params["frameworks"]
+                              if (why := not_installed(fw))}
         self.servers, self._own_servers = servers, servers is None
         self.store = ResultStore(store_dir)
         self.profile = profile
@@ -327,7 +330,8 @@ class Runner:
             return
         if self.servers is None:
             self.servers = ForkServers(self.work_dir / "jobs")
-        for kind in [*self.params["frameworks"], "prepare"]:  # prepare: torch's, usually
+        kinds = [fw for fw in self.params["frameworks"] if fw not in self.not_installed]
+        for kind in [*kinds, "prepare"]:  # prepare: torch's, usually
             self.servers.start(self.worker_env(self.env_threads, kind), self.threads, kind,
                                self.study.name, module_file(self.study), models)
 
@@ -477,6 +481,9 @@ class Runner:
                 order = frameworks if rnd % 2 == 0 else frameworks[::-1]
                 for model in dict.fromkeys(s.model for s in specs):  # a task's own models
                     mine = [c for c in todo if c.round == rnd and c.spec.model == model]
+                    for c in [c for c in mine if c.spec.framework in self.not_installed]:
+                        self.fail(c, "unsupported", self.not_installed[c.spec.framework])
+                    mine = [c for c in mine if c.spec.framework not in self.not_installed]
                     if not mine:
                         continue
                     problem = self.study.model_problem(model)

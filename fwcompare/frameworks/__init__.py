@@ -67,6 +67,26 @@ def find(name: str) -> Framework | None:
     return _REGISTRY.get(name)
 
 
+def not_installed(name: str) -> str:
+    """Why framework ``name`` cannot run on this machine at all ("" if it
+    can as far as its modules go): a module it ``requires`` is not installed
+    (found by ``importlib.util.find_spec``, nothing imported). A GPU
+    machine's image without TensorFlow, say: its cells are unsupported with
+    this reason, the doctor and the report's first page say it once, and
+    the other frameworks run."""
+    import importlib.util
+
+    missing = []
+    for module in get(name).requires:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a broken one
+            found = False
+        if not found:
+            missing.append(module)
+    return (f"{name}: not installed here (no module {', '.join(missing)})" if missing else "")
+
+
 def get(name: str) -> Framework:
     if name not in _REGISTRY:
         raise ValueError(f"unknown framework {name!r}; known: {', '.join(_REGISTRY)}")

@@ -102,6 +102,10 @@ class Framework:
     probe_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Packages whose versions a run records (fwcompare.env), its own first.
     packages: tuple[str, ...] = ()
+    # The modules without which it cannot run at all (found or not without
+    # importing them: ``frameworks.not_installed``): a machine without them
+    # gets its cells as unsupported, with that reason, and the rest runs.
+    requires: tuple[str, ...] = ()
     # Deployment: its paths (mode -> DeployPath), its exporter and the
     # runtimes of its own artifact kinds ("module:Class", imported on demand).
     deploy_paths: Mapping[str, DeployPath] = field(default_factory=dict)
@@ -115,7 +119,7 @@ class Framework:
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
         for name in ("modes", "train_modes", "options", "preload", "dist_modes",
-                     "server_modes", "packages"):
+                     "server_modes", "packages", "requires"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
 

@@ -27,6 +27,7 @@ FRAMEWORK = Framework(
     # needs the CPU too.
     probe_env={"cpu": {"JAX_PLATFORMS": "cpu"}, "gpu": {"JAX_PLATFORMS": "cuda,cpu"}},
     packages=("jax", "jaxlib", "flax"),
+    requires=("jax", "flax", "transformers"),
     deploy_paths={
         "jit": DeployPath("jax.jit (the baseline)", "JAX"),
         "jax-export": DeployPath("jax.export with symbolic batch and sequence, serialised StableHLO, deserialised and jitted", "JAX", artifact="jax-export"),

@@ -20,6 +20,7 @@ FRAMEWORK = Framework(
     dist_modes=("eager", "ddp-fp16", "ddp-bf16", "fsdp"),
     launcher="fwcompare.frameworks.torch.launch",
     packages=("torch", "onnx", "onnxscript"),
+    requires=("torch", "transformers"),
     deploy_paths={
         "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
         "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),
