@@ -56,3 +56,10 @@ def test_its_cells_are_unsupported_and_the_others_run(no_tensorflow, tmp_path, s
     assert df.loc["torch", "status"] == "ok" and df.loc["torch", "median_s"] > 0
     assert df.loc["tensorflow", "status"] == "unsupported"
     assert df.loc["tensorflow", "error"] == REASON
+
+
+def test_a_framework_this_process_does_not_know_is_not_called_missing():
+    """A framework declared outside fwcompare is unknown to a process that did
+    not import its file (a shard job's parent): its workers load it, so it is
+    not "not installed" (a shard job failed on this: issue 49's first merge)."""
+    assert frameworks.not_installed("numpy_toy_declared_elsewhere") == ""

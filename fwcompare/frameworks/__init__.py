@@ -76,8 +76,11 @@ def not_installed(name: str) -> str:
     the other frameworks run."""
     import importlib.util
 
+    declared = find(name)
+    if declared is None:  # declared outside fwcompare: its worker loads it (``load``)
+        return ""
     missing = []
-    for module in get(name).requires:
+    for module in declared.requires:
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):  # a parent package missing, or a broken one
