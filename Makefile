@@ -12,7 +12,7 @@ PYPI := https://pypi.org/simple
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
-	@echo "  PROFILE=smoke|quick|full (default quick); PYTHON=/path/to/python3.12: the interpreter of a new .venv"
+	@echo "  PROFILE=smoke|quick|gpu|full (default quick); PYTHON=/path/to/python3.12: the interpreter of a new .venv"
 
 # The Python versions fwcompare supports: pyproject.toml's requires-python, which
 # tests/test_environment.py checks against this list. Without PYTHON=, a new .venv

@@ -136,6 +136,31 @@ def gpus() -> list[dict]:
             pass
 
 
+def gpu_free_bytes() -> int | None:
+    """Free memory of the GPU the workers use (the first of
+    ``CUDA_VISIBLE_DEVICES`` where it names one by index, else GPU 0), as NVML
+    tells it; None without NVML, a GPU or an answer."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        index = int(visible) if visible.isdigit() else 0
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).free)
+    except pynvml.NVMLError:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
 def _nvml(fn, *args):
     """``fn(*args)``, or None where this GPU or driver does not support it."""
     import pynvml

@@ -16,6 +16,7 @@ study, is :mod:`fwcompare.claims`.
 """
 from __future__ import annotations
 
+import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
@@ -430,6 +431,11 @@ SHARED_METRICS = {
 }
 
 
-def is_claimed(framework: str, mode: str, variants: set[str]) -> bool:
-    """Whether ``framework/mode`` is one of ``claims.claimed_variants``."""
-    return f"{framework}/{mode}" in variants or f"*/{mode}" in variants
+def is_claimed(spec, variants: set[str]) -> bool:
+    """Whether the cell ``spec`` (a RunSpec) is of one of
+    ``claims.claimed_variants``: ``framework/mode`` (``*`` for every
+    framework), of any task and precision, or ``framework/mode@task/dtype``
+    (each part may be ``*``: mixed_precision's claims name a task and a
+    precision of every framework's modes)."""
+    full = f"{spec.framework}/{spec.mode}@{spec.task}/{spec.dtype}"
+    return any(fnmatch.fnmatchcase(full, v if "@" in v else f"{v}@*/*") for v in variants)

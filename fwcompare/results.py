@@ -61,7 +61,7 @@ FIGURES_HEAD = ("n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_hig
                 "equiv_max_abs_err", "equiv_rel_err")
 # what else the machine did while the cell was sampled (host.py)
 FIGURES_TAIL = ("host_other_cpu", "host_steal", "host_retakes")
-PROVENANCE_HEAD = {"schedule": "string",
+PROVENANCE_HEAD = {"schedule": "string", "schedule_note": "string",
                    "mem_method": "string", "precision_setup": "string", "mode_setup": "string"}
 PROVENANCE_TAIL = {"framework_version": "string", "framework_threads": "float64",
                    "device_name": "string", "cpu_model": "string", "hostname": "string",

@@ -150,7 +150,7 @@ def planned_cells(study: Study, params: dict, specs: list[RunSpec],
         if claimed is None:
             raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "
                              f"claimed variants")
-        again = [s for s in again if is_claimed(s.framework, s.mode, claimed)]
+        again = [s for s in again if is_claimed(s, claimed)]
     return [CellRef(s, r) for r in range(params["rounds"] + more)
             for s in (specs if r == 0 else again)]
 
@@ -168,6 +168,7 @@ class Passes:
         self.prepared: dict[tuple[str, str], str | None] = {}  # (task, model): error or None
         self.phases: dict[str, dict[str, float]] = {}  # task: phase: seconds
         self.cells: dict[str, int] = {}  # task: cells measured
+        self.fits: dict[str, schedules.fit.Fit] = {}  # task: its schedule, resolved once
 
 
 class Runner:
@@ -199,18 +200,44 @@ class Runner:
         # where the study says so); a job's own threads are set at configure.
         self.env_threads = study.worker_threads(params) or self.threads
         self.manifest = env.manifest(params)
+        # Interleaved on a GPU where the variants fit on it together, else
+        # sequential with the reason in every row (schedules/fit.py); resolved
+        # in the first round pass, kept for the later ones.
+        if task not in self.passes.fits:
+            self.passes.fits[task] = self._fit()
+        self.fit = self.passes.fits[task]
         self.provenance = {
             "versions": self.manifest["versions"], "git_commit": self.manifest["git_commit"],
             "git_dirty": self.manifest["git_dirty"], "params_hash": self.manifest["params_hash"],
             "hostname": self.manifest["hostname"], "cpu_model": self.manifest["cpu_model"],
-            "schedule": study.schedule(params, task)}
-        self.timing = timing_config(params, study.schedule(params, task))
+            "schedule": self.fit.schedule, "schedule_note": self.fit.note}
+        self.timing = timing_config(params, self.fit.schedule)
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
         # where the run's time went (seconds), summed over its round passes
         self.phases: dict[str, float] = self.passes.phases.setdefault(task, {})
         self.host = HostMeter()  # what else the machine did while cells were sampled
 
+
+    def _fit(self) -> "schedules.fit.Fit":
+        """This task's schedule: the study's, unless its variants would share a
+        GPU they do not fit on together (:func:`schedules.fit.resolve`)."""
+        from .models import config_for
+
+        wanted = self.study.schedule(self.params, self.task)
+        if wanted != "interleaved" or self.params["device"] != "gpu":
+            return schedules.fit.Fit(wanted, "")
+        cells = [s for s in self.study.cells(self.params) if s.task == self.task
+                 and s.framework not in self.not_installed
+                 and not self.study.model_problem(s.model)]
+        from .schedules.interleaved import variant_key
+
+        needs = schedules.fit.set_bytes(cells, config_for,
+                                        lambda s: variant_key(CellRef(s, 0)))
+        fit = schedules.fit.resolve(wanted, "gpu", needs, env.gpu_free_bytes())
+        if fit.note:
+            self.say(f"{self.study.name} ({self.task}): {fit.note}")
+        return fit
 
     # -- where the time goes ----------------------------------------------------------
     def charge(self, phase: str, seconds: float) -> None:
@@ -470,9 +497,15 @@ class Runner:
         if len(todo) < total and not (self._passes_given and self.upto_round > 0):
             self.say(f"resuming: {total - len(todo)} of {total} cells already done")
         try:
+            # A machine that cannot run the study at all (too few GPUs for its
+            # launches): every cell says so, nothing is started
+            problem = self.study.machine_problem(self.params) if todo else ""
+            for c in todo if problem else ():
+                self.fail(c, "unsupported", problem)
+            todo = [] if problem else todo
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
-            if specs and not idle:
+            if specs and todo:
                 peak.measure(self, specs[0].model, sorted({s.dtype for s in specs}))
             prepared = self.passes.prepared
             frameworks = list(self.params["frameworks"])
@@ -501,7 +534,7 @@ class Runner:
                         for c in (c for group in groups for c in group):
                             self.fail(c, "error", prepared[made])
                     else:
-                        schedules.run(self.study.schedule(self.params, self.task), self,
+                        schedules.run(self.fit.schedule, self,
                                       model, groups, rnd)
         finally:
             if self._own_servers and self.servers is not None:

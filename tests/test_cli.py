@@ -95,8 +95,6 @@ def nothing_runs(monkeypatch):
     (["--frameworks", "torch,mxnet"], "key 'frameworks': unknown value 'mxnet'"),
     (["--set", "rounds"], "expected KEY=VALUE"),
     (["--set", "modes=[torch"], "not a YAML value"),
-    # The CPU profiles interleave; a GPU run of them says to run its variants in turn.
-    (["--set", "device=gpu"], "key 'schedule': interleaved on a GPU"),
 ])
 def test_bad_overrides_exit_2_before_anything_runs(capsys, tmp_path, nothing_runs, argv, says):
     rc = cli.main(["run", "inference_sweep", "--profile", "smoke", "--out", str(tmp_path / "o"),

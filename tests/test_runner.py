@@ -6,6 +6,7 @@ import pytest
 from conftest import SMOKE_TIMING, children_alive
 
 from fwcompare import run_study
+from fwcompare.spec import RunSpec
 
 pytestmark = pytest.mark.slow  # every test starts worker processes
 
@@ -128,12 +129,37 @@ def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
     each framework of the memory study; no claim times accumulate-4."""
     from fwcompare.claims import claimed_variants, is_claimed
 
+    def cell(fw, mode, task="train", dtype="float32"):
+        return RunSpec(study="memory", model="gpt2", framework=fw, mode=mode, device="cpu",
+                       dtype=dtype, batch_size=8, seq_len=64, threads=1, task=task)
+
     keep = claimed_variants("memory", "cpu")
     assert {"*/checkpointing", "*/plain"} <= keep
-    assert is_claimed("jax", "checkpointing", keep) and is_claimed("tensorflow", "plain", keep)
+    assert is_claimed(cell("jax", "checkpointing"), keep)
+    assert is_claimed(cell("tensorflow", "plain"), keep)
     # accumulate-4's claim is about memory: no rounds for its timings
-    assert not is_claimed("torch", "accumulate-4", keep)
-    assert not is_claimed("torch", "checkpointing", claimed_variants("training", "cpu"))
+    assert not is_claimed(cell("torch", "accumulate-4"), keep)
+    assert not is_claimed(cell("torch", "checkpointing"), claimed_variants("training", "cpu"))
+
+
+def test_a_precision_claim_repeats_its_task_and_precisions_only():
+    """mixed-precision-training-speedup (a GPU claim) compares float16 training
+    with float32 training in every framework: those cells repeat, the other
+    precisions and the inference cells do not."""
+    from fwcompare.claims import claimed_variants, is_claimed
+
+    keep = claimed_variants("mixed_precision", "gpu")
+    assert keep == {"*/*@train/float16", "*/*@train/float32"}
+    assert not claimed_variants("mixed_precision", "cpu")  # the claim is about GPUs
+
+    def cell(fw, mode, task, dtype):
+        return RunSpec(study="mixed_precision", model="bert-base-cased", framework=fw,
+                       mode=mode, device="gpu", dtype=dtype, batch_size=16, seq_len=128,
+                       threads=1, task=task)
+    assert is_claimed(cell("jax", "jit", "train", "float16"), keep)
+    assert is_claimed(cell("torch", "eager", "train", "float32"), keep)
+    assert not is_claimed(cell("torch", "eager", "train", "bfloat16"), keep)
+    assert not is_claimed(cell("torch", "eager", "inference", "float16"), keep)
 
 
 def test_the_memory_studys_rounds_go_to_its_claims_variants():

@@ -16,6 +16,8 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``notebook``: its notebook (default ``<name>.ipynb``)
 - ``model_problem``: why the study cannot run a model at all (its cells are
   then ``unsupported`` rows with that sentence, and nothing is prepared)
+- ``machine_problem``: why this machine cannot run the study's cells at all
+  (distributed: fewer GPUs than a launch's ranks); every cell says it
 - ``head``: the model head a task runs (base, causal_lm, seq_cls, seq2seq_lm)
 - ``model_key``: the name of a model's weights and gate files
 - ``gate_shape``: the gate batch (rows must split as the study needs)
@@ -163,6 +165,11 @@ class Study:
         """Default: a forward needs only token ids (an encoder-decoder is left
         to the generation study)."""
         return models.forward_problem(model)
+
+    def machine_problem(self, params: "Params") -> str:
+        """Why this machine cannot run any of the study's cells (each is then
+        ``unsupported`` with it, and nothing starts); "" where it can."""
+        return ""
 
     def head(self, task: str, model: str) -> str:
         if task == "train":

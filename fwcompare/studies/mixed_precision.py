@@ -60,6 +60,15 @@ class MixedPrecision(Study):
     columns = TRAINING_COLUMNS + PRECISION_COLUMNS
     tasks = ("inference", "train")
 
+    def claimed_variants(self, claim, metric) -> set[str]:
+        """A precision's speed-up compares its cells of one task with
+        float32's, of every framework and mode: those repeat in every round
+        (``rounds_for: claims``); the other precisions and task do not."""
+        if claim.metric != "precision_speedup":
+            return set()
+        task = claim.cells["task"]
+        return {f"*/*@{task}/{claim.cells['dtype']}", f"*/*@{task}/float32"}
+
     def schema(self):
         grid = grid_params(["all-minilm-l6-v2", "bert-base-cased"], _FRAMEWORK_MODES, MODES,
                            [1, 8], [128], 1800.0)

@@ -189,6 +189,20 @@ class Distributed(Study):
                 for w in params["workers"]
                 for sc in params["scaling"]]
 
+    def machine_problem(self, params):
+        """On GPUs a rank takes a GPU of its own (NCCL refuses two ranks on one
+        device): a host with fewer GPUs than its most ranks runs none of the
+        cells, since every claim compares worker counts or engines at the most."""
+        if params["device"] != "gpu":
+            return ""
+        need = -(-max(params["workers"]) // len(params["hosts"]))
+        have = len(env.gpus())
+        if have >= need:
+            return ""
+        return (f"needs {need} GPUs (one per worker, up to {max(params['workers'])} workers"
+                + (f" over {len(params['hosts'])} hosts" if len(params["hosts"]) > 1 else "")
+                + f"); this machine has {have}")
+
     def worker_threads(self, params):
         """Per rank: this host's cores over its most ranks, unless set."""
         local = max(params["workers"]) // len(params["hosts"])

@@ -1,0 +1,143 @@
+"""The `gpu` profile without a GPU (issue 49): its params validate and dry-run
+for every study, interleaving on a GPU falls back to sequential where the
+variants' memory does not fit (schedules/fit.py), and a distributed run with
+fewer GPUs than ranks says so in every cell before anything starts."""
+import pandas as pd
+import pytest
+
+from fwcompare import cli, env, params
+from fwcompare.models import config_for
+from fwcompare.paths import PARAMS
+from fwcompare.schedules import fit
+from fwcompare.spec import RunSpec
+from fwcompare.studies import STUDIES
+
+GIB = 2 ** 30
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_every_study_has_a_gpu_profile_that_dry_runs(study, tmp_path, capsys):
+    full = params.load_file(PARAMS / study / "gpu.yaml", study)
+    # deployment's runtimes have no CUDA path in the pins: it runs on the host's CPU
+    assert full["device"] == ("cpu" if study == "deployment" else "gpu")
+    assert cli.main(["run", study, "--profile", "gpu", "--dry-run",
+                     "--out", str(tmp_path / study)]) == 0
+    out = capsys.readouterr().out
+    assert f"{study}: " in out and "estimate: " in out, out
+    assert not (tmp_path / study / "results" / "results.parquet").exists()
+
+
+def test_gpu_profile_interleaves_where_it_can():
+    """Every GPU study whose cells are timed side by side asks to interleave
+    (generation: a static-compile lane captures CUDA graphs; distributed
+    launches its ranks: both sequential)."""
+    wanted = {s: params.load_file(PARAMS / s / "gpu.yaml", s)["schedule"] for s in STUDIES}
+    assert {s for s, v in wanted.items() if v == "interleaved"} >= {
+        "inference_sweep", "acceleration", "training", "memory", "mixed_precision"}
+
+
+def test_param_count_from_a_config_is_near_the_built_models():
+    """bert-base has 108.3M parameters, gpt2 124.4M (their PyTorch models,
+    embeddings included): the estimate from the config within 3%."""
+    assert fit.param_count(config_for("bert-base-cased")) == pytest.approx(108.3e6, rel=0.03)
+    assert fit.param_count(config_for("gpt2")) == pytest.approx(124.4e6, rel=0.03)
+
+
+def test_a_training_lane_needs_more_than_an_inference_lane():
+    c = config_for("bert-base-cased")
+    infer = fit.lane_bytes(c, "torch", 8, 128, training=False)
+    train = fit.lane_bytes(c, "torch", 8, 128, training=True)
+    weights = fit.param_count(c) * 4
+    assert infer > weights + fit.RESERVE_GIB["torch"] * GIB
+    # gradients and Adam's moments: at least three more copies of the weights
+    assert train - infer > 3 * weights
+    # activations grow with the batch
+    assert fit.lane_bytes(c, "torch", 64, 512, True) > train + 5 * GIB
+
+
+def _cells(frameworks, modes, task="inference", batch=8, seq=128, model="bert-base-cased"):
+    return [RunSpec(study="inference_sweep", model=model, framework=fw, mode=m, device="gpu",
+                    dtype="float32", batch_size=b, seq_len=seq, threads=1, task=task)
+            for fw in frameworks for m in modes[fw] for b in (1, batch)]
+
+
+def test_a_set_sums_its_lanes_at_each_lanes_largest_cell():
+    cells = _cells(["torch", "jax"], {"torch": ["eager"], "jax": ["jit"]})
+    needs = fit.set_bytes(cells, config_for, lambda s: (s.framework, s.mode))
+    c = config_for("bert-base-cased")
+    expected = (fit.lane_bytes(c, "torch", 8, 128, False)
+                + fit.lane_bytes(c, "jax", 8, 128, False))
+    assert needs == {"bert-base-cased": pytest.approx(expected)}
+
+
+@pytest.mark.parametrize("free_gib, schedule", [(80.0, "interleaved"), (4.0, "sequential")])
+def test_interleaving_on_a_gpu_falls_back_when_the_set_does_not_fit(free_gib, schedule):
+    cells = _cells(["torch", "tensorflow", "jax"],
+                   {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}, task="train",
+                   batch=16)
+    needs = fit.set_bytes(cells, config_for, lambda s: (s.framework, s.mode))
+    got = fit.resolve("interleaved", "gpu", needs, free_gib * GIB)
+    assert got.schedule == schedule
+    if schedule == "sequential":
+        assert "bert-base-cased's variants need about" in got.note
+        assert "of its 4.0 GiB free: ran sequential" in got.note
+    else:
+        assert got.note == "" and got.need_bytes < fit.HEADROOM * free_gib * GIB
+    # unknown free memory: sequential, said; a CPU or a sequential task: untouched
+    assert fit.resolve("interleaved", "gpu", needs, None).schedule == "sequential"
+    assert fit.resolve("interleaved", "cpu", needs, 1.0).schedule == "interleaved"
+    assert fit.resolve("sequential", "gpu", needs, 1e15).schedule == "sequential"
+
+
+@pytest.mark.parametrize("free_gib", [1.0, 1000.0])
+def test_the_runner_resolves_the_schedule_once_and_rows_carry_the_note(
+        free_gib, tmp_path, monkeypatch):
+    """A Runner for the GPU profile (nothing run: a CPU machine) reads NVML's
+    free memory once and keeps the outcome for the later round passes."""
+    from fwcompare.runner import Passes, Runner
+
+    calls = []
+    monkeypatch.setattr(env, "gpu_free_bytes", lambda: calls.append(1) or free_gib * GIB)
+    study = STUDIES["training"]
+    full = params.load_file(PARAMS / "training" / "gpu.yaml", "training")
+    passes = Passes()
+    first = Runner(study, full, tmp_path / "r", task="train", progress=False, passes=passes)
+    second = Runner(study, full, tmp_path / "r", task="train", progress=False, passes=passes)
+    assert len(calls) == 1 and second.fit is first.fit
+    if free_gib < 10:
+        assert first.fit.schedule == "sequential"
+        assert first.provenance["schedule"] == "sequential"
+        assert "ran sequential" in first.provenance["schedule_note"]
+        assert first.timing.min_block_s == 0.0  # sequential's timing, not interleaved's
+    else:
+        assert first.provenance == {**first.provenance, "schedule": "interleaved",
+                                    "schedule_note": ""}
+
+
+def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch):
+    """Each rank takes a GPU of its own: on one GPU the gpu profile's cells
+    (up to 2 workers) are unsupported with the count, before any process."""
+    from fwcompare import run_study
+
+    monkeypatch.setattr(env, "gpus", lambda: [{"name": "NVIDIA H100"}])
+    full = params.load_file(PARAMS / "distributed" / "gpu.yaml", "distributed")
+    why = STUDIES["distributed"].machine_problem(full)
+    assert why == "needs 2 GPUs (one per worker, up to 2 workers); this machine has 1"
+    monkeypatch.setattr(env, "gpus", lambda: [{}, {}])
+    assert STUDIES["distributed"].machine_problem(full) == ""
+    assert STUDIES["distributed"].machine_problem({**full, "device": "cpu"}) == ""
+    # the whole run: every cell a row saying why, no worker, no doctor needed
+    monkeypatch.setattr(env, "gpus", lambda: [])
+    import fwcompare.runner as runner_mod
+    from fwcompare import doctor
+
+    started = []
+    monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: started.append(a))
+    monkeypatch.setattr(doctor, "require", lambda *a, **k: None)  # no GPU to check here
+    rows = run_study("distributed", dict(full), output_dir=tmp_path / "d",
+                     progress=False).results
+    assert set(rows["cell_id"]) == {c.cell_id for c in STUDIES["distributed"].cells(full)}
+    assert set(rows["status"]) == {"unsupported"}
+    assert set(rows["error"]) == {"needs 2 GPUs (one per worker, up to 2 workers); this "
+                                  "machine has 0"}
+    assert not started
