@@ -197,6 +197,8 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     if fresh:
         for study, _ in stale:
             ResultStore(out_root / study / "results").archive()
+    if stale:
+        say(total_estimate({study: (typed[study], out_root / study) for study, _ in stale}))
     with ForkServers(out_root / ".forkservers") as servers:
         times, failed = run_studies({study: (typed[study], out_root / study) for study, _ in stale},
                                     profile=label, servers=servers, progress=progress,
@@ -244,6 +246,23 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         raise ReportError(f"{len(failures)} study(ies) failed: " + "; ".join(
             f"{k}: {v}" for k, v in failures.items()))
     return index
+
+
+def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
+    """One line before a report measures: the sum of its studies' estimates
+    (``estimate.estimate``: each study's last run here, else its params'
+    time limits, which leave out process starts and compiles)."""
+    from .estimate import estimate
+
+    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))
+            for name, (params, out) in studies.items()]
+    high = sum(e.seconds for e in ests)
+    low = sum(e.seconds if e.low_seconds is None else e.low_seconds for e in ests)
+    bare = [e.study for e in ests if e.low_seconds is not None]
+    span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
+    return (f"estimate for the measurements of {len(ests)} studies: {span}"
+            + (f" ({', '.join(bare)}: no earlier run here, so sampling time only)" if bare
+               else " (each study's last run here)"))
 
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).
