@@ -112,6 +112,7 @@ class CellRun:
         self.sampler: Sampler | None = None
         self.problem = plan.problem
         self.by_rule = True  # sampled until the stopping rule stopped (else: on request)
+        self.notes: dict[str, str] = {}  # provenance the steps add (energy_note)
 
     def prepare(self):
         """First call, warm-up, block size (returns the Timing so far)."""
@@ -141,17 +142,25 @@ class CellRun:
         self.by_rule = False
         return self.sampler.take(blocks)
 
-    def memory(self) -> None:
+    def memory(self, energy: bool = False) -> None:
         """Memory of one call, in a pass of its own after timing: on a GPU
         bytes in use at the call's highest point by the framework's allocator
         (``backend.gpu_memory``), on the CPU peak RSS over the baseline; XLA's
-        plan of the call beside it where there is one (``xla_plan_bytes``)."""
+        plan of the call beside it where there is one (``xla_plan_bytes``).
+        ``energy`` (a GPU cell's first round): then the energy per call over a
+        window of calls of its own (:mod:`fwcompare.energy`)."""
         from .memory import PeakRSS
 
         fn = self.sampler.fn
         release_freed_heap()
         if self.device == "gpu":
             self.figures.update(self.backend.gpu_memory(lambda: self.backend.sync(fn())))
+            if energy:
+                from . import energy as nvml_energy
+
+                got = nvml_energy.per_call(fn, self.backend.sync)
+                self.notes["energy_note"] = got.pop("energy_note", "")
+                self.figures.update(got)
         else:
             with PeakRSS() as peak:
                 self.backend.sync(fn())
@@ -181,7 +190,7 @@ class CellRun:
             notes.append(f"did not converge: CI half-width {timing.rel_ci:.1%} of the "
                          f"median after {self.config.max_time_s:g} s")
         return CellResult("not_equivalent" if self.problem else "ok", "; ".join(notes),
-                          figures, samples, self.plan.provenance)
+                          figures, samples, {**self.plan.provenance, **self.notes})
 
 
 def measure_cell(backend, framework: str, device: str, spec: RunSpec, plan: CellPlan,
@@ -194,7 +203,7 @@ def measure_cell(backend, framework: str, device: str, spec: RunSpec, plan: Cell
         inject_fault(spec.label)
         run.prepare()
         run.sample()
-        run.memory()
+        run.memory(energy=True)
         return run.finish()
     except Exception as exc:
         gc.collect()
@@ -253,7 +262,7 @@ def serve(study, job: Job) -> None:
                                            restart=bool(req.get("restart")))
                 emit(protocol.SAMPLED, seconds=new, **ids)
             elif op == protocol.MEMORY:
-                runs[ref.key].memory()
+                runs[ref.key].memory(energy=ref.round == 0)
                 emit(protocol.MEASURED, **ids)
             elif op == protocol.FINISH:
                 result = runs[ref.key].finish()  # a failure here keeps the plan's figures

@@ -144,14 +144,15 @@ def gpu_free_bytes() -> int | None:
         import pynvml
     except ImportError:
         return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    from .energy import device_index
+
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         return None
     try:
-        index = int(visible) if visible.isdigit() else 0
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).free)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device_index())
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
     except pynvml.NVMLError:
         return None
     finally:

@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from .atomic import write_atomic, write_json
+from .energy import FIGURES as ENERGY_FIGURES
 from .spec import RunSpec, axes
 
 STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "not_equivalent")
@@ -56,12 +57,13 @@ OUTCOME = {"status": "string", "error": "string", "converged": "bool"}
 FIGURES_HEAD = ("n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_high_s", "rel_ci",
                 "iqr_s", "mean_s", "p90_s", "first_call_s", "load_s",
                 "throughput_samples_per_s", "tokens_per_s", "peak_mem_bytes", "xla_plan_bytes",
+                *ENERGY_FIGURES,
                 "flops_per_call", "achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak",
                 "bytes_per_call",
                 "equiv_max_abs_err", "equiv_rel_err")
 # what else the machine did while the cell was sampled (host.py)
 FIGURES_TAIL = ("host_other_cpu", "host_steal", "host_retakes")
-PROVENANCE_HEAD = {"schedule": "string", "schedule_note": "string",
+PROVENANCE_HEAD = {"schedule": "string", "schedule_note": "string", "energy_note": "string",
                    "mem_method": "string", "precision_setup": "string", "mode_setup": "string"}
 PROVENANCE_TAIL = {"framework_version": "string", "framework_threads": "float64",
                    "device_name": "string", "cpu_model": "string", "hostname": "string",
