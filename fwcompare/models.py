@@ -195,6 +195,22 @@ def _check_text_config(model: str, config: Path) -> None:
                          f"Transformers (BERT, GPT-2, T5 and their kin)")
 
 
+def not_installed(model: str) -> str:
+    """Why a real model of this suite cannot load here: its package is not
+    installed (a GPU image without it; the lock installs it), or "". Its
+    cells are then ``unsupported`` with this sentence and the rest runs,
+    as a framework that is not installed (``frameworks.not_installed``)."""
+    if model not in REAL:
+        return ""
+    import importlib.util
+
+    package = REAL[model][0]
+    if importlib.util.find_spec(package) is None:
+        return (f"{model}: not installed here (no module {package}; the lock installs the "
+                f"package {package.replace('_', '-')})")
+    return ""
+
+
 def check_model(model: str) -> None:
     """Raise ModelError with a clear message if ``model`` cannot be built."""
     if model in ZOO:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from . import claims, doctor, env, frameworks, load_results, run_studies
+from . import claims, doctor, env, frameworks, load_results, models, run_studies
 from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
@@ -180,6 +180,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
             f"{out_root}")
     named = dict.fromkeys(fw for full in typed.values() for fw in full["frameworks"])
     for why in filter(None, map(frameworks.not_installed, named)):  # once, not per study
+        say(f"{why}: its cells will be unsupported, the others run")
+    chosen_models = dict.fromkeys(m for full in typed.values() for m in full["models"])
+    for why in filter(None, map(models.not_installed, chosen_models)):
         say(f"{why}: its cells will be unsupported, the others run")
     claims.load_claims()  # the scorecard's claims, checked before anything runs too
     if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
@@ -564,9 +567,13 @@ def _not_installed_html() -> str:
     """The frameworks this machine lacks, said once on the first page: their
     cells are unsupported with that reason (``frameworks.not_installed``)."""
     lacking = [why for fw in frameworks.BUILT_IN if (why := frameworks.not_installed(fw))]
-    return "".join(f'<p class="failed">{html.escape(why)}: its cells are unsupported and its '
-                   f'claims not judged from them; the other frameworks ran.</p>'
-                   for why in lacking)
+    missing = [why for m in models.REAL if (why := models.not_installed(m))]
+    return "".join([*(f'<p class="failed">{html.escape(why)}: its cells are unsupported and '
+                      f'its claims not judged from them; the other frameworks ran.</p>'
+                      for why in lacking),
+                    *(f'<p class="failed">{html.escape(why)}: its cells are unsupported and '
+                      f'the claims about it not judged from them; the other models ran.</p>'
+                      for why in missing)])
 
 
 def write_index(profile: str, out_root: Path, failures: dict[str, str] | None = None) -> Path:

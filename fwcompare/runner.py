@@ -49,6 +49,7 @@ from .frameworks import Unsupported, check_precision, not_installed, worker_env
 from .host import HostMeter
 from .job import CELLS, PREPARE, CellRef, Job
 from .judging import is_claimed
+from .models import not_installed as model_not_installed
 from .protocol import WorkerStop
 from .launch import (describe_exit, fresh_compile_cache, last_error_line, log_tail,
                      use_compile_cache)
@@ -228,7 +229,7 @@ class Runner:
         if wanted != "interleaved" or self.params["device"] != "gpu":
             return schedules.fit.Fit(wanted, "")
         cells = [s for s in self.study.cells(self.params) if s.task == self.task
-                 and s.framework not in self.not_installed
+                 and s.framework not in self.not_installed and not model_not_installed(s.model)
                  and not self.study.model_problem(s.model)]
         from .schedules.interleaved import variant_key
 
@@ -519,7 +520,7 @@ class Runner:
                     mine = [c for c in mine if c.spec.framework not in self.not_installed]
                     if not mine:
                         continue
-                    problem = self.study.model_problem(model)
+                    problem = model_not_installed(model) or self.study.model_problem(model)
                     if problem:  # nothing to prepare: every cell says why
                         for c in mine:
                             self.fail(c, "unsupported", problem)

