@@ -4,9 +4,11 @@
 Every run records, per task, the cells it measured and the seconds it took
 (``last_run_TASK.json`` beside its results); the estimate is the cells still
 to run times the seconds per cell of the latest such run of the same study
-and device. Without one, it is the params' own time limits: warm-up plus the
-most sampling a cell may take, which leaves out model loads, first calls and
-compiles (on a GPU JAX's compiles dominated a first full-grid run: 272 of 385 s).
+and device. Without one, it is the params' own time limits (warm-up plus the
+least and the most sampling a cell may take) plus its parts (``fixed_costs``):
+the imports, a build per variant and round, and a first call per cell, a
+compile where the mode traces (on a GPU JAX's compiles dominated a first
+full-grid run: 272 of 385 s).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class Estimate:
     seconds: float
     basis: str  # where the seconds per measurement come from
     low_seconds: float | None = None  # without an earlier run: the least it may take
+    start_s: float = 0.0  # of which the process starts and imports (a report's studies share them)
 
     def text(self) -> str:
         kept = self.planned - self.todo
@@ -78,6 +81,7 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
     """The cells a run of study ``study`` (a ``Study``) with validated
     ``params`` would measure and its duration (``claimed``: as
     ``runner.planned_cells`` takes it)."""
+    from . import frameworks, models
     from .env import params_hash
     from .results import ResultStore
     from .runner import planned_cells
@@ -88,14 +92,89 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
     # Results of other params are archived when a run begins: it starts afresh.
     done = store.finished() if store.stamped() == params_hash(params) else set()
     todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
-    rate, low = earlier_rate(store_dir, params["device"]), None
+    # a framework or model package this machine lacks: its cells take no time
+    timed = [c for c in todo if not frameworks.not_installed(c.spec.framework)
+             and not models.not_installed(c.spec.model)]
+    if study.machine_problem(params):  # every cell unsupported at once (too few GPUs)
+        timed = []
+    rate, low, start = earlier_rate(store_dir, params["device"]), None, 0.0
     if rate is None:  # a cell samples at least min_time_s, at most max_time_s
         least, most = (params["warmup_s"] + params[k] for k in ("min_time_s", "max_time_s"))
-        per_cell, low = most, least * len(todo)
+        fixed, parts = fixed_costs(timed, params["device"])
+        start = FIXED_S.get(params["device"], FIXED_S["cpu"])["start"] if timed else 0.0
+        seconds, low = most * len(timed) + fixed, least * len(timed) + fixed
         basis = (f"no earlier run here: {least:g} to {most:g} s of warm-up and sampling per "
-                 "measurement, model loads, first calls and compiles not included")
+                 f"measurement, plus {parts}")
     else:
-        per_cell, basis = rate
+        seconds = rate[0] * len(timed)
+        basis = rate[1]
+    if len(timed) < len(todo):
+        basis += (f"; {len(todo) - len(timed)} measurements that cannot run here (a "
+                  "framework, model package or GPUs this machine lacks) take none")
     return Estimate(study.name, len(specs), len(planned), len(todo), params["rounds"],
-                    dict(Counter(c.spec.framework for c in planned)), per_cell * len(todo),
-                    basis, low)
+                    dict(Counter(c.spec.framework for c in planned)), seconds, basis, low,
+                    start)
+
+
+# What a run costs beyond its sampling, where no earlier run here says better
+# (seconds; docs/measurements.md, 2026-11-26). GPU: one H200's first gpu-profile
+# run: process start and imports 12.3 s, a JAX jit of bert-base 20-21 s per
+# shape, an eager first call 0.02-0.23 s, a variant's build 0.3-3.4 s, a first
+# call that finds its round-0 program in the compile cache 0.2 s (PyTorch) and
+# about 2 s (a traced mode, as on the CPU). CPU: the quick reports on 2 cores
+# (a jit or tf.function of a base-sized model 5-10 s, a build 2-4 s).
+FIXED_S = {
+    "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3},
+    "cpu": {"start": 10.0, "build": 3.0, "traced": 8.0, "cached": 2.0, "eager": 0.5},
+}
+
+
+def _size(model: str) -> float:
+    """A model's builds and compiles against a base-sized one's (12 layers,
+    the figures of ``FIXED_S``): its layers / 12, within [0.1, 4]; 1 where its
+    config cannot be read here."""
+    from .models import config_for
+
+    try:
+        layers = getattr(config_for(model), "num_hidden_layers", 0) or 12
+    except Exception:  # noqa: BLE001 (a model this machine cannot describe: base-sized)
+        return 1.0
+    return min(4.0, max(0.1, layers / 12))
+
+
+def fixed_costs(todo, device: str) -> tuple[float, str]:
+    """The seconds ``todo`` (CellRefs) costs beyond sampling, by its parts
+    (``FIXED_S``, scaled by each model's depth: ``_size``): the imports
+    once, a build per variant and round, and a first call per cell: a traced
+    mode's compile in the first round it runs (later rounds load the program
+    from its compile cache), an eager call's otherwise. Returns the seconds
+    and a line naming the parts."""
+    from .frameworks import get
+
+    if not todo:
+        return 0.0, "nothing to run"
+    cost = FIXED_S.get(device, FIXED_S["cpu"])
+    scale = {m: _size(m) for m in {c.spec.model for c in todo}}
+    variants = {(c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
+                 c.round) for c in todo}
+    first_round = {}
+    for c in todo:
+        key = (c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
+               c.spec.batch_size, c.spec.seq_len)
+        first_round[key] = min(first_round.get(key, c.round), c.round)
+    compiles = cached = eager = 0
+    seconds = cost["start"] + sum(cost["build"] * scale[v[0]] for v in variants)
+    for c in todo:
+        try:
+            traced = get(c.spec.framework).traces(c.spec.mode)
+        except ValueError:  # a framework declared outside fwcompare, unknown here
+            traced = False
+        key = (c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
+               c.spec.batch_size, c.spec.seq_len)
+        kind = "eager" if not traced else "traced" if first_round[key] == c.round else "cached"
+        compiles, cached, eager = (compiles + (kind == "traced"), cached + (kind == "cached"),
+                                   eager + (kind == "eager"))
+        seconds += cost[kind] * scale[c.spec.model]
+    return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
+                     f"{compiles} compiles, {cached} cached and {eager} eager first calls "
+                     f"({device} figures of docs/measurements.md)")

@@ -3,6 +3,8 @@ may take, before anything is measured."""
 import subprocess
 import sys
 
+import pytest
+
 from fwcompare.studies import STUDIES
 from fwcompare.estimate import earlier_rate, estimate, record_run
 from fwcompare.params import load_file
@@ -19,14 +21,18 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
     assert r.returncode == 0, r.stderr
     # 2 models x (torch eager, tensorflow eager and graph, jax jit) x 2 batch x 2 seq
     assert "inference_sweep: 32 cells, 32 measurements over 1 round (torch 8, tensorflow 16, jax 8)" in r.stdout
-    # warm-up 0.05 s plus 0.1 to 0.5 s of sampling per measurement
-    assert "estimate: 5 s to 18 s (no earlier run here: 0.15 to 0.55 s of warm-up" in r.stdout
+    # warm-up 0.05 s plus 0.1 to 0.5 s of sampling per measurement, and the parts:
+    # 8 variants (2 models x 4 modes), tf.function and jax.jit compile at each of 4 shapes
+    assert ("estimate: 41 s to 54 s (no earlier run here: 0.15 to 0.55 s of warm-up and "
+            "sampling per measurement, plus 37 s for the imports, 8 builds, 16 compiles, 0 "
+            "cached and 16 eager first calls") in r.stdout, r.stdout
     assert not out.exists()
 
 
 def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
     params = load_file(SMOKE, "inference_sweep")
-    assert estimate(STUDIES["inference_sweep"], params, tmp_path).seconds == 32 * 0.55
+    first = estimate(STUDIES["inference_sweep"], params, tmp_path)
+    assert first.seconds > 32 * 0.55 and first.low_seconds > 32 * 0.15  # and the parts
     record_run(tmp_path, "inference", "r1", cells=10, seconds=25.0, device="cpu",
                cpu_model="AMD EPYC")
     record_run(tmp_path, "other", "r2", cells=5, seconds=500.0, device="gpu",
@@ -56,3 +62,31 @@ def test_a_resumed_run_counts_only_the_cells_left(tmp_path):
     assert "5 already measured, 27 to run" in est.text()
     est = estimate(STUDIES["inference_sweep"], dict(params, warmup_s=0.2), tmp_path)
     assert est.todo == 32
+
+
+def test_the_parts_of_a_first_run():
+    """Without an earlier run: a build per variant and round, a compile for a
+    traced mode's first round at each shape, a cached first call in its later
+    rounds, an eager first call otherwise; scaled by the model's depth
+    (tiny-bert: 2 layers, a sixth of a base model's 12)."""
+    from fwcompare.estimate import FIXED_S, fixed_costs
+    from fwcompare.job import CellRef
+    from fwcompare.spec import RunSpec
+
+    def cell(model, fw, mode, rnd, batch=1):
+        return CellRef(RunSpec(study="inference_sweep", model=model, framework=fw, mode=mode,
+                               device="gpu", dtype="float32", batch_size=batch, seq_len=128,
+                               threads=1), rnd)
+    todo = [cell("bert-base-cased", "jax", "jit", r, b) for r in (0, 1) for b in (1, 8)]
+    todo += [cell("bert-base-cased", "torch", "eager", r) for r in (0, 1)]
+    cost = FIXED_S["gpu"]
+    seconds, text = fixed_costs(todo, "gpu")
+    # builds: jax r0, r1, torch r0, r1; compiles: jax at 2 shapes in round 0, cached in round 1
+    assert seconds == pytest.approx(cost["start"] + 4 * cost["build"] + 2 * cost["traced"]
+                                    + 2 * cost["cached"] + 2 * cost["eager"])
+    assert "4 builds, 2 compiles, 2 cached and 2 eager first calls" in text
+    tiny, _ = fixed_costs([cell("tiny-bert", "jax", "jit", 0)], "gpu")
+    assert tiny == pytest.approx(cost["start"] + (cost["build"] + cost["traced"]) * 2 / 12)
+    # torch's eager is no compile, its compile is; a mode of another framework's is not
+    assert fixed_costs([cell("bert-base-cased", "torch", "compile", 0)], "gpu")[0] == \
+        pytest.approx(cost["start"] + cost["build"] + cost["traced"])

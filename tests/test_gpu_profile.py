@@ -141,3 +141,21 @@ def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch
     assert set(rows["error"]) == {"needs 2 GPUs (one per worker, up to 2 workers); this "
                                   "machine has 0"}
     assert not started
+
+
+def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path):
+    """Before a first gpu report: the studies' estimates from their parts,
+    the fork servers' imports counted once (the studies share them)."""
+    from fwcompare import report
+    from fwcompare.estimate import FIXED_S, estimate
+
+    chosen = {s: (params.load_file(PARAMS / s / "gpu.yaml", s), tmp_path / s)
+              for s in ("inference_sweep", "training")}
+    line = report.total_estimate(chosen)
+    from fwcompare.claims import claimed_for
+
+    ests = [estimate(STUDIES[s], p, out / "results", claimed_for(s, p))
+            for s, (p, out) in chosen.items()]
+    high = sum(e.seconds for e in ests) - FIXED_S["gpu"]["start"]
+    assert line.startswith("estimate for the measurements of 2 studies: ")
+    assert f"to {report._mmss(high)} (inference_sweep, training: no earlier run here" in line

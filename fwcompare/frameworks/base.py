@@ -106,6 +106,10 @@ class Framework:
     # importing them: ``frameworks.not_installed``): a machine without them
     # gets its cells as unsupported, with that reason, and the rest runs.
     requires: tuple[str, ...] = ()
+    # The modes whose first call at a shape traces or compiles (what a run's
+    # estimate allows for before an earlier run here tells it better: its
+    # ``fwcompare.estimate``); "*": every mode but eager.
+    traced_modes: tuple[str, ...] = ()
     # Deployment: its paths (mode -> DeployPath), its exporter and the
     # runtimes of its own artifact kinds ("module:Class", imported on demand).
     deploy_paths: Mapping[str, DeployPath] = field(default_factory=dict)
@@ -119,8 +123,12 @@ class Framework:
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
         for name in ("modes", "train_modes", "options", "preload", "dist_modes",
-                     "server_modes", "packages", "requires"):
+                     "server_modes", "packages", "requires", "traced_modes"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def traces(self, mode: str) -> bool:
+        """Whether ``mode``'s first call at a shape traces or compiles."""
+        return mode in self.traced_modes or ("*" in self.traced_modes and mode != "eager")
 
 
 class Backend(abc.ABC):

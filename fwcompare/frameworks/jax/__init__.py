@@ -28,6 +28,7 @@ FRAMEWORK = Framework(
     probe_env={"cpu": {"JAX_PLATFORMS": "cpu"}, "gpu": {"JAX_PLATFORMS": "cuda,cpu"}},
     packages=("jax", "jaxlib", "flax"),
     requires=("jax", "flax", "transformers"),
+    traced_modes=("*",),
     deploy_paths={
         "jit": DeployPath("jax.jit (the baseline)", "JAX"),
         "jax-export": DeployPath("jax.export with symbolic batch and sequence, serialised StableHLO, deserialised and jitted", "JAX", artifact="jax-export"),

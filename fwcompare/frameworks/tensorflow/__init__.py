@@ -24,6 +24,7 @@ FRAMEWORK = Framework(
     launcher="fwcompare.frameworks.tensorflow.launch",
     packages=("tensorflow", "tf-keras", "tf2onnx"),
     requires=("tensorflow", "tf_keras", "transformers"),
+    traced_modes=("*",),
     deploy_paths={
         "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
         "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),

@@ -21,6 +21,7 @@ FRAMEWORK = Framework(
     launcher="fwcompare.frameworks.torch.launch",
     packages=("torch", "onnx", "onnxscript"),
     requires=("torch", "transformers"),
+    traced_modes=("torchscript", "compile", "static-compile"),
     deploy_paths={
         "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
         "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),
