@@ -184,6 +184,31 @@ def peak_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
     return out.sort_values("pct_of_peak", ascending=False).reset_index(drop=True).round(3)
 
 
+def energy_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per GPU cell that was measured: energy per call and per sample (NVML's
+    energy counter over a window of the cell's own calls: ``fwcompare.energy``),
+    the mean power over that window, the SM and memory clocks at its end and
+    the power limit; ``energy_note`` where a GPU gave no figure. Empty without
+    GPU cells (a CPU run). ``by``: as :func:`peak_table`."""
+    cols = ["model", "variant", "dtype", "batch_size", "seq_len"]
+    figures = ["energy_per_call_j", "energy_per_sample_j", "gpu_power_w", "gpu_sm_clock_mhz",
+               "gpu_mem_clock_mhz", "gpu_power_limit_w", "energy_note"]
+    ok = summary[summary["status"].isin(MEASURED)] if "status" in summary else summary
+    if "device" in ok:
+        ok = ok[ok["device"] == "gpu"]
+    if ok.empty or "energy_per_call_j" not in ok:
+        return pd.DataFrame(columns=[*cols, *figures])
+    extra = [c for c in (*by, "task") if c in ok and ok[c].nunique() > 1]
+    out = ok[cols + extra].copy()
+    for c in ("energy_per_call_j", "gpu_power_w", "gpu_sm_clock_mhz", "gpu_mem_clock_mhz",
+              "gpu_power_limit_w"):
+        out[c] = ok[c]
+    out.insert(out.columns.get_loc("gpu_power_w"), "energy_per_sample_j",
+               ok["energy_per_call_j"] / ok["batch_size"])
+    out["energy_note"] = ok["energy_note"] if "energy_note" in ok else ""
+    return out.sort_values(cols).reset_index(drop=True).round(4)
+
+
 def summary_table(summary: pd.DataFrame, samples: pd.DataFrame,
                   baseline: tuple[str, str] = BASELINE) -> pd.DataFrame:
     """Per device and variant, over the cells every variant ran: the arithmetic
