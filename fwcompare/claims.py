@@ -187,6 +187,16 @@ class Scorecard:
         return {v: int((self.table["verdict"] == v).sum()) for v in VERDICTS}
 
 
+def _nothing_ran(data: StudyData) -> str:
+    """The one reason, where every stored cell of a study is ``unsupported``
+    with the same one (distributed on one GPU: "needs 2 GPUs ..."); "" else."""
+    r = data.results
+    if not data.present or "status" not in r or not (r["status"] == "unsupported").all():
+        return ""
+    reasons = set(r["error"].fillna(""))
+    return f"none of the study's cells ran here: {reasons.pop()}" if len(reasons) == 1 else ""
+
+
 def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float]]]:
     """One claim's scorecard row and the per-cell values behind it."""
     row = {"id": claim.id, "claim": claim.claim, "source": claim.source,
@@ -213,6 +223,8 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                 m.forced = "not measured here"
                 m.note = "the claim is about GPUs and this run has no GPU cells"
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
+    if verdict == "not measured here" and (why := _nothing_ran(data)):
+        m.note = why  # the study ran none of its cells here, for one reason
     if verdict == "not measured here" and not m.note:
         m.note = "no figure could be computed"
     judged = verdict in ("supported", "contradicted", "inconclusive")

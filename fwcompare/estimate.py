@@ -162,7 +162,7 @@ def fixed_costs(todo, device: str) -> tuple[float, str]:
         key = (c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
                c.spec.batch_size, c.spec.seq_len)
         first_round[key] = min(first_round.get(key, c.round), c.round)
-    compiles = cached = eager = 0
+    kinds: Counter = Counter()
     seconds = cost["start"] + sum(cost["build"] * scale[v[0]] for v in variants)
     for c in todo:
         try:
@@ -172,9 +172,9 @@ def fixed_costs(todo, device: str) -> tuple[float, str]:
         key = (c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
                c.spec.batch_size, c.spec.seq_len)
         kind = "eager" if not traced else "traced" if first_round[key] == c.round else "cached"
-        compiles, cached, eager = (compiles + (kind == "traced"), cached + (kind == "cached"),
-                                   eager + (kind == "eager"))
+        kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
-                     f"{compiles} compiles, {cached} cached and {eager} eager first calls "
-                     f"({device} figures of docs/measurements.md)")
+                     f"{kinds['traced']} compiles, {kinds['cached']} cached and "
+                     f"{kinds['eager']} eager first calls ({device} figures of "
+                     "docs/measurements.md)")

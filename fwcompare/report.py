@@ -253,8 +253,8 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
 
 def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     """One line before a report measures: the sum of its studies' estimates
-    (``estimate.estimate``: each study's last run here, else its params'
-    time limits, which leave out process starts and compiles)."""
+    (``estimate.estimate``: each study's last run here, else its parts:
+    sampling, imports, builds and first calls, ``estimate.fixed_costs``)."""
     from .estimate import estimate
 
     ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))

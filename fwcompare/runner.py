@@ -506,7 +506,7 @@ class Runner:
             todo = [] if problem else todo
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
-            if specs and todo:
+            if specs and not idle and not problem:
                 peak.measure(self, specs[0].model, sorted({s.dtype for s in specs}))
             prepared = self.passes.prepared
             frameworks = list(self.params["frameworks"])

@@ -134,13 +134,21 @@ def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch
     started = []
     monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: started.append(a))
     monkeypatch.setattr(doctor, "require", lambda *a, **k: None)  # no GPU to check here
-    rows = run_study("distributed", dict(full), output_dir=tmp_path / "d",
+    rows = run_study("distributed", dict(full), output_dir=tmp_path / "distributed",
                      progress=False).results
     assert set(rows["cell_id"]) == {c.cell_id for c in STUDIES["distributed"].cells(full)}
     assert set(rows["status"]) == {"unsupported"}
     assert set(rows["error"]) == {"needs 2 GPUs (one per worker, up to 2 workers); this "
                                   "machine has 0"}
     assert not started
+    # the scorecard says why its claims are not measured
+    from fwcompare import claims
+
+    card = claims.scorecard("gpu", results_dir=tmp_path, output_dir=tmp_path / "summary")
+    mine = card.table[card.table["study"] == "distributed"]
+    assert set(mine["verdict"]) == {"not measured here"}
+    assert set(mine["note"]) == {"none of the study's cells ran here: needs 2 GPUs (one per "
+                                 "worker, up to 2 workers); this machine has 0"}
 
 
 def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path):

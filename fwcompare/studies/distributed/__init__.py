@@ -46,6 +46,7 @@ cells and launches) and registers it.
 from __future__ import annotations
 
 import math
+import os
 import time
 
 from ... import env, frameworks
@@ -197,6 +198,9 @@ class Distributed(Study):
             return ""
         need = -(-max(params["workers"]) // len(params["hosts"]))
         have = len(env.gpus())
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:  # the GPUs this run may use
+            have = min(have, len([v for v in visible.split(",") if v.strip()]))
         if have >= need:
             return ""
         return (f"needs {need} GPUs (one per worker, up to {max(params['workers'])} workers"
