@@ -92,7 +92,13 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
             first.update({k: pooled[k] for k in _POOLED})
             first.update(tokens_per_s_low=toks / pooled["ci_high_s"],
                          tokens_per_s_high=toks / pooled["ci_low_s"])
+            # how far its rounds (fresh processes) moved: the slowest round's
+            # median over the fastest's (NaN with one round)
+            medians = [float(np.median(v)) for v in x.rounds.values()]
+            first["round_spread"] = (max(medians) / min(medians) if len(medians) > 1
+                                     else math.nan)
         else:
+            first["round_spread"] = math.nan
             for k in _POOLED[1:]:
                 first[k] = math.nan
             first.update(tokens_per_s_low=math.nan, tokens_per_s_high=math.nan)
@@ -184,15 +190,17 @@ def peak_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
     return out.sort_values("pct_of_peak", ascending=False).reset_index(drop=True).round(3)
 
 
-def energy_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
+def gpu_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
     """Per GPU cell that was measured: energy per call and per sample (NVML's
     energy counter over a window of the cell's own calls: ``fwcompare.energy``),
     the mean power over that window, the SM and memory clocks at its end and
-    the power limit; ``energy_note`` where a GPU gave no figure. Empty without
-    GPU cells (a CPU run). ``by``: as :func:`peak_table`."""
+    the power limit (``energy_note`` where a GPU gave no figure), and how far
+    its rounds' medians moved (``round_spread``: launch-bound cells move most,
+    docs/gpu.md). Empty without GPU cells (a CPU run). ``by``: as
+    :func:`peak_table`."""
     cols = ["model", "variant", "dtype", "batch_size", "seq_len"]
     figures = ["energy_per_call_j", "energy_per_sample_j", "gpu_power_w", "gpu_sm_clock_mhz",
-               "gpu_mem_clock_mhz", "gpu_power_limit_w", "energy_note"]
+               "gpu_mem_clock_mhz", "gpu_power_limit_w", "round_spread", "energy_note"]
     ok = summary[summary["status"].isin(MEASURED)] if "status" in summary else summary
     if "device" in ok:
         ok = ok[ok["device"] == "gpu"]
@@ -205,6 +213,7 @@ def energy_table(summary: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFram
         out[c] = ok[c]
     out.insert(out.columns.get_loc("gpu_power_w"), "energy_per_sample_j",
                ok["energy_per_call_j"] / ok["batch_size"])
+    out["round_spread"] = ok["round_spread"] if "round_spread" in ok else math.nan
     out["energy_note"] = ok["energy_note"] if "energy_note" in ok else ""
     return out.sort_values(cols).reset_index(drop=True).round(4)
 

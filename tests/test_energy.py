@@ -85,10 +85,10 @@ def test_the_device_index_follows_cuda_visible_devices(monkeypatch):
     assert energy.device_index() == 0
 
 
-def test_the_energy_table_keeps_gpu_cells_and_divides_by_the_batch():
+def test_the_gpu_table_keeps_gpu_cells_and_divides_by_the_batch():
     import pandas as pd
 
-    from fwcompare.tables import energy_table
+    from fwcompare.tables import gpu_table
 
     summary = pd.DataFrame({
         "model": ["bert-base-cased"] * 3, "variant": ["torch/eager", "jax/jit", "torch/eager"],
@@ -96,9 +96,11 @@ def test_the_energy_table_keeps_gpu_cells_and_divides_by_the_batch():
         "status": ["ok", "ok", "ok"], "device": ["gpu", "gpu", "cpu"],
         "energy_per_call_j": [3.349, 3.416, float("nan")], "gpu_power_w": [440.0, 579.0, None],
         "gpu_sm_clock_mhz": [1980.0] * 3, "gpu_mem_clock_mhz": [3201.0] * 3,
-        "gpu_power_limit_w": [700.0] * 3, "energy_note": ["", "", ""]})
-    t = energy_table(summary)
+        "gpu_power_limit_w": [700.0] * 3, "energy_note": ["", "", ""],
+        "round_spread": [1.11, float("nan"), 1.02]})
+    t = gpu_table(summary)
     assert list(t["variant"]) == ["jax/jit", "torch/eager"]  # the CPU cell is left out
     assert t.loc[t["variant"] == "torch/eager", "energy_per_sample_j"].item() == \
         pytest.approx(3.349 / 8, abs=1e-4)
-    assert energy_table(summary[summary["device"] == "cpu"]).empty
+    assert t.loc[t["variant"] == "torch/eager", "round_spread"].item() == 1.11
+    assert gpu_table(summary[summary["device"] == "cpu"]).empty

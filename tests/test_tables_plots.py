@@ -81,5 +81,8 @@ def test_a_round_that_failed_loses_itself_not_the_rounds_that_measured(tmp_path)
     assert s.loc[1, "status"] == "ok" and s.loc[1, "rounds"] == 2 and s.loc[1, "lost_rounds"] == 1
     assert s.loc[1, "error"] == "round 2: timeout: no answer in 60 s"
     assert 0.010 <= s.loc[1, "median_s"] <= 0.012
+    # its two rounds' medians moved by 20%; a cell with no measured round has none
+    assert s.loc[1, "round_spread"] == pytest.approx(1.2)
+    assert math.isnan(s.loc[2, "round_spread"])
     assert s.loc[2, "status"] == "error" and s.loc[2, "rounds"] == 2
     assert s.loc[2, "lost_rounds"] == 0 and "boom" in s.loc[2, "error"]
