@@ -263,12 +263,18 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     shared = sum(e.start_s for e in ests) - max((e.start_s for e in ests), default=0.0)
     high = sum(e.seconds for e in ests) - shared
     low = sum(e.seconds if e.low_seconds is None else e.low_seconds for e in ests) - shared
+    # the extra rounds for doubtful claims spend at most their pooled budget
+    extra = sum(p["more_rounds_s"] for p, _ in studies.values()
+                if "more_rounds" in p and p["more_rounds"] > 0)
+    high += extra
     bare = [e.study for e in ests if e.low_seconds is not None]
     span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
     return (f"estimate for the measurements of {len(ests)} studies: {span}"
             + (f" ({', '.join(bare)}: no earlier run here, so from its parts: sampling, "
-               "imports, builds and first calls)" if bare
-               else " (each study's last run here)"))
+               "imports, builds and first calls" if bare
+               else " (each study's last run here")
+            + (f"; up to {_mmss(extra)} of extra rounds for doubtful claims)" if extra
+               else ")"))
 
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).

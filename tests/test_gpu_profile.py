@@ -167,3 +167,17 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
     high = sum(e.seconds for e in ests) - FIXED_S["gpu"]["start"]
     assert line.startswith("estimate for the measurements of 2 studies: ")
     assert f"to {report._mmss(high)} (inference_sweep, training: no earlier run here" in line
+
+
+def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
+    """quick's inference_sweep may spend its 40 s of extra rounds on doubtful
+    claims: the upper end of the report's estimate includes them."""
+    from fwcompare import report
+
+    quick = params.load_file(PARAMS / "inference_sweep" / "quick.yaml", "inference_sweep")
+    line = report.total_estimate({"inference_sweep": (quick, tmp_path / "inference_sweep")})
+    none = report.total_estimate({"inference_sweep": ({**quick, "more_rounds": 0},
+                                                      tmp_path / "inference_sweep")})
+    assert line.endswith(f"up to {report._mmss(quick['more_rounds_s'])} of extra rounds for "
+                         "doubtful claims)"), line
+    assert "extra rounds" not in none
