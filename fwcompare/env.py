@@ -6,6 +6,7 @@ framework can say (its thread count, device name, TF32 flags) to its rows.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -43,6 +44,23 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def missing_modules(modules) -> list[str]:
+    """Those of ``modules`` this interpreter cannot import, found without
+    importing them (``importlib.util.find_spec``): what ``frameworks.not_installed``
+    and ``models.not_installed`` say a machine lacks."""
+    import importlib.util
+
+    missing = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a broken one
+            found = False
+        if not found:
+            missing.append(module)
+    return missing
 
 
 def cpu_model() -> str:
@@ -92,74 +110,77 @@ def cpu_freq_mhz() -> dict[str, float]:
     return {"max": round(float(f.max), 1)} if f is not None and f.max else {}
 
 
+@contextlib.contextmanager
+def _nvml_session():
+    """pynvml, initialised for the block and shut down after it; None without
+    nvidia-ml-py or a driver. An NVML error inside the block is the caller's."""
+    try:
+        import pynvml
+    except ImportError:
+        yield None
+        return
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        yield None
+        return
+    try:
+        yield pynvml
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
 def gpus() -> list[dict]:
     """Each NVIDIA GPU as NVML tells it (nvidia-ml-py): name, memory, driver,
     the highest SM and memory clocks, the application clocks it is set to and
     its power limit, each where the driver answers; empty without NVML or a
     GPU. Only settings, never the clocks of the moment: two runs on one
     machine record the same."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return []
-    try:
-        driver = _nvml(pynvml.nvmlSystemGetDriverVersion)
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = _nvml(pynvml.nvmlDeviceGetMemoryInfo, h)
-            power = _nvml(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)  # the limit in force
-            g = {"name": _nvml(pynvml.nvmlDeviceGetName, h),
-                 "memory_total_bytes": int(mem.total) if mem is not None else None,
-                 "driver": driver,
-                 "sm_clock_max_mhz": _nvml(pynvml.nvmlDeviceGetMaxClockInfo, h,
-                                           pynvml.NVML_CLOCK_SM),
-                 "mem_clock_max_mhz": _nvml(pynvml.nvmlDeviceGetMaxClockInfo, h,
-                                            pynvml.NVML_CLOCK_MEM),
-                 "sm_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
-                                           pynvml.NVML_CLOCK_SM),
-                 "mem_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
-                                            pynvml.NVML_CLOCK_MEM),
-                 "power_limit_w": power / 1000 if power is not None else None}
-            out.append({k: v.decode() if isinstance(v, bytes) else v for k, v in g.items()})
-        return out
-    except pynvml.NVMLError:
-        return []
-    finally:
+    with _nvml_session() as pynvml:
+        if pynvml is None:
+            return []
         try:
-            pynvml.nvmlShutdown()
+            driver = _nvml(pynvml.nvmlSystemGetDriverVersion)
+            out = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                mem = _nvml(pynvml.nvmlDeviceGetMemoryInfo, h)
+                power = _nvml(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)  # the limit in force
+                g = {"name": _nvml(pynvml.nvmlDeviceGetName, h),
+                     "memory_total_bytes": int(mem.total) if mem is not None else None,
+                     "driver": driver,
+                     "sm_clock_max_mhz": _nvml(pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                               pynvml.NVML_CLOCK_SM),
+                     "mem_clock_max_mhz": _nvml(pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                                pynvml.NVML_CLOCK_MEM),
+                     "sm_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
+                                               pynvml.NVML_CLOCK_SM),
+                     "mem_clock_app_mhz": _nvml(pynvml.nvmlDeviceGetApplicationsClock, h,
+                                                pynvml.NVML_CLOCK_MEM),
+                     "power_limit_w": power / 1000 if power is not None else None}
+                out.append({k: v.decode() if isinstance(v, bytes) else v for k, v in g.items()})
+            return out
         except pynvml.NVMLError:
-            pass
+            return []
 
 
 def gpu_free_bytes() -> int | None:
     """Free memory of the GPU the workers use (the first of
     ``CUDA_VISIBLE_DEVICES`` where it names one by index, else GPU 0), as NVML
     tells it; None without NVML, a GPU or an answer."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
     from .energy import device_index
 
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device_index())
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
-    except pynvml.NVMLError:
-        return None
-    finally:
+    with _nvml_session() as pynvml:
+        if pynvml is None:
+            return None
         try:
-            pynvml.nvmlShutdown()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index())
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
         except pynvml.NVMLError:
-            pass
+            return None
 
 
 def _nvml(fn, *args):

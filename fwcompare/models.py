@@ -200,12 +200,12 @@ def not_installed(model: str) -> str:
     installed (a GPU image without it; the lock installs it), or "". Its
     cells are then ``unsupported`` with this sentence and the rest runs,
     as a framework that is not installed (``frameworks.not_installed``)."""
+    from .env import missing_modules
+
     if model not in REAL:
         return ""
-    import importlib.util
-
     package = REAL[model][0]
-    if importlib.util.find_spec(package) is None:
+    if missing_modules([package]):
         return (f"{model}: not installed here (no module {package}; the lock installs the "
                 f"package {package.replace('_', '-')})")
     return ""

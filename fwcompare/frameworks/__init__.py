@@ -74,19 +74,12 @@ def not_installed(name: str) -> str:
     machine's image without TensorFlow, say: its cells are unsupported with
     this reason, the doctor and the report's first page say it once, and
     the other frameworks run."""
-    import importlib.util
+    from ..env import missing_modules
 
     declared = find(name)
     if declared is None:  # declared outside fwcompare: its worker loads it (``load``)
         return ""
-    missing = []
-    for module in declared.requires:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package missing, or a broken one
-            found = False
-        if not found:
-            missing.append(module)
+    missing = missing_modules(declared.requires)
     return (f"{name}: not installed here (no module {', '.join(missing)})" if missing else "")
 
 
