@@ -93,8 +93,9 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
     done = store.finished() if store.stamped() == params_hash(params) else set()
     todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
     # a framework or model package this machine lacks: its cells take no time
-    timed = [c for c in todo if not frameworks.not_installed(c.spec.framework)
-             and not models.not_installed(c.spec.model)]
+    no_fw = set(filter(frameworks.not_installed, {c.spec.framework for c in todo}))
+    no_model = set(filter(models.not_installed, {c.spec.model for c in todo}))
+    timed = [c for c in todo if c.spec.framework not in no_fw and c.spec.model not in no_model]
     if study.machine_problem(params):  # every cell unsupported at once (too few GPUs)
         timed = []
     rate, low, start = earlier_rate(store_dir, params["device"]), None, 0.0
@@ -142,6 +143,13 @@ def _size(model: str) -> float:
     return min(4.0, max(0.1, layers / 12))
 
 
+def _variant(c) -> tuple:
+    """What one worker builds for a cell (``c``: a CellRef): model,
+    framework, mode, precision and task."""
+    s = c.spec
+    return (s.model, s.framework, s.mode, s.dtype, s.task)
+
+
 def fixed_costs(todo, device: str) -> tuple[float, str]:
     """The seconds ``todo`` (CellRefs) costs beyond sampling, by its parts
     (``FIXED_S``, scaled by each model's depth: ``_size``): the imports
@@ -155,12 +163,10 @@ def fixed_costs(todo, device: str) -> tuple[float, str]:
         return 0.0, "nothing to run"
     cost = FIXED_S.get(device, FIXED_S["cpu"])
     scale = {m: _size(m) for m in {c.spec.model for c in todo}}
-    variants = {(c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
-                 c.round) for c in todo}
+    variants = {(*_variant(c), c.round) for c in todo}
     first_round = {}
     for c in todo:
-        key = (c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
-               c.spec.batch_size, c.spec.seq_len)
+        key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
         first_round[key] = min(first_round.get(key, c.round), c.round)
     kinds: Counter = Counter()
     seconds = cost["start"] + sum(cost["build"] * scale[v[0]] for v in variants)
@@ -169,8 +175,7 @@ def fixed_costs(todo, device: str) -> tuple[float, str]:
             traced = get(c.spec.framework).traces(c.spec.mode)
         except ValueError:  # a framework declared outside fwcompare, unknown here
             traced = False
-        key = (c.spec.model, c.spec.framework, c.spec.mode, c.spec.dtype, c.spec.task,
-               c.spec.batch_size, c.spec.seq_len)
+        key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
         kind = "eager" if not traced else "traced" if first_round[key] == c.round else "cached"
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]

@@ -179,10 +179,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         say(f"your own question ({describe_overrides(overrides)}): the report goes to "
             f"{out_root}")
     named = dict.fromkeys(fw for full in typed.values() for fw in full["frameworks"])
-    for why in filter(None, map(frameworks.not_installed, named)):  # once, not per study
-        say(f"{why}: its cells will be unsupported, the others run")
     chosen_models = dict.fromkeys(m for full in typed.values() for m in full["models"])
-    for why in filter(None, map(models.not_installed, chosen_models)):
+    for why in filter(None, [*map(frameworks.not_installed, named),  # once, not per study
+                             *map(models.not_installed, chosen_models)]):
         say(f"{why}: its cells will be unsupported, the others run")
     claims.load_claims()  # the scorecard's claims, checked before anything runs too
     if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
@@ -200,10 +199,11 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     if fresh:
         for study, _ in stale:
             ResultStore(out_root / study / "results").archive()
+    measured = {study: (typed[study], out_root / study) for study, _ in stale}
     if stale:
-        say(total_estimate({study: (typed[study], out_root / study) for study, _ in stale}))
+        say(total_estimate(measured))
     with ForkServers(out_root / ".forkservers") as servers:
-        times, failed = run_studies({study: (typed[study], out_root / study) for study, _ in stale},
+        times, failed = run_studies(measured,
                                     profile=label, servers=servers, progress=progress,
                                     log=None if progress else _failures_only)
     for study in failed:  # its notebook runs it again and keeps the error

@@ -229,8 +229,7 @@ class Runner:
         if wanted != "interleaved" or self.params["device"] != "gpu":
             return schedules.fit.Fit(wanted, "")
         cells = [s for s in self.study.cells(self.params) if s.task == self.task
-                 and s.framework not in self.not_installed and not model_not_installed(s.model)
-                 and not self.study.model_problem(s.model)]
+                 and s.framework not in self.not_installed and not self.model_problem(s.model)]
         from .schedules.interleaved import variant_key
 
         needs = schedules.fit.set_bytes(cells, config_for,
@@ -239,6 +238,11 @@ class Runner:
         if fit.note:
             self.say(f"{self.study.name} ({self.task}): {fit.note}")
         return fit
+
+    def model_problem(self, model: str) -> str:
+        """Why none of ``model``'s cells can run here: its package is missing
+        (``models.not_installed``) or the study cannot run it at all."""
+        return model_not_installed(model) or self.study.model_problem(model)
 
     # -- where the time goes ----------------------------------------------------------
     def charge(self, phase: str, seconds: float) -> None:
@@ -520,7 +524,7 @@ class Runner:
                     mine = [c for c in mine if c.spec.framework not in self.not_installed]
                     if not mine:
                         continue
-                    problem = model_not_installed(model) or self.study.model_problem(model)
+                    problem = self.model_problem(model)
                     if problem:  # nothing to prepare: every cell says why
                         for c in mine:
                             self.fail(c, "unsupported", problem)
