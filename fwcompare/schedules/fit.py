@@ -30,10 +30,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 GIB = 2 ** 30
-# A process's memory on the device beyond its tensors. PyTorch's CUDA context
-# and cuBLAS workspace take about 0.5 GiB; XLA (JAX, TensorFlow) reserves more
-# for its own workspaces and autotuning. Rounded up: an estimate that errs
-# makes the set run sequential, which costs time, never a lost cell.
+# A process's memory on the device beyond its tensors: the CUDA context,
+# library workspaces (cuBLAS, cuDNN) and, for XLA (JAX, TensorFlow), its own
+# workspaces and autotuning. Not measured here yet (the allocators' peaks in
+# the rows leave the context out): chosen generously, since an estimate that
+# errs high makes the set run sequential, which costs time, never a lost cell.
 RESERVE_GIB = {"torch": 1.0, "tensorflow": 1.5, "jax": 1.5}
 DEFAULT_RESERVE_GIB = 1.5
 HEADROOM = 0.85  # the share of the free memory a set may plan to use
