@@ -136,6 +136,53 @@ def test_rounds_search_again_seeded_with_rows_of_their_own():
     assert row2["fit_tries"] == len(tries2) <= 6
 
 
+class GpuRunner(FakeRunner):
+    """Tries on a device of ``free`` bytes: a try's peak is its weights and
+    optimizer (1 GiB) plus 1.2 GiB a sample, and it fits while that stays
+    within 93% of the device (its runtime's context and fragments the rest)."""
+
+    def __init__(self, free: float):
+        super().__init__({0: 0})
+        self.params = {"fit_budget_gib": 0.0, "fit_precision": 0.1, "device": "gpu"}
+        self.free = free
+
+    def run_group(self, model, group):
+        (t,) = group
+        b = t.spec.batch_size
+        self.made.append((t.round, b))
+        peak = GIB * (1 + 1.2 * b)
+        fits = peak <= 0.93 * self.free
+        self.rows[(t.spec.cell_id, t.round)] = {
+            "status": "ok" if fits else "oom", "error": "",
+            "peak_mem_bytes": peak if fits else math.nan}
+
+
+@pytest.mark.parametrize("nvml", [True, False])
+def test_a_gpu_search_aims_its_line_at_the_devices_free_memory(monkeypatch, nvml):
+    """On a GPU (no budget of the search's own) the line through two fitting
+    tries aims at 90% of the free memory NVML reports: 1, 4, 32 (growth is
+    capped at 8-fold until a try fails), the line's batch and the one 10% past
+    it. Without NVML the search still brackets the limit, growing and
+    bisecting, in more tries."""
+    import fwcompare.env
+
+    free = 100 * GIB  # fits up to batch 76
+    monkeypatch.setattr(fwcompare.env, "gpu_free_bytes", lambda: free if nvml else None)
+    spec = search_spec()
+    spec = type(spec)(**{**spec.__dict__, "batch_size": 128})
+    runner = GpuRunner(free)
+    memory.search(runner, spec.model, CellRef(spec, 0))
+    row = runner.rows[(spec.cell_id, 0)]
+    largest, oom = row["largest_batch"], row["oom_batch"]
+    assert largest <= 76 < oom <= 1.1 * largest + 1
+    assert row["budget_bytes"] != row["budget_bytes"]  # NaN: the device's, not a budget
+    tries = [b for _, b in runner.made]
+    if nvml:
+        assert tries[:3] == [1, 4, 32] and len(tries) == 5, tries
+    else:
+        assert len(tries) > 5, tries
+
+
 def test_every_try_compiles_cold_in_every_round(tmp_path):
     """The runner keeps a variant's compile cache for its later rounds; a
     try's peak spans its compile, so the cache is emptied before each try."""

@@ -52,6 +52,12 @@ class OutsideGuard:
 
 
 # -- the search (parent side) ---------------------------------------------------------
+# On a GPU the budget is the device (fit_budget_gib 0), and no try has a budget of
+# its own: the line through two fitting tries then aims at this share of the
+# device's free memory before the search (NVML), what an allocator can hand out
+# beside its runtime's context and fragments. Only the choice of the next try
+# follows it; whether a batch fits is the try's own outcome.
+GPU_AIM = 0.9
 GROWTH = 8  # how far a search reaches past its largest fitting try before one fails
 # A line through two fitting tries needs the lower at most this fraction of the
 # upper: closer together, the allocator's noise in their peaks tilts it.
@@ -157,6 +163,18 @@ def previous_bracket(row: dict | None) -> tuple[int, ...]:
     return tuple(int(row[k]) for k in ("largest_batch", "oom_batch") if row[k] > 0)
 
 
+def device_aim(device: str | None) -> float | None:
+    """What a GPU search's line aims at (``GPU_AIM`` of the device's free
+    memory, bytes), or None: on a CPU, or where NVML cannot tell (the search
+    then grows and bisects without a line)."""
+    if device != "gpu":
+        return None
+    from ...env import gpu_free_bytes
+
+    free = gpu_free_bytes()
+    return GPU_AIM * free if free else None
+
+
 def search(runner, model: str, ref: CellRef) -> None:
     """One largest-batch search: tries (fresh processes, rows of their own,
     task ``fit``, in the search's round) until the limit is bracketed, then
@@ -167,11 +185,12 @@ def search(runner, model: str, ref: CellRef) -> None:
     spec = ref.spec
     step, cap = micro_batches(spec.mode), spec.batch_size
     budget = runner.params["fit_budget_gib"] * GIB or None
+    aim = budget or device_aim(runner.params.get("device"))
     precision = runner.params["fit_precision"]
     seeds = previous_bracket(runner.store.row(spec.cell_id, ref.round - 1)) if ref.round else ()
     tried: dict[int, tuple[bool, float]] = {}
     rows: dict[int, dict] = {}
-    while (b := next_batch(tried, step, cap, budget, precision, seeds)) is not None:
+    while (b := next_batch(tried, step, cap, aim, precision, seeds)) is not None:
         t = CellRef(dataclasses.replace(spec, task=TRY, batch_size=b), ref.round)
         row = runner.store.row(t.spec.cell_id, t.round)
         if row is None or row["status"] not in ("ok", "oom"):
