@@ -510,8 +510,12 @@ class Runner:
             todo = [] if problem else todo
             if todo:
                 self.start_servers(list(dict.fromkeys(c.spec.model for c in todo)))
-            if specs and not idle and not problem:
-                peak.measure(self, specs[0].model, sorted({s.dtype for s in specs}))
+            # The machine's peak, probed with a model this machine has (a real
+            # model's package may be missing: models.not_installed)
+            probe = next((m for m in dict.fromkeys(s.model for s in specs)
+                          if not self.model_problem(m)), None)
+            if probe and not idle and not problem:
+                peak.measure(self, probe, sorted({s.dtype for s in specs}))
             prepared = self.passes.prepared
             frameworks = list(self.params["frameworks"])
             for rnd in range(rounds):

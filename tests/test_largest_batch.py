@@ -143,7 +143,9 @@ class GpuRunner(FakeRunner):
 
     def __init__(self, free: float):
         super().__init__({0: 0})
-        self.params = {"fit_budget_gib": 0.0, "fit_precision": 0.1, "device": "gpu"}
+        # the typed params a runner holds (MemoryParams), not a dict
+        self.params = params.validate("memory", {"device": "gpu", "fit_budget_gib": 0.0,
+                                                 "fit_precision": 0.1})
         self.free = free
 
     def run_group(self, model, group):

@@ -98,12 +98,20 @@ def test_a_real_model_whose_package_is_missing_passes_the_params_check(no_minilm
     assert page.count("not installed here") == 1 and MINILM in page, page
 
 
-def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypatch):
+@pytest.mark.parametrize("study", ["inference_sweep", "deployment"])
+def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypatch, study):
+    """Nothing reads the missing model: not the cells, not the machine's peak
+    probe (deployment's head asks for the model's type; on an H200 on
+    2026-11-27 the probe did, and the study's measurement failed)."""
     import fwcompare.runner as runner_mod
+    from fwcompare import peak
 
     monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: None)  # no workers
+    probed = []  # a machine whose peak is not known yet: the probe would run
+    monkeypatch.setattr(peak, "measure", lambda runner, model, dtypes: probed.append(model))
     p = {"models": ["all-minilm-l6-v2"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
          "batch_sizes": [1], "seq_lens": [16], "rounds": 1}
-    res = run_study("inference_sweep", p, output_dir=tmp_path, progress=False)
+    res = run_study(study, p, output_dir=tmp_path, progress=False)
     assert list(res.results["status"]) == ["unsupported"]
     assert list(res.results["error"]) == [MINILM]
+    assert probed == []

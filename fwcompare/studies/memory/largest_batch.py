@@ -185,7 +185,7 @@ def search(runner, model: str, ref: CellRef) -> None:
     spec = ref.spec
     step, cap = micro_batches(spec.mode), spec.batch_size
     budget = runner.params["fit_budget_gib"] * GIB or None
-    aim = budget or device_aim(runner.params.get("device"))
+    aim = budget or device_aim(runner.params["device"])
     precision = runner.params["fit_precision"]
     seeds = previous_bracket(runner.store.row(spec.cell_id, ref.round - 1)) if ref.round else ()
     tried: dict[int, tuple[bool, float]] = {}
