@@ -101,7 +101,7 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
     rate, low, start = earlier_rate(store_dir, params["device"]), None, 0.0
     if rate is None:  # a cell samples at least min_time_s, at most max_time_s
         least, most = (params["warmup_s"] + params[k] for k in ("min_time_s", "max_time_s"))
-        fixed, parts = fixed_costs(timed, params["device"])
+        fixed, parts = fixed_costs(timed, params["device"], study)
         start = FIXED_S.get(params["device"], FIXED_S["cpu"])["start"] if timed else 0.0
         seconds, low = most * len(timed) + fixed, least * len(timed) + fixed
         basis = (f"no earlier run here: {least:g} to {most:g} s of warm-up and sampling per "
@@ -118,16 +118,31 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 
 
 # What a run costs beyond its sampling, where no earlier run here says better
-# (seconds; docs/measurements.md, 2026-11-26). GPU: one H200's first gpu-profile
-# run: process start and imports 12.3 s, a JAX jit of bert-base 20-21 s per
-# shape, an eager first call 0.02-0.23 s, a variant's build 0.3-3.4 s, a first
+# (seconds; docs/measurements.md). GPU: one H200's gpu-profile runs of 2026-11-26
+# and 2026-11-27: process start and imports 12.3 s, a JAX jit of bert-base 20-21 s
+# per shape, an eager first call 0.02-0.23 s, a variant's build 0.3-3.4 s, a first
 # call that finds its round-0 program in the compile cache 0.2 s (PyTorch) and
-# about 2 s (a traced mode, as on the CPU). CPU: the quick reports on 2 cores
-# (a jit or tf.function of a base-sized model 5-10 s, a build 2-4 s).
+# about 2 s (a traced mode, as on the CPU); the references each (model, task)
+# prepares on the host's CPU (weights, the gate batch's reference outputs, a
+# training task's agreement steps, float64 references) 68 s for 6.5 base-sized
+# pairs; a largest-batch try (a fresh process) 4.6 s (gpt2). CPU: the quick
+# reports on 2 cores (a jit or tf.function of a base-sized model 5-10 s, a build
+# 2-4 s, a try 4.3 s of MiniLM, 8 s of references for about 5 base-sized pairs).
 FIXED_S = {
-    "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3},
-    "cpu": {"start": 10.0, "build": 3.0, "traced": 8.0, "cached": 2.0, "eager": 0.5},
+    "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3,
+            "prepare": 10.0, "process": 4.6},
+    "cpu": {"start": 10.0, "build": 3.0, "traced": 8.0, "cached": 2.0, "eager": 0.5,
+            "prepare": 2.0, "process": 8.6},
 }
+
+
+# What a report takes after its measurements, in seconds (low, high): a wave of
+# notebooks (report.notebook_jobs() at a time), and the scorecard's. Measured:
+# 2-core quick reports 8 notebooks, 2 at a time, in 31.6 s, the scorecard 11-15 s
+# (2026-11-26); an H200's 16-core host the first 4 notebooks in 25-27 s, the next
+# in 13-14 s, the scorecard 27 s (2026-11-27, its first notebooks on that image).
+NOTEBOOK_S = (8.0, 26.0)
+SCORECARD_S = (11.0, 27.0)
 
 
 def _size(model: str) -> float:
@@ -150,27 +165,32 @@ def _variant(c) -> tuple:
     return (s.model, s.framework, s.mode, s.dtype, s.task)
 
 
-def fixed_costs(todo, device: str) -> tuple[float, str]:
+def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     """The seconds ``todo`` (CellRefs) costs beyond sampling, by its parts
     (``FIXED_S``, scaled by each model's depth: ``_size``): the imports
     once, a build per variant and round, and a first call per cell: a traced
     mode's compile in the first round it runs (later rounds load the program
-    from its compile cache), an eager call's otherwise. Returns the seconds
-    and a line naming the parts."""
+    from its compile cache), an eager call's otherwise. With ``study``, also
+    the references each (model, task) prepares and the fresh processes a
+    cell starts beyond its lane (``Study.processes``: a largest-batch
+    search's tries, which stand for the cell's own build and first call).
+    Returns the seconds and a line naming the parts."""
     from .frameworks import get
 
     if not todo:
         return 0.0, "nothing to run"
     cost = FIXED_S.get(device, FIXED_S["cpu"])
     scale = {m: _size(m) for m in {c.spec.model for c in todo}}
-    variants = {(*_variant(c), c.round) for c in todo}
+    extra = {c: study.processes(c) if study is not None else 0 for c in todo}
+    own = [c for c in todo if not extra[c]]  # cells a lane's worker runs itself
+    variants = {(*_variant(c), c.round) for c in own}
     first_round = {}
-    for c in todo:
+    for c in own:
         key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
         first_round[key] = min(first_round.get(key, c.round), c.round)
     kinds: Counter = Counter()
     seconds = cost["start"] + sum(cost["build"] * scale[v[0]] for v in variants)
-    for c in todo:
+    for c in own:
         try:
             traced = get(c.spec.framework).traces(c.spec.mode)
         except ValueError:  # a framework declared outside fwcompare, unknown here
@@ -179,7 +199,12 @@ def fixed_costs(todo, device: str) -> tuple[float, str]:
         kind = "eager" if not traced else "traced" if first_round[key] == c.round else "cached"
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
+    seconds += sum(cost["process"] * n * scale[c.spec.model] for c, n in extra.items())
+    pairs = {(c.spec.model, c.spec.task) for c in todo} if study is not None else set()
+    seconds += sum(cost["prepare"] * scale[m] for m, _ in pairs)
+    more = (f", {len(pairs)} reference set{'s' if len(pairs) != 1 else ''} prepared"
+            if pairs else "") + (f", {sum(extra.values())} tries" if any(extra.values()) else "")
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
                      f"{kinds['traced']} compiles, {kinds['cached']} cached and "
-                     f"{kinds['eager']} eager first calls ({device} figures of "
+                     f"{kinds['eager']} eager first calls{more} ({device} figures of "
                      "docs/measurements.md)")

@@ -254,8 +254,12 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
 def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     """One line before a report measures: the sum of its studies' estimates
     (``estimate.estimate``: each study's last run here, else its parts:
-    sampling, imports, builds and first calls, ``estimate.fixed_costs``)."""
-    from .estimate import estimate
+    sampling, imports, builds and first calls, ``estimate.fixed_costs``), and
+    what their notebooks and the scorecard take after them
+    (``estimate.NOTEBOOK_S``, ``estimate.SCORECARD_S``)."""
+    import math
+
+    from .estimate import NOTEBOOK_S, SCORECARD_S, estimate
 
     ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))
             for name, (params, out) in studies.items()]
@@ -267,14 +271,20 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     extra = sum(p["more_rounds_s"] for p, _ in studies.values()
                 if "more_rounds" in p and p["more_rounds"] > 0)
     high += extra
+    # the studies' notebooks, notebook_jobs() at a time, then the scorecard's
+    waves = math.ceil(len(ests) / notebook_jobs()) if ests else 0
+    after = [waves * n + s for n, s in zip(NOTEBOOK_S, SCORECARD_S)]
     bare = [e.study for e in ests if e.low_seconds is not None]
     span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
-    return (f"estimate for the measurements of {len(ests)} studies: {span}"
+    what = f"{len(ests)} stud{'y' if len(ests) == 1 else 'ies'}"
+    return (f"estimate for the report of {what}: {_mmss(low + after[0])} to "
+            f"{_mmss(high + after[1])}: measurements {span}"
             + (f" ({', '.join(bare)}: no earlier run here, so from its parts: sampling, "
-               "imports, builds and first calls" if bare
+               "imports, builds, first calls, references and tries" if bare
                else " (each study's last run here")
             + (f"; up to {_mmss(extra)} of extra rounds for doubtful claims)" if extra
-               else ")"))
+               else ")")
+            + f", then notebooks and scorecard {_mmss(after[0])} to {_mmss(after[1])}")
 
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).

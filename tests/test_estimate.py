@@ -22,10 +22,11 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
     # 2 models x (torch eager, tensorflow eager and graph, jax jit) x 2 batch x 2 seq
     assert "inference_sweep: 32 cells, 32 measurements over 1 round (torch 8, tensorflow 16, jax 8)" in r.stdout
     # warm-up 0.05 s plus 0.1 to 0.5 s of sampling per measurement, and the parts:
-    # 8 variants (2 models x 4 modes), tf.function and jax.jit compile at each of 4 shapes
-    assert ("estimate: 41 s to 54 s (no earlier run here: 0.15 to 0.55 s of warm-up and "
+    # 8 variants (2 models x 4 modes), tf.function and jax.jit compile at each of 4
+    # shapes, each model's reference set prepared once
+    assert ("estimate: 42 s to 55 s (no earlier run here: 0.15 to 0.55 s of warm-up and "
             "sampling per measurement, plus 37 s for the imports, 8 builds, 16 compiles, 0 "
-            "cached and 16 eager first calls") in r.stdout, r.stdout
+            "cached and 16 eager first calls, 2 reference sets prepared") in r.stdout, r.stdout
     assert not out.exists()
 
 
@@ -90,3 +91,29 @@ def test_the_parts_of_a_first_run():
     # torch's eager is no compile, its compile is; a mode of another framework's is not
     assert fixed_costs([cell("bert-base-cased", "torch", "compile", 0)], "gpu")[0] == \
         pytest.approx(cost["start"] + cost["build"] + cost["traced"])
+
+
+def test_the_parts_a_study_adds_references_and_tries():
+    """With the study: each (model, task) prepares its references once, and a
+    largest-batch search's cells cost their tries (7 fresh processes in its
+    first round, 2 in a later one) instead of a lane's build and first call."""
+    from fwcompare import params
+    from fwcompare.estimate import FIXED_S, fixed_costs
+    from fwcompare.job import CellRef
+    from fwcompare.studies import STUDIES, memory
+
+    study = STUDIES["memory"]
+    p = params.load_file(ROOT / "params" / "memory" / "gpu.yaml", "memory")
+    specs = [s for s in study.cells(p) if s.framework == "torch"]
+    search = next(s for s in specs if s.task == memory.SEARCH)
+    train = [s for s in specs if s.task == "train"]
+    todo = [CellRef(s, r) for s in train for r in range(3)]
+    todo += [CellRef(search, r) for r in range(3)]
+    cost = FIXED_S["gpu"]
+    bare, _ = fixed_costs([c for c in todo if c.spec.task == "train"], "gpu")
+    seconds, text = fixed_costs(todo, "gpu", study)
+    # gpt2 is base-sized (12 layers): its tries and references at the base figures
+    assert seconds == pytest.approx(bare + (7 + 2 + 2) * cost["process"]
+                                    + 2 * cost["prepare"])
+    assert "2 reference sets prepared, 11 tries" in text
+    assert study.processes(CellRef(train[0], 0)) == 0

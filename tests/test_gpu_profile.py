@@ -155,7 +155,7 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
     """Before a first gpu report: the studies' estimates from their parts,
     the fork servers' imports counted once (the studies share them)."""
     from fwcompare import report
-    from fwcompare.estimate import FIXED_S, estimate
+    from fwcompare.estimate import FIXED_S, NOTEBOOK_S, SCORECARD_S, estimate
 
     chosen = {s: (params.load_file(PARAMS / s / "gpu.yaml", s), tmp_path / s)
               for s in ("inference_sweep", "training")}
@@ -165,8 +165,15 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
     ests = [estimate(STUDIES[s], p, out / "results", claimed_for(s, p))
             for s, (p, out) in chosen.items()]
     high = sum(e.seconds for e in ests) - FIXED_S["gpu"]["start"]
-    assert line.startswith("estimate for the measurements of 2 studies: ")
+    low = sum(e.low_seconds for e in ests) - FIXED_S["gpu"]["start"]
+    # then the two notebooks, a wave or two, and the scorecard
+    waves = -(-2 // report.notebook_jobs())
+    after = [waves * n + s for n, s in zip(NOTEBOOK_S, SCORECARD_S)]
+    assert line.startswith(f"estimate for the report of 2 studies: {report._mmss(low + after[0])}"
+                           f" to {report._mmss(high + after[1])}: measurements "), line
     assert f"to {report._mmss(high)} (inference_sweep, training: no earlier run here" in line
+    assert line.endswith(f", then notebooks and scorecard {report._mmss(after[0])} to "
+                         f"{report._mmss(after[1])}"), line
 
 
 def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
@@ -178,6 +185,6 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     line = report.total_estimate({"inference_sweep": (quick, tmp_path / "inference_sweep")})
     none = report.total_estimate({"inference_sweep": ({**quick, "more_rounds": 0},
                                                       tmp_path / "inference_sweep")})
-    assert line.endswith(f"up to {report._mmss(quick['more_rounds_s'])} of extra rounds for "
-                         "doubtful claims)"), line
+    assert (f"up to {report._mmss(quick['more_rounds_s'])} of extra rounds for doubtful "
+            "claims), then notebooks") in line, line
     assert "extra rounds" not in none

@@ -171,6 +171,12 @@ class Study:
         ``unsupported`` with it, and nothing starts); "" where it can."""
         return ""
 
+    def processes(self, ref) -> int:
+        """Fresh processes a cell (``ref``: a CellRef) starts beyond its lane's
+        worker, as a run without an earlier one to learn from expects them
+        (``estimate.fixed_costs``): none by default."""
+        return 0
+
     def head(self, task: str, model: str) -> str:
         if task == "train":
             return models.train_head(model)

@@ -153,6 +153,13 @@ class Memory(Study):
                   for mode in params["fit_modes"][fw]]
         return train + search
 
+    def processes(self, ref) -> int:
+        """A largest-batch search's tries, each a fresh process: about 7 in
+        its first round (1, 4, growth, the line's batch, a bisection), 2 in a
+        later one where the limit holds (``next_batch``'s seeds; H200 and
+        2-core quick runs of 2026-11-26/27: 7-8, then 2)."""
+        return (7 if ref.round == 0 else 2) if ref.spec.task == SEARCH else 0
+
     def head(self, task, model):
         return models.train_head(model)  # a search's forward runs the training model
 
