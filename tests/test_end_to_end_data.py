@@ -43,11 +43,12 @@ def test_minilm_tokenizes_every_sentence_within_its_length():
     task = data.make_task(0, 200, 50)
     local = models.local_path("all-minilm-l6-v2")
     tok = data.tokenize(*task.train, 32, 30522, local, "all-minilm-l6-v2")
-    assert tok.ids.shape == (200, 32) and tok.ids.dtype == np.int32
-    assert (tok.mask.sum(axis=1) == tok.lengths).all() and tok.lengths.max() < 32  # no cut
-    assert (tok.ids[tok.mask == 0] == tok.pad_id).all()
+    ids, mask = tok.padded()
+    assert ids.shape == (200, 32) and ids.dtype == np.int32 and len(tok) == 200
+    assert (mask.sum(axis=1) == tok.lengths).all() and tok.lengths.max() < 32  # no cut
+    assert (ids[mask == 0] == tok.pad_id).all() and (tok.labels == task.train[1]).all()
     assert tok.tokenizer == "all-minilm-l6-v2's tokenizer"
-    assert (tok.ids[:, 0] == 101).all()  # [CLS] of BERT's uncased vocabulary
+    assert (ids[:, 0] == 101).all() and (tok.tokens != tok.pad_id).all()  # [CLS]; no padding
 
 
 def test_the_fixed_table_stays_inside_the_vocabulary():
@@ -55,6 +56,7 @@ def test_the_fixed_table_stays_inside_the_vocabulary():
     tok = data.tokenize(*task.train, 16, 1000, None)
     words = len(data.SLOTS) * 2
     assert (tok.lengths == words + 2).all()  # [CLS], the words, [SEP]
-    assert tok.ids.max() < 1000 and (tok.ids[:, 0] == 1).all()
+    ids, _ = tok.padded()
+    assert ids.max() < 1000 and (ids[:, 0] == 1).all()
     assert data.word_id("ship", 1000) == data.word_id("ship", 1000) != data.word_id("oven", 1000)
     assert tok.tokenizer == "fixed word table"

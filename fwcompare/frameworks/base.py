@@ -110,6 +110,8 @@ class Framework:
     # estimate allows for before an earlier run here tells it better: its
     # ``fwcompare.estimate``); "*": every mode but eager.
     traced_modes: tuple[str, ...] = ()
+    # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).
+    pipelines: tuple[str, ...] = ()
     # Deployment: its paths (mode -> DeployPath), its exporter and the
     # runtimes of its own artifact kinds ("module:Class", imported on demand).
     deploy_paths: Mapping[str, DeployPath] = field(default_factory=dict)
@@ -123,7 +125,7 @@ class Framework:
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
         for name in ("modes", "train_modes", "options", "preload", "dist_modes",
-                     "server_modes", "packages", "requires", "traced_modes"):
+                     "server_modes", "packages", "requires", "traced_modes", "pipelines"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def traces(self, mode: str) -> bool:
@@ -197,6 +199,14 @@ class Backend(abc.ABC):
 
     def make_batch(self, ids: np.ndarray, labels: np.ndarray, device: str):
         raise Unsupported(f"{type(self).__name__} has no training batch")
+
+    def make_pipeline(self, kind: str, examples, batch_size: int, device: str):
+        """An input pipeline of ``kind`` (one of ``Framework.pipelines``) over
+        ``examples`` (``fwcompare.pipeline.Examples``): an endless iterator of
+        batches (ids, attention mask, labels) on ``device``, in the examples'
+        order epoch after epoch, with ``close()`` and ``setup`` (how it was
+        built, in words)."""
+        raise Unsupported(f"{type(self).__name__} has no input pipelines")
 
     def gpu_memory(self, run: Callable[[], Any]) -> dict:
         """``peak_mem_bytes`` and ``mem_method`` of ``run()`` on the GPU (its

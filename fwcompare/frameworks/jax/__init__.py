@@ -29,6 +29,8 @@ FRAMEWORK = Framework(
     packages=("jax", "jaxlib", "flax"),
     requires=("jax", "flax", "transformers"),
     traced_modes=("*",),
+    # memory: arrays on the device; numpy: a NumPy iterator; grain (pipeline.py)
+    pipelines=("memory", "numpy", "grain"),
     deploy_paths={
         "jit": DeployPath("jax.jit (the baseline)", "JAX"),
         "jax-export": DeployPath("jax.export with symbolic batch and sequence, serialised StableHLO, deserialised and jitted", "JAX", artifact="jax-export"),

@@ -287,6 +287,12 @@ def make_inputs(ids: np.ndarray, device: str):
     return _jax().device_put(ids.astype(np.int32), _device(device))
 
 
+def make_pipeline(kind: str, examples, batch_size: int, device: str):
+    from .pipeline import Pipeline
+
+    return Pipeline(kind, examples, batch_size, _device(device))
+
+
 def sync(out) -> None:
     if out is not None:
         _jax().block_until_ready(out)

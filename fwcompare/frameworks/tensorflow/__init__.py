@@ -25,6 +25,8 @@ FRAMEWORK = Framework(
     packages=("tensorflow", "tf-keras", "tf2onnx"),
     requires=("tensorflow", "tf_keras", "transformers"),
     traced_modes=("*",),
+    # memory: tensors on the device; tfdata*: tf.data with its options (pipeline.py)
+    pipelines=("memory", "tfdata", "tfdata-prefetch", "tfdata-cache", "tfdata-pyfunc"),
     deploy_paths={
         "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
         "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),

@@ -310,6 +310,12 @@ def make_inputs(ids: np.ndarray, device: str):
         return tf.constant(ids, dtype=tf.int32)
 
 
+def make_pipeline(kind: str, examples, batch_size: int, device: str):
+    from .pipeline import Pipeline
+
+    return Pipeline(kind, examples, batch_size, _device_name(device))
+
+
 def sync(out) -> None:
     # CPU eager and tf.function calls return when their outputs are computed;
     # GPU kernels are asynchronous, so wait for the devices there.

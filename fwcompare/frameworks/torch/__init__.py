@@ -22,6 +22,9 @@ FRAMEWORK = Framework(
     packages=("torch", "onnx", "onnxscript"),
     requires=("torch", "transformers"),
     traced_modes=("torchscript", "compile", "static-compile"),
+    # memory: tensors on the device; dataloader-wN: a DataLoader with N worker
+    # processes (pipeline.py)
+    pipelines=("memory", "dataloader-w0", "dataloader-w1"),
     deploy_paths={
         "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
         "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),

@@ -174,6 +174,12 @@ def make_inputs(ids: np.ndarray, device: str):
     return torch.as_tensor(ids, dtype=torch.long, device=_device(device))
 
 
+def make_pipeline(kind: str, examples, batch_size: int, device: str):
+    from .pipeline import Pipeline
+
+    return Pipeline(kind, examples, batch_size, _device(device))
+
+
 def sync(out) -> None:
     if out is not None and out.is_cuda:
         torch.cuda.synchronize(out.device)

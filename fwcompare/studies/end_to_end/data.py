@@ -15,8 +15,8 @@ at random init (the smoke profile's) in a few thousand.
 The text is tokenized once, by the model's real tokenizer where the model has
 one (its package ships ``tokenizer.json``), else by a fixed word-to-id table
 inside the model's vocabulary (a zoo model at random init): every framework
-then reads the same ids, attention masks and labels (``Tokenized``), and the
-pipelines (``pipelines``) only batch, pad and move them.
+then reads the same tokens and labels (``pipeline.Examples``), and its input
+pipelines only order, pad, batch and move them.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+
+from ...pipeline import Examples
 
 # Content words per topic: nouns, verbs, adjectives. Disjoint, so a word's topic
 # is never in doubt; of equal counts, so neither topic is easier to spot.
@@ -92,25 +94,6 @@ def make_task(seed: int, n_train: int, n_eval: int, own_share: float = 0.7) -> T
     return Task(split(0, n_train), split(1, n_eval), seed, own_share)
 
 
-@dataclass(frozen=True)
-class Tokenized:
-    """Token ids (int32, [n, seq_len], padded with ``pad_id``), attention
-    masks (int32, 1 on tokens) and labels (int64) of one split, and how it
-    was tokenized (``tokenizer``: the model's tokenizer file, or the fixed
-    table). ``lengths``: each sentence's tokens before padding (a pipeline
-    that pads per batch reads them)."""
-
-    ids: np.ndarray
-    mask: np.ndarray
-    labels: np.ndarray
-    lengths: np.ndarray
-    pad_id: int
-    tokenizer: str
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-
 def word_id(word: str, vocab: int) -> int:
     """A word's id in the fixed table: a stable hash into the vocabulary,
     above its first 1000 ids (the special and reserved tokens of BERT-like
@@ -121,18 +104,18 @@ def word_id(word: str, vocab: int) -> int:
 
 
 def tokenize(texts: list[str], labels: np.ndarray, seq_len: int, vocab: int,
-             tokenizer_dir=None, model: str = "") -> Tokenized:
-    """``texts`` as ids of at most ``seq_len`` tokens: with ``model``'s
-    tokenizer in ``tokenizer_dir`` (transformers' AutoTokenizer, local files
-    only), or, without one, ``[CLS]``-like 1, the words' ``word_id``,
-    ``[SEP]``-like 2."""
+             tokenizer_dir=None, model: str = "", seed: int = 0) -> Examples:
+    """``texts`` as examples of at most ``seq_len`` tokens (``pipeline.Examples``,
+    their epochs ordered from ``seed``): with ``model``'s tokenizer in
+    ``tokenizer_dir`` (transformers' AutoTokenizer, local files only), or,
+    without one, ``[CLS]``-like 1, the words' ``word_id``, ``[SEP]``-like 2."""
     if tokenizer_dir is not None:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
         enc = tok(texts, truncation=True, max_length=seq_len, padding="max_length",
                   return_tensors="np")
-        ids, mask = enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)
+        ids, mask = enc["input_ids"], enc["attention_mask"]
         pad, how = int(tok.pad_token_id or 0), f"{model or tokenizer_dir}'s tokenizer"
     else:
         ids = np.zeros((len(texts), seq_len), dtype=np.int32)
@@ -141,5 +124,4 @@ def tokenize(texts: list[str], labels: np.ndarray, seq_len: int, vocab: int,
             row = [1, *(word_id(w, vocab) for w in text.rstrip(".").split()), 2][:seq_len]
             ids[i, :len(row)], mask[i, :len(row)] = row, 1
         pad, how = 0, "fixed word table"
-    return Tokenized(ids, mask, np.asarray(labels, dtype=np.int64),
-                     mask.sum(axis=1).astype(np.int32), pad, how)
+    return Examples.from_padded(ids, mask, labels, pad_id=pad, seed=seed, tokenizer=how)
