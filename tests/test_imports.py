@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fwcompare"
 
 # Pure functions and data: they import nothing of fwcompare above this floor.
 LOW = ("stats", "spec", "timing", "memory", "precision", "atomic", "paths", "protocol",
-       "host", "env", "energy", "pipeline")
+       "host", "env", "energy", "pipeline", "fitting")
 
 
 # The floors above it (docs/contributing.md, Layout): a module imports modules of its

@@ -208,6 +208,14 @@ class Backend(abc.ABC):
         built, in words)."""
         raise Unsupported(f"{type(self).__name__} has no input pipelines")
 
+    def fit(self, train, held_out, weights_dir, device: str, settings, log) -> list[dict]:
+        """Training end to end as this framework's users run it (``Trainer``,
+        Keras ``fit``, a Flax loop): ``train`` and ``held_out``
+        (``pipeline.Examples``) from the sequence classifier in
+        ``weights_dir``, with ``settings`` (``fitting.FitSettings``), the
+        clock kept in ``log`` (``fitting.FitLog``). Returns the evaluations."""
+        raise Unsupported(f"{type(self).__name__} has no end-to-end training")
+
     def gpu_memory(self, run: Callable[[], Any]) -> dict:
         """``peak_mem_bytes`` and ``mem_method`` of ``run()`` on the GPU (its
         own allocator's highest bytes in use, the resident weights included)."""

@@ -287,6 +287,12 @@ def make_inputs(ids: np.ndarray, device: str):
     return _jax().device_put(ids.astype(np.int32), _device(device))
 
 
+def fit(train, held_out, weights_dir, device: str, settings, log) -> list[dict]:
+    from .fit import fit as run
+
+    return run(load, train, held_out, weights_dir, device, settings, log, _device(device))
+
+
 def make_pipeline(kind: str, examples, batch_size: int, device: str):
     from .pipeline import Pipeline
 

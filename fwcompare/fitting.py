@@ -1,0 +1,106 @@
+"""Training end to end, as each framework's users run it (Hugging Face
+``Trainer``, Keras ``fit``, a Flax/optax loop): the settings every framework
+shares and the clock every run keeps.
+
+A run's wall time is split into phases (``FitLog.phase``): the data (its
+pipeline built), the model's set-up (weights loaded, optimizer, trainer or
+compile set up), the first step (its trace or compile included), the steps
+after it, and the evaluations; its figures (``FitLog.figures``) are those
+phases, the steady examples per second, the accuracy at every evaluation and
+the time to the target accuracy: the wall time from the run's start to the
+end of the first evaluation at or above it (MLPerf Training's measure: a fast
+step that needs more steps, or a pipeline that starves it, loses), NaN where
+the run never reached it, with the best accuracy it did reach.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """What every framework's run shares: batches, steps, evaluation every
+    ``eval_every`` steps on the held-out split, AdamW's settings
+    (``optimizer``: learning_rate, weight_decay, beta1, beta2, eps; a constant
+    learning rate, no gradient clipping), the seed, and the losses of the first
+    ``agreement_steps`` steps kept (the runs' start is compared across
+    frameworks: same weights, same first batches)."""
+
+    batch_size: int
+    max_steps: int
+    eval_every: int
+    target_accuracy: float
+    optimizer: dict
+    eval_batch_size: int = 64
+    seed: int = 0
+    agreement_steps: int = 3
+    pipeline: str = ""  # the framework's input pipeline kind ("": its users' usual one)
+
+
+@dataclass
+class FitLog:
+    """The clock of one run: seconds per phase, each step's end, each
+    evaluation (step, accuracy, loss, seconds), the first steps' losses."""
+
+    t0: float = field(default_factory=time.perf_counter)
+    phases: dict = field(default_factory=dict)
+    step_ends: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    losses: list = field(default_factory=list)
+    train_start: float = math.nan
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t
+
+    def training_begins(self) -> None:
+        self.train_start = time.perf_counter()
+
+    def step_done(self, loss: float | None = None) -> None:
+        self.step_ends.append(time.perf_counter())
+        if loss is not None:
+            self.losses.append(float(loss))
+
+    def evaluated(self, step: int, accuracy: float, loss: float, seconds: float) -> None:
+        self.evals.append({"step": step, "accuracy": float(accuracy), "eval_loss": float(loss),
+                           "eval_s": float(seconds), "at_s": time.perf_counter() - self.t0})
+
+    def figures(self, settings: FitSettings) -> dict:
+        """The run's figures: its phases, the first and the steady step,
+        examples per second, the time and steps to the target, the best and
+        the last accuracy."""
+        eval_s = sum(e["eval_s"] for e in self.evals)
+        ends = np.array(self.step_ends)
+        first = ends[0] - self.train_start if len(ends) else math.nan
+        # a step's time: from the end of the one before, less an evaluation between
+        gaps = np.diff(ends) if len(ends) > 1 else np.array([])
+        between = {e["step"] for e in self.evals}
+        steady = [g for i, g in enumerate(gaps, start=1) if i not in between]
+        reached = [e for e in self.evals if e["accuracy"] >= settings.target_accuracy]
+        best = max((e["accuracy"] for e in self.evals), default=math.nan)
+        steady_s = float(np.median(steady)) if steady else math.nan
+        return {
+            "data_s": self.phases.get("data", math.nan),
+            "setup_s": self.phases.get("setup", math.nan),
+            "first_step_s": float(first),
+            "steps_s": float(ends[-1] - ends[0] - sum(
+                e["eval_s"] for e in self.evals if e["step"] < len(ends))) if len(ends) else math.nan,
+            "eval_s": eval_s,
+            "total_s": (time.perf_counter() - self.t0),
+            "steps": len(ends),
+            "steady_step_s": steady_s,
+            "examples_per_s": settings.batch_size / steady_s if steady else math.nan,
+            "time_to_target_s": reached[0]["at_s"] if reached else math.nan,
+            "steps_to_target": float(reached[0]["step"]) if reached else math.nan,
+            "best_accuracy": best,
+            "final_accuracy": self.evals[-1]["accuracy"] if self.evals else math.nan,
+        }

@@ -1,0 +1,91 @@
+"""TensorFlow end to end: Keras ``fit`` on the Hugging Face TF model with
+``tf.data``, as its users run it (issue 50).
+
+The model is compiled with Keras' AdamW (a constant learning rate, no gradient
+clipping, biases and LayerNorm weights out of the weight decay, as
+``Trainer`` leaves them out) and sparse categorical cross-entropy on the
+logits; ``fit`` reads the examples' shared order through a ``tf.data``
+pipeline (``pipeline.py``: ``tfdata-prefetch`` unless the settings name
+another), runs ``eval_every`` steps per Keras epoch and evaluates the held-out
+split after each. A callback keeps the run's clock (``fitting.FitLog``); a
+step's loss is recovered from Keras' running mean of the epoch."""
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+
+from ...fitting import FitLog, FitSettings
+from ...pipeline import Examples
+from .pipeline import Pipeline
+
+NO_DECAY = ["bias", "LayerNorm", "layer_norm"]
+
+
+def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
+        settings: FitSettings, log: FitLog, place: str = "/CPU:0") -> list[dict]:
+    """One run of Keras ``fit``; ``load``: the backend's ``load``; ``place``:
+    the device's name ("/GPU:0"). Returns the evaluations (``log.evals``)."""
+    import tf_keras as keras
+
+    opt = settings.optimizer
+    if settings.max_steps % settings.eval_every:
+        raise ValueError(f"max_steps {settings.max_steps} is no multiple of eval_every "
+                         f"{settings.eval_every}")
+    with log.phase("data"):
+        kind = settings.pipeline or "tfdata-prefetch"
+        pipe = Pipeline(kind, train, settings.batch_size, place)
+        if not hasattr(pipe, "dataset"):
+            raise ValueError(f"Keras fit reads a tf.data pipeline, not {kind!r}")
+        train_ds = pipe.dataset.map(
+            lambda ids, mask, y: ({"input_ids": ids, "attention_mask": mask}, y))
+        ids, mask = held_out.padded()
+        eval_ds = tf.data.Dataset.from_tensor_slices(
+            ({"input_ids": ids, "attention_mask": mask}, held_out.labels)
+        ).batch(settings.eval_batch_size)
+    with log.phase("setup"):
+        model = load(weights_dir, device, "seq_cls")
+        optimizer = keras.optimizers.AdamW(
+            learning_rate=opt["learning_rate"], weight_decay=opt["weight_decay"],
+            beta_1=opt["beta1"], beta_2=opt["beta2"], epsilon=opt["eps"])
+        optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
+        model.compile(optimizer=optimizer,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    log.training_begins()
+    with tf.device(place):
+        model.fit(train_ds, steps_per_epoch=settings.eval_every,
+                  epochs=settings.max_steps // settings.eval_every, validation_data=eval_ds,
+                  callbacks=[_Clock(log, settings)], verbose=0)
+    return log.evals
+
+
+class _Clock:  # a Keras callback, made on first use
+    def __new__(cls, log: FitLog, settings: FitSettings):
+        import tf_keras as keras
+
+        class Clock(keras.callbacks.Callback):
+            mean, steps = 0.0, 0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.mean, self.in_epoch = 0.0, 0
+
+            def on_train_batch_end(self, batch, logs=None):
+                log.step_done()
+                self.steps += 1
+                self.in_epoch += 1
+                if len(log.losses) < settings.agreement_steps:  # the step's own loss
+                    k, mean = self.in_epoch, float(logs["loss"])
+                    log.losses.append(k * mean - (k - 1) * self.mean)
+                    self.mean = mean
+                elif logs is not None:
+                    self.mean = float(logs["loss"])
+
+            def on_test_begin(self, logs=None):
+                self.t_eval = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                log.evaluated(self.steps, logs["val_accuracy"], logs["val_loss"],
+                              time.perf_counter() - self.t_eval)
+
+        return Clock()

@@ -1,0 +1,76 @@
+"""Training end to end (issue 50): Hugging Face Trainer, Keras fit and a Flax
+loop from the same weights on the same batches (the examples' shared order)
+start from the same loss, evaluate at the same steps, and say what each phase
+took and when the target accuracy was reached (NaN where it never was)."""
+import math
+
+import pytest
+
+from fwcompare import models
+from fwcompare.fitting import FitLog, FitSettings
+from fwcompare.frameworks import get_backend
+from fwcompare.studies.end_to_end import data
+
+MODEL = "tiny-bert"  # 2 layers at random init: seconds per run
+STEPS, EVERY = 12, 4
+
+
+@pytest.fixture(scope="module")
+def runs():
+    task = data.make_task(0, 256, 64)
+    vocab = models.config_for(MODEL).vocab_size
+    train = data.tokenize(*task.train, 24, vocab, None, seed=1)
+    held = data.tokenize(*task.eval, 24, vocab, None, seed=1)
+    weights = models.weights_dir(MODEL, 0, head="seq_cls")
+    settings = FitSettings(batch_size=16, max_steps=STEPS, eval_every=EVERY,
+                           target_accuracy=1.0, eval_batch_size=32,
+                           optimizer=dict(learning_rate=1e-3, weight_decay=0.01, beta1=0.9,
+                                          beta2=0.999, eps=1e-8))
+    out = {}
+    for fw in ("torch", "tensorflow", "jax"):
+        backend = get_backend(fw)
+        backend.configure(2, "cpu")
+        log = FitLog()
+        backend.fit(train, held, weights, "cpu", settings, log)
+        out[fw] = (log, log.figures(settings))
+    return settings, out
+
+
+def test_the_three_start_from_the_same_loss_and_evaluate_alike(runs):
+    settings, out = runs
+    first = {fw: log.losses for fw, (log, _) in out.items()}
+    assert all(len(v) == settings.agreement_steps for v in first.values()), first
+    for fw in ("tensorflow", "jax"):  # same weights, same first batch: the same loss
+        assert first[fw][0] == pytest.approx(first["torch"][0], abs=1e-4), first
+        assert first[fw][-1] == pytest.approx(first["torch"][-1], rel=1e-2), first
+    for fw, (log, fig) in out.items():
+        assert [e["step"] for e in log.evals] == [4, 8, 12], fw
+        assert fig["steps"] == STEPS and all(0 <= e["accuracy"] <= 1 for e in log.evals)
+    accs = {fw: [e["accuracy"] for e in log.evals] for fw, (log, _) in out.items()}
+    for fw in ("tensorflow", "jax"):
+        assert max(abs(a - b) for a, b in zip(accs[fw], accs["torch"])) <= 0.1, accs
+
+
+def test_the_phases_and_the_target(runs):
+    settings, out = runs
+    for fw, (log, fig) in out.items():
+        for key in ("setup_s", "first_step_s", "steps_s", "eval_s", "steady_step_s"):
+            assert fig[key] > 0, (fw, key, fig)
+        assert fig["total_s"] >= fig["setup_s"] + fig["first_step_s"] + fig["steps_s"]
+        assert fig["examples_per_s"] == pytest.approx(16 / fig["steady_step_s"])
+        # a target of 1.0 a 2-layer model at random init does not reach in 12 steps
+        if fig["best_accuracy"] < 1.0:
+            assert math.isnan(fig["time_to_target_s"]) and math.isnan(fig["steps_to_target"])
+
+
+def test_the_target_is_the_first_evaluation_at_or_above_it():
+    log = FitLog()
+    s = FitSettings(batch_size=8, max_steps=6, eval_every=2, target_accuracy=0.8, optimizer={})
+    log.training_begins()
+    for step, acc in ((2, 0.5), (4, 0.85), (6, 0.9)):
+        log.step_done()
+        log.step_done()
+        log.evaluated(step, acc, 0.1, 0.01)
+    fig = log.figures(s)
+    assert fig["steps_to_target"] == 4 and fig["time_to_target_s"] == log.evals[1]["at_s"]
+    assert fig["best_accuracy"] == 0.9 and fig["final_accuracy"] == 0.9
