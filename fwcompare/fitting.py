@@ -77,30 +77,42 @@ class FitLog:
     def figures(self, settings: FitSettings) -> dict:
         """The run's figures: its phases, the first and the steady step,
         examples per second, the time and steps to the target, the best and
-        the last accuracy."""
-        eval_s = sum(e["eval_s"] for e in self.evals)
+        the last accuracy.
+
+        A step's time is read between evaluations, not from the steps' own
+        stamps: a step may return before its work is done (JAX and CUDA
+        dispatch ahead), while an evaluation reads its results back. The
+        steady step is the median over the evaluation intervals after the
+        first (which holds the first step: its trace or compile) of the
+        interval's time, less its evaluation, per step."""
         ends = np.array(self.step_ends)
-        first = ends[0] - self.train_start if len(ends) else math.nan
-        # a step's time: from the end of the one before, less an evaluation between
-        gaps = np.diff(ends) if len(ends) > 1 else np.array([])
-        between = {e["step"] for e in self.evals}
-        steady = [g for i, g in enumerate(gaps, start=1) if i not in between]
+        first = float(ends[0] - self.train_start) if len(ends) else math.nan
+        eval_s = sum(e["eval_s"] for e in self.evals)
+        start = self.train_start - self.t0  # the evaluations' at_s count from t0
+        per_step = []
+        for before, e in zip(self.evals, self.evals[1:]):
+            took = e["at_s"] - e["eval_s"] - before["at_s"]
+            per_step.append(took / max(1, e["step"] - before["step"]))
+        if not per_step and self.evals and len(ends) > 1:  # one evaluation: its interval
+            e = self.evals[0]
+            per_step.append((e["at_s"] - e["eval_s"] - (ends[0] - self.t0))
+                            / max(1, e["step"] - 1))
+        last = self.evals[-1]["at_s"] if self.evals else (ends[-1] - self.t0 if len(ends)
+                                                          else math.nan)
         reached = [e for e in self.evals if e["accuracy"] >= settings.target_accuracy]
-        best = max((e["accuracy"] for e in self.evals), default=math.nan)
-        steady_s = float(np.median(steady)) if steady else math.nan
+        steady_s = float(np.median(per_step)) if per_step else math.nan
         return {
             "data_s": self.phases.get("data", math.nan),
             "setup_s": self.phases.get("setup", math.nan),
-            "first_step_s": float(first),
-            "steps_s": float(ends[-1] - ends[0] - sum(
-                e["eval_s"] for e in self.evals if e["step"] < len(ends))) if len(ends) else math.nan,
+            "first_step_s": first,
+            "steps_s": float(last - start - first - eval_s),
             "eval_s": eval_s,
-            "total_s": (time.perf_counter() - self.t0),
+            "total_s": time.perf_counter() - self.t0,
             "steps": len(ends),
             "steady_step_s": steady_s,
-            "examples_per_s": settings.batch_size / steady_s if steady else math.nan,
+            "examples_per_s": settings.batch_size / steady_s if per_step else math.nan,
             "time_to_target_s": reached[0]["at_s"] if reached else math.nan,
             "steps_to_target": float(reached[0]["step"]) if reached else math.nan,
-            "best_accuracy": best,
+            "best_accuracy": max((e["accuracy"] for e in self.evals), default=math.nan),
             "final_accuracy": self.evals[-1]["accuracy"] if self.evals else math.nan,
         }

@@ -64,13 +64,21 @@ def test_the_phases_and_the_target(runs):
 
 
 def test_the_target_is_the_first_evaluation_at_or_above_it():
-    log = FitLog()
+    log = FitLog(t0=0.0)
     s = FitSettings(batch_size=8, max_steps=6, eval_every=2, target_accuracy=0.8, optimizer={})
-    log.training_begins()
-    for step, acc in ((2, 0.5), (4, 0.85), (6, 0.9)):
-        log.step_done()
-        log.step_done()
-        log.evaluated(step, acc, 0.1, 0.01)
+    log.train_start = 1.0
+    log.step_ends = [3.0, 3.5, 4.0, 4.5, 5.0, 5.5]  # the first step 2 s, the others 0.5 s
+    # evaluations of 0.25 s after steps 2, 4, 6 (at_s: their ends, from t0)
+    log.evals = [{"step": k, "accuracy": a, "eval_loss": 0.1, "eval_s": 0.25, "at_s": t}
+                 for k, a, t in ((2, 0.5, 3.75), (4, 0.85, 4.75), (6, 0.9, 5.75))]
     fig = log.figures(s)
-    assert fig["steps_to_target"] == 4 and fig["time_to_target_s"] == log.evals[1]["at_s"]
+    assert fig["steps_to_target"] == 4 and fig["time_to_target_s"] == 4.75
     assert fig["best_accuracy"] == 0.9 and fig["final_accuracy"] == 0.9
+    assert fig["first_step_s"] == 2.0 and fig["eval_s"] == 0.75
+    # each interval after the first: 1.0 s less its 0.25 s evaluation, over 2 steps
+    assert fig["steady_step_s"] == pytest.approx(0.375) and fig["examples_per_s"] == \
+        pytest.approx(8 / 0.375)
+    assert fig["steps_s"] == pytest.approx(5.75 - 1.0 - 2.0 - 0.75)
+    s2 = FitSettings(batch_size=8, max_steps=6, eval_every=2, target_accuracy=0.95,
+                     optimizer={})
+    assert math.isnan(log.figures(s2)["time_to_target_s"])  # never reached: NaN

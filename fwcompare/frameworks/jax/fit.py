@@ -7,7 +7,8 @@ and the mean softmax cross-entropy of the logits; the batches come from a JAX
 pipeline (``pipeline.py``: ``grain`` unless the settings name another) in the
 examples' shared order. Every ``eval_every`` steps a jitted evaluation runs
 over the held-out split. The clock is ``fitting.FitLog``; the first steps'
-losses are read back (a sync) only for those steps."""
+losses are read back (a sync) only for those steps, the others run ahead as
+a Flax loop's do until an evaluation reads the parameters."""
 from __future__ import annotations
 
 import time
@@ -71,10 +72,9 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         params, state, loss = train_step(params, state, ids_b, mask_b, labels_b.astype(jnp.int32))
         if len(log.losses) < settings.agreement_steps:
             log.losses.append(float(loss))  # a sync, the first steps only
-        else:
-            loss.block_until_ready()
-        log.step_done()
+        log.step_done()  # dispatched: the evaluations read the results back
         if step % settings.eval_every == 0:
+            jax.block_until_ready(params)  # the steps' work, done: theirs, not the evaluation's
             t = time.perf_counter()
             total, right = 0.0, 0
             for b in eval_batches:

@@ -131,6 +131,8 @@ class _Clock:  # a transformers.TrainerCallback, made on first use
 
         class Clock(transformers.TrainerCallback):
             def on_step_end(self, args, state, control, **kw):
+                if state.global_step % args.eval_steps == 0 and torch.cuda.is_available():
+                    torch.cuda.synchronize()  # the steps' GPU work: theirs, not the evaluation's
                 log.step_done()
                 self.step_end = log.step_ends[-1]
 
