@@ -37,6 +37,8 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         pipe = Pipeline(settings.pipeline or "grain", train, settings.batch_size,
                         place)
         ids, mask = held_out.padded()
+        # whole evaluation batches (one shape, one compile): the study's params
+        # make the held-out split a multiple of eval_batch_size
         n_eval = len(held_out) // settings.eval_batch_size * settings.eval_batch_size
         eval_batches = [tuple(jax.device_put(a[i:i + settings.eval_batch_size], place)
                               for a in (ids, mask, held_out.labels.astype(np.int32)))
@@ -67,19 +69,22 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
             loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).sum()
             return loss, (jnp.argmax(logits, -1) == labels).sum()
     log.training_begins()
-    for step in range(1, settings.max_steps + 1):
-        ids_b, mask_b, labels_b = next(pipe)
-        params, state, loss = train_step(params, state, ids_b, mask_b, labels_b.astype(jnp.int32))
-        if len(log.losses) < settings.agreement_steps:
-            log.losses.append(float(loss))  # a sync, the first steps only
-        log.step_done()  # dispatched: the evaluations read the results back
-        if step % settings.eval_every == 0:
-            jax.block_until_ready(params)  # the steps' work, done: theirs, not the evaluation's
-            t = time.perf_counter()
-            total, right = 0.0, 0
-            for b in eval_batches:
-                lsum, ok = eval_step(params, *b)
-                total, right = total + float(lsum), right + int(ok)
-            log.evaluated(step, right / n_eval, total / n_eval, time.perf_counter() - t)
-    pipe.close()
+    try:
+        for step in range(1, settings.max_steps + 1):
+            ids_b, mask_b, labels_b = next(pipe)
+            params, state, loss = train_step(params, state, ids_b, mask_b,
+                                             labels_b.astype(jnp.int32))
+            if len(log.losses) < settings.agreement_steps:
+                log.losses.append(float(loss))  # a sync, the first steps only
+            log.step_done()  # dispatched: the evaluations read the results back
+            if step % settings.eval_every == 0:
+                jax.block_until_ready(params)  # the steps' work is theirs, not the evaluation's
+                t = time.perf_counter()
+                total, right = 0.0, 0
+                for b in eval_batches:
+                    lsum, ok = eval_step(params, *b)
+                    total, right = total + float(lsum), right + int(ok)
+                log.evaluated(step, right / n_eval, total / n_eval, time.perf_counter() - t)
+    finally:
+        pipe.close()  # grain's threads
     return log.evals
