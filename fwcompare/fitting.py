@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+OPTIMIZER_KEYS = ("learning_rate", "weight_decay", "beta1", "beta2", "eps")
+
+
 @dataclass(frozen=True)
 class FitSettings:
     """What every framework's run shares: batches, steps, evaluation every
@@ -41,6 +44,25 @@ class FitSettings:
     agreement_steps: int = 3
     pipeline: str = ""  # the framework's input pipeline kind ("": its users' usual one)
 
+    def __post_init__(self):
+        for key in ("batch_size", "max_steps", "eval_every", "eval_batch_size"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)!r}")
+        if self.max_steps % self.eval_every:
+            raise ValueError(f"max_steps {self.max_steps} is no multiple of eval_every "
+                             f"{self.eval_every}: every step is followed by an evaluation")
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
+        missing = [k for k in OPTIMIZER_KEYS if k not in self.optimizer]
+        if missing:
+            raise ValueError(f"optimizer lacks {', '.join(missing)}")
+
+    def check_held_out(self, n: int) -> None:
+        """Every framework scores the same examples: whole evaluation batches."""
+        if n < self.eval_batch_size or n % self.eval_batch_size:
+            raise ValueError(f"the held-out split ({n} examples) must be a whole number of "
+                             f"evaluation batches of {self.eval_batch_size}")
+
 
 @dataclass
 class FitLog:
@@ -53,6 +75,7 @@ class FitLog:
     evals: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     train_start: float = math.nan
+    end: float = math.nan  # the run's end (``finished``)
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -64,6 +87,9 @@ class FitLog:
 
     def training_begins(self) -> None:
         self.train_start = time.perf_counter()
+
+    def finished(self) -> None:
+        self.end = time.perf_counter()
 
     def step_done(self, loss: float | None = None) -> None:
         self.step_ends.append(time.perf_counter())
@@ -107,7 +133,7 @@ class FitLog:
             "first_step_s": first,
             "steps_s": float(last - start - first - eval_s),
             "eval_s": eval_s,
-            "total_s": time.perf_counter() - self.t0,
+            "total_s": (self.end if math.isfinite(self.end) else time.perf_counter()) - self.t0,
             "steps": len(ends),
             "steady_step_s": steady_s,
             "examples_per_s": settings.batch_size / steady_s if per_step else math.nan,

@@ -38,6 +38,9 @@ class Examples:
     def __post_init__(self):
         if len(self.offsets) != len(self.labels) + 1:
             raise ValueError(f"{len(self.offsets)} offsets for {len(self.labels)} labels")
+        if self.offsets[0] != 0 or self.offsets[-1] != len(self.tokens) or (
+                np.diff(self.offsets) < 0).any():
+            raise ValueError(f"offsets must rise from 0 to the {len(self.tokens)} tokens")
         longest = int(np.diff(self.offsets).max()) if len(self.labels) else 0
         if longest > self.seq_len:
             raise ValueError(f"an example of {longest} tokens is longer than seq_len "

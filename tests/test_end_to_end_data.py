@@ -58,5 +58,10 @@ def test_the_fixed_table_stays_inside_the_vocabulary():
     assert (tok.lengths == words + 2).all()  # [CLS], the words, [SEP]
     ids, _ = tok.padded()
     assert ids.max() < 1000 and (ids[:, 0] == 1).all()
-    assert data.word_id("ship", 1000) == data.word_id("ship", 1000) != data.word_id("oven", 1000)
+    # one id per word: the ids decide the label as the words do
+    assert len({data.word_id(w, 1000) for w in data.WORDS}) == len(data.WORDS)
     assert tok.tokenizer == "fixed word table"
+    with pytest.raises(ValueError, match="more than seq_len 8"):  # refused, not cut
+        data.tokenize(*task.train, 8, 1000, None)
+    with pytest.raises(ValueError, match="no room for"):
+        data.tokenize(*task.train, 16, 100, None)

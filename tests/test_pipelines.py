@@ -34,6 +34,10 @@ def test_examples_pad_order_and_refuse_what_does_not_fit(examples):
         examples.batches(101)
     with pytest.raises(ValueError, match="longer than seq_len 4"):
         Examples(examples.tokens, examples.offsets, examples.labels, seq_len=4)
+    bad = examples.offsets.copy()
+    bad[5] = bad[4] - 1
+    with pytest.raises(ValueError, match="offsets must rise from 0"):
+        Examples(examples.tokens, bad, examples.labels, seq_len=SEQ)
     ids2, mask2 = pad_rows([np.array([7, 8]), np.array([9])], 4, 0)
     assert ids2.tolist() == [[7, 8, 0, 0], [9, 0, 0, 0]] and mask2.sum() == 3
 
@@ -60,11 +64,13 @@ def test_every_kind_yields_the_same_batches(examples, framework):
             pipe.close()
         assert pipe.setup, kind
         if kind == "tfdata-cache":  # shuffle's own order: an epoch draws each example once
-            ids, _ = examples.padded()
-            every = {tuple(r) for r in ids.tolist()}
+            ids, mask = examples.padded()
+            every = {(tuple(r), tuple(m), y) for r, m, y in
+                     zip(ids.tolist(), mask.tolist(), examples.labels.tolist())}
             for epoch in (got[:6], got[6:12]):
-                rows = [tuple(r) for g in epoch for r in g[0].tolist()]
-                assert len(set(rows)) == 96 and set(rows) <= every
+                rows = [(tuple(r), tuple(m), y) for g in epoch
+                        for r, m, y in zip(g[0].tolist(), g[1].tolist(), g[2].tolist())]
+                assert len(set(rows)) == 96 and set(rows) <= every  # with their labels
             continue
         for (ids, mask, labels), (wi, wm, wl) in zip(got, want):
             assert (ids == wi).all() and (mask == wm).all() and (labels == wl).all(), kind
@@ -80,12 +86,18 @@ def test_a_bad_kind_or_batch_is_refused_with_its_name(examples, framework):
 
 
 def test_a_dataloader_worker_ends_with_its_pipeline(examples):
+    """The worker (started by multiprocessing's fork server, which, with its
+    resource tracker, lives as long as this process and ends with it) is gone
+    once the pipeline is closed."""
     me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
+
+    def workers():
+        return [p for p in me.children(recursive=True)
+                if p.is_running() and p.name() == "pt_data_worker"]
     pipe = get_backend("torch").make_pipeline("dataloader-w1", examples, BATCH, "cpu")
     next(pipe)
-    assert {p.pid for p in me.children(recursive=True)} - before  # its worker runs
+    running = workers()
+    assert len(running) == 1  # its worker runs
     pipe.close()
-    psutil.wait_procs([p for p in me.children(recursive=True) if p.pid not in before],
-                      timeout=10)
-    assert not {p.pid for p in me.children(recursive=True) if p.is_running()} - before
+    psutil.wait_procs(running, timeout=10)
+    assert workers() == []

@@ -25,6 +25,14 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         settings: FitSettings, log: FitLog, place=None) -> list[dict]:
     """One run of the loop; ``load``: the backend's ``load``; ``place``: the
     jax.Device. Returns the evaluations (``log.evals``)."""
+    settings.check_held_out(len(held_out))
+    try:
+        return _fit(load, train, held_out, weights_dir, device, settings, log, place)
+    finally:
+        log.finished()
+
+
+def _fit(load, train, held_out, weights_dir, device, settings, log, place):
     import jax
     import jax.numpy as jnp
     import optax
@@ -37,9 +45,7 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         pipe = Pipeline(settings.pipeline or "grain", train, settings.batch_size,
                         place)
         ids, mask = held_out.padded()
-        # whole evaluation batches (one shape, one compile): the study's params
-        # make the held-out split a multiple of eval_batch_size
-        n_eval = len(held_out) // settings.eval_batch_size * settings.eval_batch_size
+        n_eval = len(held_out)  # whole evaluation batches (check_held_out): one shape
         eval_batches = [tuple(jax.device_put(a[i:i + settings.eval_batch_size], place)
                               for a in (ids, mask, held_out.labels.astype(np.int32)))
                         for i in range(0, n_eval, settings.eval_batch_size)]

@@ -2,7 +2,8 @@
 device (``memory``), a plain NumPy iterator that pads each batch and puts it on
 the device (``numpy``: what many Flax loops do), or grain, the JAX ecosystem's
 loader (``grain``: a ``MapDataset`` of each epoch's order, its examples padded
-in a ``batch_fn``, read through ``to_iter_dataset``'s prefetching threads)."""
+in a ``batch_fn``, read through ``to_iter_dataset`` without reader threads, as
+grain advises for data already in memory)."""
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +45,8 @@ class Pipeline:
             self.setup = "a Python iterator: each batch padded in NumPy, then jax.device_put"
         else:
             self.setup = ("grain.MapDataset of the epoch's order, padded in its batch_fn, "
-                          "to_iter_dataset (prefetching threads), then jax.device_put")
+                          "to_iter_dataset (no reader threads: in-memory data), then "
+                          "jax.device_put")
         self._it = self._batches()
 
     def _items(self, idx):
@@ -69,7 +71,10 @@ class Pipeline:
                 rows = (grain.MapDataset.source(order)
                         .map(lambda i: (self.examples.row(int(i)), int(self.examples.labels[i])))
                         .batch(self.batch_size, drop_remainder=True, batch_fn=self.pad))
-                for batch in rows.to_iter_dataset():
+                # in-memory data: no reader threads (grain's ReadOptions advice: they
+                # would contend for the GIL), a small buffer ahead
+                read = grain.ReadOptions(num_threads=0, prefetch_buffer_size=2)
+                for batch in rows.to_iter_dataset(read):
                     yield self.put(batch)
             epoch += 1
 

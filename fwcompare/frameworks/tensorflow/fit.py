@@ -8,7 +8,12 @@ logits; ``fit`` reads the examples' shared order through a ``tf.data``
 pipeline (``pipeline.py``: ``tfdata-prefetch`` unless the settings name
 another), runs ``eval_every`` steps per Keras epoch and evaluates the held-out
 split after each. A callback keeps the run's clock (``fitting.FitLog``); a
-step's loss is recovered from Keras' running mean of the epoch."""
+step's loss is recovered from Keras' running mean of the epoch (the first
+steps' only, within the first Keras epoch: ``agreement_steps`` at most
+``eval_every``). Keras' Adam adds its epsilon to the bias-uncorrected
+denominator ("epsilon hat"), PyTorch's and optax's to the corrected one: at
+epsilon 1e-8 the losses of the first steps differ by about 5e-5 (2026-11-27,
+measurements.md), a difference of the frameworks, kept."""
 from __future__ import annotations
 
 import time
@@ -29,14 +34,22 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
     import tf_keras as keras
 
     opt = settings.optimizer
-    if settings.max_steps % settings.eval_every:
-        raise ValueError(f"max_steps {settings.max_steps} is no multiple of eval_every "
-                         f"{settings.eval_every}")
+    kind = settings.pipeline or "tfdata-prefetch"
+    if kind not in ("tfdata", "tfdata-prefetch", "tfdata-pyfunc"):  # tf.data, shared order
+        raise ValueError(f"Keras fit reads a tf.data pipeline in the shared order (tfdata, "
+                         f"tfdata-prefetch, tfdata-pyfunc), not {kind!r}")
+    settings.check_held_out(len(held_out))
+    try:
+        _fit(load, train, held_out, weights_dir, device, settings, log, place, kind, keras,
+             opt)
+    finally:
+        log.finished()
+    return log.evals
+
+
+def _fit(load, train, held_out, weights_dir, device, settings, log, place, kind, keras, opt):
     with log.phase("data"):
-        kind = settings.pipeline or "tfdata-prefetch"
         pipe = Pipeline(kind, train, settings.batch_size, place)
-        if not hasattr(pipe, "dataset"):
-            raise ValueError(f"Keras fit reads a tf.data pipeline, not {kind!r}")
         train_ds = pipe.dataset.map(
             lambda ids, mask, y: ({"input_ids": ids, "attention_mask": mask}, y))
         ids, mask = held_out.padded()
@@ -57,7 +70,6 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         model.fit(train_ds, steps_per_epoch=settings.eval_every,
                   epochs=settings.max_steps // settings.eval_every, validation_data=eval_ds,
                   callbacks=[_Clock(log, settings)], verbose=0)
-    return log.evals
 
 
 class _Clock:  # a Keras callback, made on first use
@@ -65,6 +77,9 @@ class _Clock:  # a Keras callback, made on first use
         import tf_keras as keras
 
         class Clock(keras.callbacks.Callback):
+            # Its logs stay tensors: Keras reads them back (a sync) only where a
+            # callback needs NumPy, and this one reads them in the first steps only.
+            _supports_tf_logs = True
             mean, steps = 0.0, 0
 
             def on_epoch_begin(self, epoch, logs=None):
@@ -75,11 +90,9 @@ class _Clock:  # a Keras callback, made on first use
                 self.steps += 1
                 self.in_epoch += 1
                 if len(log.losses) < settings.agreement_steps:  # the step's own loss
-                    k, mean = self.in_epoch, float(logs["loss"])
+                    k, mean = self.in_epoch, float(logs["loss"])  # a sync, these steps only
                     log.losses.append(k * mean - (k - 1) * self.mean)
                     self.mean = mean
-                elif logs is not None:
-                    self.mean = float(logs["loss"])
 
             def on_test_begin(self, logs=None):
                 self.t_eval = time.perf_counter()

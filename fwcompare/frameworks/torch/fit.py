@@ -64,18 +64,30 @@ class _SharedOrder(torch.utils.data.Sampler):
 def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         settings: FitSettings, log: FitLog) -> list[dict]:
     """One run of ``Trainer``; ``load``: the backend's ``load``. Returns the
-    evaluations (``log.evals``)."""
+    evaluations (``log.evals``). ``settings.pipeline``: ``dataloader-wN``
+    (Trainer's DataLoader with N workers; "": none)."""
+    kind = settings.pipeline or "dataloader-w0"
+    if not kind.startswith("dataloader-w") or not kind[len("dataloader-w"):].isdigit():
+        raise ValueError(f"Trainer reads its own DataLoader (dataloader-wN), not {kind!r}")
+    settings.check_held_out(len(held_out))
+    if device == "gpu" and torch.cuda.device_count() > 1:  # Trainer would use them all
+        raise ValueError(f"Trainer spreads a batch over every visible GPU "
+                         f"({torch.cuda.device_count()}): make one visible "
+                         "(CUDA_VISIBLE_DEVICES) for the same batches as the others")
     with log.phase("data"):
         collate = _Collate(train.seq_len, train.pad_id)
         train_set, eval_set = _Rows(train), _Rows(held_out)
-    with tempfile.TemporaryDirectory(prefix="fwcompare-trainer-") as out:  # nothing saved
-        _train(load, train_set, eval_set, collate, train, weights_dir, device, settings, log,
-               out)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fwcompare-trainer-") as out:  # nothing saved
+            _train(load, train_set, eval_set, collate, train, weights_dir, device, settings,
+                   log, out, int(kind[len("dataloader-w"):]))
+    finally:
+        log.finished()
     return log.evals
 
 
 def _train(load, train_set, eval_set, collate, train, weights_dir, device, settings, log,
-           out) -> None:
+           out, workers: int) -> None:
     import transformers
 
     opt = settings.optimizer
@@ -90,7 +102,7 @@ def _train(load, train_set, eval_set, collate, train, weights_dir, device, setti
             max_grad_norm=0.0, eval_strategy="steps", eval_steps=settings.eval_every,
             logging_strategy="no", save_strategy="no", report_to="none",
             seed=settings.seed, data_seed=settings.seed, use_cpu=device == "cpu",
-            dataloader_drop_last=True, dataloader_num_workers=0,
+            dataloader_drop_last=True, dataloader_num_workers=workers,
             dataloader_pin_memory=device == "gpu", remove_unused_columns=False,
             disable_tqdm=True)
         trainer = _Trainer(model=model, args=args, train_dataset=train_set,

@@ -33,9 +33,9 @@ class _Collate:
     def __init__(self, seq_len: int, pad_id: int):
         self.seq_len, self.pad_id = seq_len, pad_id
 
-    def __call__(self, items):
+    def __call__(self, items):  # int64 here, so the tensors the loader pins are the ones moved
         ids, mask = pad_rows([r for r, _ in items], self.seq_len, self.pad_id)
-        return (torch.from_numpy(ids), torch.from_numpy(mask),
+        return (torch.from_numpy(ids.astype("int64")), torch.from_numpy(mask.astype("int64")),
                 torch.tensor([y for _, y in items], dtype=torch.long))
 
 
@@ -76,9 +76,13 @@ class Pipeline:
             self.loader = torch.utils.data.DataLoader(
                 _Rows(examples), batch_sampler=self.sampler,
                 collate_fn=_Collate(examples.seq_len, examples.pad_id), num_workers=workers,
-                pin_memory=self.pin, persistent_workers=workers > 0)
-            self.setup = (f"torch.utils.data.DataLoader, num_workers={workers}, "
-                          f"pin_memory={self.pin}, padding in its collate_fn (NumPy)")
+                pin_memory=self.pin, persistent_workers=workers > 0,
+                # a worker started by a fork server, not forked from this process
+                # and its threads (the default fork can deadlock there)
+                multiprocessing_context="forkserver" if workers else None)
+            self.setup = (f"torch.utils.data.DataLoader, num_workers={workers}"
+                          f"{' (forkserver)' if workers else ''}, pin_memory={self.pin}, "
+                          "padding in its collate_fn (NumPy)")
         self._it = self._batches()
 
     def _batches(self):
@@ -90,9 +94,8 @@ class Pipeline:
                     yield tuple(t.index_select(0, i) for t in self.tensors)
             else:
                 self.sampler.epoch = epoch
-                for ids, mask, labels in self.loader:
-                    yield tuple(t.to(self.device, non_blocking=self.pin)
-                                for t in (ids.long(), mask.long(), labels))
+                for batch in self.loader:
+                    yield tuple(t.to(self.device, non_blocking=self.pin) for t in batch)
             epoch += 1
 
     def __iter__(self):

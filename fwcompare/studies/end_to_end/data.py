@@ -20,7 +20,6 @@ pipelines only order, pad, batch and move them.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,34 +93,48 @@ def make_task(seed: int, n_train: int, n_eval: int, own_share: float = 0.7) -> T
     return Task(split(0, n_train), split(1, n_eval), seed, own_share)
 
 
+# Every word the sentences use, in a fixed order: the fixed table's ids.
+WORDS = tuple(dict.fromkeys([w for parts in TOPICS.values() for words in parts for w in words]
+                            + list(FILLERS)))
+
+
 def word_id(word: str, vocab: int) -> int:
-    """A word's id in the fixed table: a stable hash into the vocabulary,
-    above its first 1000 ids (the special and reserved tokens of BERT-like
-    vocabularies)."""
+    """A word's id in the fixed table: its place in ``WORDS`` above the first
+    ids of the vocabulary (the special and reserved tokens of BERT-like
+    vocabularies: the first 1000, or half of a smaller one); no two words share
+    one, so the words decide the label as the text does."""
     low = min(1000, vocab // 2)
-    h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-    return low + h % (vocab - low)
+    if low + len(WORDS) > vocab:
+        raise ValueError(f"a vocabulary of {vocab} has no room for {len(WORDS)} words "
+                         f"above id {low}")
+    return low + WORDS.index(word)
 
 
 def tokenize(texts: list[str], labels: np.ndarray, seq_len: int, vocab: int,
              tokenizer_dir=None, model: str = "", seed: int = 0) -> Examples:
     """``texts`` as examples of at most ``seq_len`` tokens (``pipeline.Examples``,
-    their epochs ordered from ``seed``): with ``model``'s tokenizer in
+    their epochs ordered from ``seed``; a longer one is refused, not cut): with
+    ``model``'s tokenizer in
     ``tokenizer_dir`` (transformers' AutoTokenizer, local files only), or,
     without one, ``[CLS]``-like 1, the words' ``word_id``, ``[SEP]``-like 2."""
     if tokenizer_dir is not None:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
-        enc = tok(texts, truncation=True, max_length=seq_len, padding="max_length",
-                  return_tensors="np")
+        enc = tok(texts, padding="max_length", max_length=seq_len, return_tensors="np")
         ids, mask = enc["input_ids"], enc["attention_mask"]
+        if ids.shape[1] > seq_len:  # a cut sentence could lose the words that decide it
+            raise ValueError(f"a sentence takes {ids.shape[1]} tokens of {model or 'the'} "
+                             f"tokenizer, more than seq_len {seq_len}")
         pad, how = int(tok.pad_token_id or 0), f"{model or tokenizer_dir}'s tokenizer"
     else:
         ids = np.zeros((len(texts), seq_len), dtype=np.int32)
         mask = np.zeros_like(ids)
         for i, text in enumerate(texts):
-            row = [1, *(word_id(w, vocab) for w in text.rstrip(".").split()), 2][:seq_len]
+            row = [1, *(word_id(w, vocab) for w in text.rstrip(".").split()), 2]
+            if len(row) > seq_len:
+                raise ValueError(f"a sentence takes {len(row)} tokens, more than seq_len "
+                                 f"{seq_len}")
             ids[i, :len(row)], mask[i, :len(row)] = row, 1
         pad, how = 0, "fixed word table"
     return Examples.from_padded(ids, mask, labels, pad_id=pad, seed=seed, tokenizer=how)
