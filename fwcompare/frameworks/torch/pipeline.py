@@ -76,13 +76,13 @@ class Pipeline:
             self.loader = torch.utils.data.DataLoader(
                 _Rows(examples), batch_sampler=self.sampler,
                 collate_fn=_Collate(examples.seq_len, examples.pad_id), num_workers=workers,
-                pin_memory=self.pin, persistent_workers=workers > 0,
-                # a worker started by a fork server, not forked from this process
-                # and its threads (the default fork can deadlock there)
-                multiprocessing_context="forkserver" if workers else None)
-            self.setup = (f"torch.utils.data.DataLoader, num_workers={workers}"
-                          f"{' (forkserver)' if workers else ''}, pin_memory={self.pin}, "
-                          "padding in its collate_fn (NumPy)")
+                pin_memory=self.pin, persistent_workers=workers > 0)
+            # Its workers are forked, Linux's default that PyTorch's users get (a
+            # fork server would outlive the pipeline as multiprocessing's own
+            # helper); the study's worker process holds one framework, so no
+            # other runtime's threads are forked with it.
+            self.setup = (f"torch.utils.data.DataLoader, num_workers={workers}, "
+                          f"pin_memory={self.pin}, padding in its collate_fn (NumPy)")
         self._it = self._batches()
 
     def _batches(self):
