@@ -80,6 +80,27 @@ class Examples:
         return cls(tokens, offsets, np.asarray(labels, dtype=np.int64), ids.shape[1], **kw)
 
 
+class Batches:
+    """What every framework's pipeline shares: an endless iterator over its
+    ``_batches()`` generator (started by ``start``), and ``close()``, which
+    ends that generator (a pipeline with more to end extends it)."""
+
+    def start(self) -> None:
+        self._it = self._batches()
+
+    def _batches(self):
+        raise NotImplementedError
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it.close()
+
+
 def pad_rows(rows, seq_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     """The preprocessing step: rows of tokens padded on the right to
     ``seq_len`` with ``pad_id``, and their attention masks (int32)."""

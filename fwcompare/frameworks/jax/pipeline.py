@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...pipeline import Examples, epoch_batches, pad_rows
+from ...pipeline import Batches, Examples, epoch_batches, pad_rows
 from . import FRAMEWORK
 
 KINDS = FRAMEWORK.pipelines
@@ -25,7 +25,7 @@ class _Pad:
         return ids, mask, np.array([y for _, y in items], dtype=np.int32)
 
 
-class Pipeline:
+class Pipeline(Batches):
     """An endless iterator of (ids, mask, labels) on ``device`` (a jax.Device)."""
 
     def __init__(self, kind: str, examples: Examples, batch_size: int, device):
@@ -47,7 +47,7 @@ class Pipeline:
             self.setup = ("grain.MapDataset of the epoch's order, padded in its batch_fn, "
                           "to_iter_dataset (no reader threads: in-memory data), then "
                           "jax.device_put")
-        self._it = self._batches()
+        self.start()
 
     def _items(self, idx):
         return [(self.examples.row(int(i)), int(self.examples.labels[i])) for i in idx]
@@ -77,12 +77,3 @@ class Pipeline:
                 for batch in rows.to_iter_dataset(read):
                     yield self.put(batch)
             epoch += 1
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._it)
-
-    def close(self) -> None:
-        self._it.close()

@@ -13,14 +13,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ...pipeline import Examples, epoch_batches, pad_rows
+from ...pipeline import Batches, Examples, epoch_batches, pad_rows
 from . import FRAMEWORK
 
 KINDS = FRAMEWORK.pipelines
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-class Pipeline:
+class Pipeline(Batches):
     """An endless iterator of (ids, mask, labels) on ``device`` ("/CPU:0",
     "/GPU:0")."""
 
@@ -82,7 +82,7 @@ class Pipeline:
                    "tfdata-pyfunc": ""}[kind]
             step = "tf.py_function (NumPy)" if kind == "tfdata-pyfunc" else "TensorFlow ops"
             self.setup = f"tf.data: map(padding in {step}), batch{how}"
-        self._it = self._batches()
+        self.start()
 
     def _batches(self):
         if self.kind != "memory":  # an endless data set
@@ -97,12 +97,3 @@ class Pipeline:
                     i = tf.constant(idx)
                     yield tuple(tf.gather(t, i) for t in self.tensors)
             epoch += 1
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._it)
-
-    def close(self) -> None:
-        self._it.close()

@@ -18,29 +18,17 @@ import numpy as np
 import torch
 
 from ...fitting import FitLog, FitSettings
-from ...pipeline import Examples, epoch_batches, pad_rows
+from ...pipeline import Examples, epoch_batches
+from .pipeline import Collate, Rows
 
 
-class _Rows(torch.utils.data.Dataset):
-    def __init__(self, examples: Examples):
-        self.examples = examples
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, i):
-        return {"row": self.examples.row(int(i)), "label": int(self.examples.labels[i])}
-
-
-class _Collate:
-    def __init__(self, seq_len: int, pad_id: int):
-        self.seq_len, self.pad_id = seq_len, pad_id
+class _TrainerCollate(Collate):
+    """The pipelines' padding (``Collate``), its batch as the dict Trainer
+    hands the model."""
 
     def __call__(self, items):
-        ids, mask = pad_rows([x["row"] for x in items], self.seq_len, self.pad_id)
-        return {"input_ids": torch.from_numpy(ids).long(),
-                "attention_mask": torch.from_numpy(mask).long(),
-                "labels": torch.tensor([x["label"] for x in items], dtype=torch.long)}
+        ids, mask, labels = super().__call__(items)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 class _SharedOrder(torch.utils.data.Sampler):
@@ -75,8 +63,8 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
                          f"({torch.cuda.device_count()}): make one visible "
                          "(CUDA_VISIBLE_DEVICES) for the same batches as the others")
     with log.phase("data"):
-        collate = _Collate(train.seq_len, train.pad_id)
-        train_set, eval_set = _Rows(train), _Rows(held_out)
+        collate = _TrainerCollate(train.seq_len, train.pad_id)
+        train_set, eval_set = Rows(train), Rows(held_out)
     try:
         with tempfile.TemporaryDirectory(prefix="fwcompare-trainer-") as out:  # nothing saved
             _train(load, train_set, eval_set, collate, train, weights_dir, device, settings,

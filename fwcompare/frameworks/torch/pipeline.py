@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from ...pipeline import Examples, epoch_batches, pad_rows
+from ...pipeline import Batches, Examples, epoch_batches, pad_rows
 from . import FRAMEWORK
 
 KINDS = FRAMEWORK.pipelines
 
 
-class _Rows(torch.utils.data.Dataset):
+class Rows(torch.utils.data.Dataset):
     """The examples as a map-style data set: (tokens, label) of one example."""
 
     def __init__(self, examples: Examples):
@@ -26,7 +26,7 @@ class _Rows(torch.utils.data.Dataset):
         return self.examples.row(int(i)), int(self.examples.labels[i])
 
 
-class _Collate:
+class Collate:
     """Pads a batch of (tokens, label) (a class, not a closure: a worker
     process receives it pickled)."""
 
@@ -39,7 +39,7 @@ class _Collate:
                 torch.tensor([y for _, y in items], dtype=torch.long))
 
 
-class _Batches(torch.utils.data.Sampler):
+class _EpochBatches(torch.utils.data.Sampler):
     """The examples' order in epoch ``epoch`` (set before each epoch: a
     DataLoader may ask for its iterator more than once per epoch), a batch of
     indices at a time."""
@@ -55,7 +55,7 @@ class _Batches(torch.utils.data.Sampler):
                                                        self.epoch)])
 
 
-class Pipeline:
+class Pipeline(Batches):
     """An endless iterator of (ids, mask, labels) on ``device``."""
 
     def __init__(self, kind: str, examples: Examples, batch_size: int, device: torch.device):
@@ -72,10 +72,10 @@ class Pipeline:
         else:
             workers = int(kind.rsplit("-w", 1)[1])
             self.pin = device.type == "cuda"
-            self.sampler = _Batches(examples, batch_size)
+            self.sampler = _EpochBatches(examples, batch_size)
             self.loader = torch.utils.data.DataLoader(
-                _Rows(examples), batch_sampler=self.sampler,
-                collate_fn=_Collate(examples.seq_len, examples.pad_id), num_workers=workers,
+                Rows(examples), batch_sampler=self.sampler,
+                collate_fn=Collate(examples.seq_len, examples.pad_id), num_workers=workers,
                 pin_memory=self.pin, persistent_workers=workers > 0)
             # Its workers are forked, Linux's default that PyTorch's users get (a
             # fork server would outlive the pipeline as multiprocessing's own
@@ -83,7 +83,7 @@ class Pipeline:
             # other runtime's threads are forked with it.
             self.setup = (f"torch.utils.data.DataLoader, num_workers={workers}, "
                           f"pin_memory={self.pin}, padding in its collate_fn (NumPy)")
-        self._it = self._batches()
+        self.start()
 
     def _batches(self):
         epoch = 0
@@ -98,16 +98,10 @@ class Pipeline:
                     yield tuple(t.to(self.device, non_blocking=self.pin) for t in batch)
             epoch += 1
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._it)
-
     def close(self) -> None:
         """Ends the DataLoader's worker processes (persistent ones stay until
         their iterator is gone)."""
-        self._it.close()
+        super().close()
         if self.loader is not None:
             # The persistent workers' iterator: its shutdown joins them now
             # rather than whenever the loader is collected.
