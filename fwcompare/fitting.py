@@ -100,6 +100,21 @@ class FitLog:
         self.evals.append({"step": step, "accuracy": float(accuracy), "eval_loss": float(loss),
                            "eval_s": float(seconds), "at_s": time.perf_counter() - self.t0})
 
+    def step_times(self) -> list[float]:
+        """Seconds per step in each evaluation interval after the first (its
+        time less its evaluation, over its steps): the steady steps' samples
+        (see :meth:`figures`). With one evaluation, its interval after the
+        first step."""
+        per_step = []
+        for before, e in zip(self.evals, self.evals[1:]):
+            took = e["at_s"] - e["eval_s"] - before["at_s"]
+            per_step.append(took / max(1, e["step"] - before["step"]))
+        if not per_step and self.evals and len(self.step_ends) > 1:
+            e = self.evals[0]
+            per_step.append((e["at_s"] - e["eval_s"] - (self.step_ends[0] - self.t0))
+                            / max(1, e["step"] - 1))
+        return per_step
+
     def figures(self, settings: FitSettings) -> dict:
         """The run's figures: its phases, the first and the steady step,
         examples per second, the time and steps to the target, the best and
@@ -115,14 +130,7 @@ class FitLog:
         first = float(ends[0] - self.train_start) if len(ends) else math.nan
         eval_s = sum(e["eval_s"] for e in self.evals)
         start = self.train_start - self.t0  # the evaluations' at_s count from t0
-        per_step = []
-        for before, e in zip(self.evals, self.evals[1:]):
-            took = e["at_s"] - e["eval_s"] - before["at_s"]
-            per_step.append(took / max(1, e["step"] - before["step"]))
-        if not per_step and self.evals and len(ends) > 1:  # one evaluation: its interval
-            e = self.evals[0]
-            per_step.append((e["at_s"] - e["eval_s"] - (ends[0] - self.t0))
-                            / max(1, e["step"] - 1))
+        per_step = self.step_times()
         last = self.evals[-1]["at_s"] if self.evals else (ends[-1] - self.t0 if len(ends)
                                                           else math.nan)
         reached = [e for e in self.evals if e["accuracy"] >= settings.target_accuracy]

@@ -112,6 +112,10 @@ class Framework:
     traced_modes: tuple[str, ...] = ()
     # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).
     pipelines: tuple[str, ...] = ()
+    # Training end to end (``Backend.fit``): its stack's name (the end-to-end
+    # study's mode) and the pipelines that stack reads, its default first.
+    fit_stack: str = ""
+    fit_pipelines: tuple[str, ...] = ()
     # Deployment: its paths (mode -> DeployPath), its exporter and the
     # runtimes of its own artifact kinds ("module:Class", imported on demand).
     deploy_paths: Mapping[str, DeployPath] = field(default_factory=dict)
@@ -125,7 +129,8 @@ class Framework:
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
         for name in ("modes", "train_modes", "options", "preload", "dist_modes",
-                     "server_modes", "packages", "requires", "traced_modes", "pipelines"):
+                     "server_modes", "packages", "requires", "traced_modes", "pipelines",
+                     "fit_pipelines"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def traces(self, mode: str) -> bool:

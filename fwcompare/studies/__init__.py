@@ -59,8 +59,8 @@ def load(name: str, module_file: str = "") -> Study:
 # The built-in studies, in report order: each module holds its study as
 # ``STUDY`` and never imports this registry; the registry imports them.
 from . import (inference_sweep, training, mixed_precision, acceleration,  # noqa: E402
-               distributed, deployment, generation, memory)
+               distributed, deployment, generation, memory, end_to_end)
 
 for _module in (inference_sweep, training, mixed_precision, acceleration, distributed,
-                deployment, generation, memory):
+                deployment, generation, memory, end_to_end):
     register(_module.STUDY)

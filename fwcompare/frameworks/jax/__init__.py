@@ -31,6 +31,9 @@ FRAMEWORK = Framework(
     traced_modes=("*",),
     # memory: arrays on the device; numpy: a NumPy iterator; grain (pipeline.py)
     pipelines=("memory", "numpy", "grain"),
+    # a Flax/optax loop under jax.jit (fit.py)
+    fit_stack="flax-loop",
+    fit_pipelines=('grain', 'numpy', 'memory'),
     deploy_paths={
         "jit": DeployPath("jax.jit (the baseline)", "JAX"),
         "jax-export": DeployPath("jax.export with symbolic batch and sequence, serialised StableHLO, deserialised and jitted", "JAX", artifact="jax-export"),

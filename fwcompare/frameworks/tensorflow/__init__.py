@@ -27,6 +27,9 @@ FRAMEWORK = Framework(
     traced_modes=("*",),
     # memory: tensors on the device; tfdata*: tf.data with its options (pipeline.py)
     pipelines=("memory", "tfdata", "tfdata-prefetch", "tfdata-cache", "tfdata-pyfunc"),
+    # Keras fit on a tf.data pipeline in the shared order (fit.py)
+    fit_stack="keras-fit",
+    fit_pipelines=('tfdata-prefetch', 'tfdata', 'tfdata-pyfunc'),
     deploy_paths={
         "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
         "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from ...fitting import FitLog, FitSettings
 from ...pipeline import Examples
+from . import FRAMEWORK
 from .pipeline import Pipeline
 
 NO_DECAY = ["bias", "LayerNorm", "layer_norm"]
@@ -34,10 +35,10 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
     import tf_keras as keras
 
     opt = settings.optimizer
-    kind = settings.pipeline or "tfdata-prefetch"
-    if kind not in ("tfdata", "tfdata-prefetch", "tfdata-pyfunc"):  # tf.data, shared order
-        raise ValueError(f"Keras fit reads a tf.data pipeline in the shared order (tfdata, "
-                         f"tfdata-prefetch, tfdata-pyfunc), not {kind!r}")
+    kind = settings.pipeline or FRAMEWORK.fit_pipelines[0]
+    if kind not in FRAMEWORK.fit_pipelines:  # tf.data, in the shared order
+        raise ValueError(f"Keras fit reads a tf.data pipeline in the shared order "
+                         f"({', '.join(FRAMEWORK.fit_pipelines)}), not {kind!r}")
     settings.check_held_out(len(held_out))
     try:
         _fit(load, train, held_out, weights_dir, device, settings, log, place, kind, keras,

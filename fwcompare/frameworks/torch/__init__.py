@@ -25,6 +25,9 @@ FRAMEWORK = Framework(
     # memory: tensors on the device; dataloader-wN: a DataLoader with N worker
     # processes (pipeline.py)
     pipelines=("memory", "dataloader-w0", "dataloader-w1"),
+    # Hugging Face Trainer on its DataLoader (fit.py)
+    fit_stack="trainer",
+    fit_pipelines=('dataloader-w0', 'dataloader-w1'),
     deploy_paths={
         "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
         "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),

@@ -19,6 +19,7 @@ import torch
 
 from ...fitting import FitLog, FitSettings
 from ...pipeline import Examples, epoch_batches
+from . import FRAMEWORK
 from .pipeline import Collate, Rows
 
 
@@ -54,9 +55,10 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
     """One run of ``Trainer``; ``load``: the backend's ``load``. Returns the
     evaluations (``log.evals``). ``settings.pipeline``: ``dataloader-wN``
     (Trainer's DataLoader with N workers; "": none)."""
-    kind = settings.pipeline or "dataloader-w0"
-    if not kind.startswith("dataloader-w") or not kind[len("dataloader-w"):].isdigit():
-        raise ValueError(f"Trainer reads its own DataLoader (dataloader-wN), not {kind!r}")
+    kind = settings.pipeline or FRAMEWORK.fit_pipelines[0]
+    if kind not in FRAMEWORK.fit_pipelines:
+        raise ValueError(f"Trainer reads its own DataLoader "
+                         f"({', '.join(FRAMEWORK.fit_pipelines)}), not {kind!r}")
     settings.check_held_out(len(held_out))
     if device == "gpu" and torch.cuda.device_count() > 1:  # Trainer would use them all
         raise ValueError(f"Trainer spreads a batch over every visible GPU "
