@@ -26,7 +26,8 @@ model's own tokenizer:
 
 Parts: ``data`` (the task and its tokenization), ``worker`` (the runs and
 plans), ``tables`` (tables and claim metrics), ``figures``; this module holds
-the study and registers nothing itself (the registry does).
+the study (the registry registers it), and every part's public name is
+reachable from it (``study.fit_table``).
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ from ...results import Columns
 from ...schema import TIMING, Param, grid_params, modes_in, positive
 from ...workloads import AGREEMENT, OPTIMIZER
 from ..base import Study, grid_cells
-from .tables import FIT_FIGURES, check_fit_figure, fit_ratio, task_time_ratio  # noqa: F401
+from .figures import curve_figure, phases_figure, pipelines_figure  # noqa: F401
+from .tables import (FIT_FIGURES, check_fit_figure, curves, first_losses, fit_ratio,  # noqa: F401
+                     fit_table, pipeline_table, task_time_ratio)
 from .worker import FED, FIT, LOADER, fed_plan, loader_plan, run_fits
 
 
