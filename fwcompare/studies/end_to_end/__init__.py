@@ -129,9 +129,11 @@ class EndToEnd(Study):
 
     # -- cells and processes (parent side) ---------------------------------------------
     def cells(self, params):
-        return (grid_cells(params, self.name, FIT)
-                + grid_cells(params, self.name, LOADER, modes=params["loaders"])
-                + grid_cells(params, self.name, FED, modes=params["fed"]))
+        def each(key):  # every framework's entry ([] where it names none)
+            return {fw: params[key].get(fw, []) for fw in params["frameworks"]}
+        return (grid_cells(params, self.name, FIT, modes=each("modes"))
+                + grid_cells(params, self.name, LOADER, modes=each("loaders"))
+                + grid_cells(params, self.name, FED, modes=each("fed")))
 
     def head(self, task, model):
         return "seq_cls"  # a sentence's topic

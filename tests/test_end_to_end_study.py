@@ -1,0 +1,50 @@
+"""The end-to-end study (issue 50): bad params refused by key before anything
+runs, and a run that never reaches its target is a row that says so, not an
+error (the smoke report runs the whole study for every framework)."""
+import math
+
+import pytest
+
+import fwcompare
+from fwcompare import params
+from fwcompare.paths import PARAMS
+from fwcompare.schema import ParamsError
+
+SMOKE = params.load_file(PARAMS / "end_to_end" / "smoke.yaml").to_dict()
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"target_accuracy": 0.0}, "target_accuracy", "must be in (0, 1]"),
+    ({"target_accuracy": 1.5}, "target_accuracy", "must be in (0, 1]"),
+    ({"loaders": {"torch": ["dataloader-w9"]}}, "loaders", "unknown mode 'dataloader-w9'"),
+    ({"fed": {"tensorflow": ["grain"]}}, "fed", "unknown mode 'grain'"),
+    ({"fit_pipeline": {"tensorflow": ["tfdata-cache"]}}, "fit_pipeline",
+     "unknown mode 'tfdata-cache'"),
+    ({"fit_pipeline": {"torch": ["dataloader-w0", "dataloader-w1"]}}, "fit_pipeline",
+     "one per framework"),
+    ({"batch_sizes": [512]}, "batch_sizes", "larger than the training split"),
+    ({"eval_examples": 70}, "eval_examples", "no whole number of evaluation batches"),
+    ({"max_steps": 10}, "max_steps", "no multiple of eval_every"),
+    ({"seq_lens": [8]}, "seq_lens", "shorter than a sentence"),
+    ({"own_share": 0.5}, "own_share", "must be in (0.5, 1]"),
+])
+def test_bad_params_are_refused_by_key_before_anything_runs(change, key, words, tmp_path):
+    with pytest.raises(ParamsError) as err:
+        fwcompare.run_study("end_to_end", {**SMOKE, **change}, output_dir=tmp_path,
+                            progress=False)
+    assert repr(key) in str(err.value) and words in str(err.value), str(err.value)
+    assert not any(tmp_path.iterdir())  # nothing was measured or written
+
+
+@pytest.mark.slow
+def test_a_run_short_of_its_target_is_a_row_that_says_so(tmp_path, no_orphans):
+    # Four steps at random init cannot reach 100% on the held-out split.
+    p = {**SMOKE, "frameworks": ["torch"], "loaders": {}, "fed": {}, "max_steps": 4,
+         "eval_every": 2, "target_accuracy": 1.0, "rounds": 1}
+    res = fwcompare.run_study("end_to_end", p, output_dir=tmp_path, progress=False)
+    row = res.results.iloc[0]
+    assert len(res.results) == 1 and row["task"] == "fit" and row["status"] == "ok"
+    assert math.isnan(row["time_to_target_s"]) and math.isnan(row["steps_to_target"])
+    assert 0 < row["best_accuracy"] < 1.0 and row["train_steps"] == 4
+    assert "did not reach the target accuracy 1" in row["error"], row["error"]
+    assert row["total_s"] > row["first_step_s"] > 0 and row["steady_step_s"] > 0
