@@ -144,14 +144,15 @@ def planned_cells(study: Study, params: dict, specs: list[RunSpec],
     """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
     and in the rounds after it those ``rounds_for`` names (all, or
     ``claimed``: the variants a claim compares in this study, which the
-    caller reads from the claims, ``claims.claimed_variants``). ``more``: that many
+    caller reads from the claims, ``claims.claimed_variants``, less the cells
+    of them no claim reads: ``Study.repeats``). ``more``: that many
     extra rounds after the params' (a doubtful claim's, ``run_studies``)."""
     again = specs
     if params["rounds_for"] != "all":
         if claimed is None:
             raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "
                              f"claimed variants")
-        again = [s for s in again if is_claimed(s, claimed)]
+        again = [s for s in again if is_claimed(s, claimed) and study.repeats(s, params)]
     return [CellRef(s, r) for r in range(params["rounds"] + more)
             for s in (specs if r == 0 else again)]
 

@@ -34,6 +34,7 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``work``: a worker's main loop (default: serve the runner's requests)
 - ``plan``: one cell: what to time and what is known before timing
 - ``claimed_variants``: the variants a claim of this study compares
+- ``repeats``: which cells of those take the rounds after the first
 - ``metrics``: claim metrics the study adds to ``params/claims.yaml``'s
 """
 from __future__ import annotations
@@ -230,6 +231,13 @@ class Study:
         if not metric.timed:
             return set()
         return {str(v) for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)}
+
+    def repeats(self, spec: RunSpec, params: "Params") -> bool:
+        """Whether a cell of a claimed variant takes the rounds after the first
+        under ``rounds_for: claims``: every one by default; a study whose
+        claims read only some of a variant's cells (distributed: the most
+        workers) leaves the others to round 0."""
+        return True
 
     def failure_figures(self, params: dict, ref) -> dict:
         """Figures of a row the parent writes for a cell no worker finished

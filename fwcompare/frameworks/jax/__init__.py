@@ -33,7 +33,7 @@ FRAMEWORK = Framework(
     pipelines=("memory", "numpy", "grain"),
     # a Flax/optax loop under jax.jit (fit.py)
     fit_stack="flax-loop",
-    fit_pipelines=('grain', 'numpy', 'memory'),
+    fit_pipelines=("grain", "numpy", "memory"),
     deploy_paths={
         "jit": DeployPath("jax.jit (the baseline)", "JAX"),
         "jax-export": DeployPath("jax.export with symbolic batch and sequence, serialised StableHLO, deserialised and jitted", "JAX", artifact="jax-export"),

@@ -27,9 +27,10 @@ FRAMEWORK = Framework(
     traced_modes=("*",),
     # memory: tensors on the device; tfdata*: tf.data with its options (pipeline.py)
     pipelines=("memory", "tfdata", "tfdata-prefetch", "tfdata-cache", "tfdata-pyfunc"),
-    # Keras fit on a tf.data pipeline in the shared order (fit.py)
+    # Keras fit on a tf.data pipeline in the shared order (fit.py; tfdata-cache
+    # shuffles its cached examples in an order of its own, so it is not one)
     fit_stack="keras-fit",
-    fit_pipelines=('tfdata-prefetch', 'tfdata', 'tfdata-pyfunc'),
+    fit_pipelines=("tfdata-prefetch", "tfdata", "tfdata-pyfunc"),
     deploy_paths={
         "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
         "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),

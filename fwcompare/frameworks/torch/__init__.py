@@ -27,7 +27,7 @@ FRAMEWORK = Framework(
     pipelines=("memory", "dataloader-w0", "dataloader-w1"),
     # Hugging Face Trainer on its DataLoader (fit.py)
     fit_stack="trainer",
-    fit_pipelines=('dataloader-w0', 'dataloader-w1'),
+    fit_pipelines=("dataloader-w0", "dataloader-w1"),
     deploy_paths={
         "eager": DeployPath("PyTorch eager (the baseline)", "PyTorch"),
         "torchscript": DeployPath("torch.jit.trace, saved to a file, torch.jit.load", "TorchScript", artifact="torchscript"),

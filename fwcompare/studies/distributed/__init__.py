@@ -190,6 +190,14 @@ class Distributed(Study):
                 for w in params["workers"]
                 for sc in params["scaling"]]
 
+    def repeats(self, spec, params):
+        """A strong-scaling cell at fewer workers than the most is measured in
+        round 0 only: the claims that compare engines read the most workers
+        (``engine_speedup``, ``engine_memory_ratio``), and the one that reads
+        every worker count, ``scaling_efficiency``, reads weak scaling. (Quick
+        profile, 2026-11-27: round 2's four such launches took 54 of its 139 s.)"""
+        return spec.scaling != "strong" or spec.workers == max(params["workers"])
+
     def machine_problem(self, params):
         """On GPUs a rank takes a GPU of its own (NCCL refuses two ranks on one
         device): a host with fewer GPUs than its most ranks runs none of the

@@ -79,7 +79,7 @@ class EndToEnd(Study):
         pipes, stacks, fit_pipes = _declared("pipelines"), _declared("fit_stack"), _declared("fit_pipelines")
         return {
             **grid_params(["all-minilm-l6-v2"], {fw: list(m) for fw, m in stacks.items()},
-                          stacks, [32], [32], 1200.0, tf_autograph=None),
+                          stacks, [32], [32], 1200.0),  # tf_autograph: the fed step's
             "fit_pipeline": Param("dict[str, list[str]]",
                                   {fw: [k[0]] for fw, k in fit_pipes.items()},
                                   "per framework, the pipeline that feeds its whole run, one "
