@@ -31,12 +31,14 @@ reachable from it (``study.fit_table``).
 """
 from __future__ import annotations
 
+import shutil
+
 from ... import models
 from ...frameworks import FRAMEWORKS, TRAIN_MODES, get
 from ...judging import Metric, check_cells
 from ...results import Columns
-from ...schema import TIMING, Param, grid_params, modes_in, positive
-from ...workloads import AGREEMENT, OPTIMIZER
+from ...schema import TIMING, Param, grid_params, modes_in, positive, replace_param
+from ...workloads import OPTIMIZER
 from ..base import Study, grid_cells
 from .figures import curve_figure, phases_figure, pipelines_figure  # noqa: F401
 from .tables import (FIT_FIGURES, check_fit_figure, curves, first_losses, fit_ratio,  # noqa: F401
@@ -76,10 +78,16 @@ class EndToEnd(Study):
         return {fw: (*stacks.get(fw, ()), *pipes.get(fw, ())) for fw in FRAMEWORKS}
 
     def schema(self):
-        pipes, stacks, fit_pipes = _declared("pipelines"), _declared("fit_stack"), _declared("fit_pipelines")
+        pipes, stacks = _declared("pipelines"), _declared("fit_stack")
+        fit_pipes = _declared("fit_pipelines")
+        grid = grid_params(["all-minilm-l6-v2"], {fw: list(m) for fw, m in stacks.items()},
+                           stacks, [32], [32], 1200.0)
+        grid = replace_param(grid, "modes", help="per framework, its end-to-end stack for the "
+                             "fit task (trainer, keras-fit, flax-loop); [] for none")
+        grid = replace_param(grid, "tf_autograph", help=grid["tf_autograph"].help + (
+            "; here the fed task's step only: Keras fit traces its own as its users get it"))
         return {
-            **grid_params(["all-minilm-l6-v2"], {fw: list(m) for fw, m in stacks.items()},
-                          stacks, [32], [32], 1200.0),  # tf_autograph: the fed step's
+            **grid,
             "fit_pipeline": Param("dict[str, list[str]]",
                                   {fw: [k[0]] for fw, k in fit_pipes.items()},
                                   "per framework, the pipeline that feeds its whole run, one "
@@ -103,7 +111,7 @@ class EndToEnd(Study):
             "eval_every": Param("int", 10, "steps between evaluations (max_steps a multiple of it)", positive),
             "target_accuracy": Param("float", 0.95, "held-out accuracy whose first reaching is the time to accuracy", lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v!r}"),
             **OPTIMIZER,
-            "agreement_steps": AGREEMENT["agreement_steps"],
+            "agreement_steps": Param("int", 3, "first training steps of a whole run whose losses are kept, to compare the frameworks' start (same weights, same batches)", positive),
             **TIMING,
         }
 
@@ -158,7 +166,20 @@ class EndToEnd(Study):
         # step, made once), one cell after another.
         return "sequential"
 
+    def claimed_variants(self, claim, metric) -> set[str]:
+        """A claim's two variants in the task it reads only (``is_claimed``'s
+        ``framework/mode@task/dtype``): a pipeline a fed claim compares takes
+        the later rounds feeding the step, not alone as well."""
+        task = FIT if metric.fn is fit_ratio else claim.cells.get("task", "*")
+        return {f"{v}@{task}/*" for v in super().claimed_variants(claim, metric)}
+
     def spawn(self, runner, job, name):
+        if job.task == FIT:
+            # A whole run compiles cold in every round, as a user's run does (the
+            # runner keeps a variant's compile caches for its later rounds: JAX's
+            # first step read round 0's program, 1.5 s against 2.6 s cold, quick
+            # profile 2026-11-27).
+            shutil.rmtree(runner.compile_cache(job), ignore_errors=True)
         w = runner.spawn_worker(job, name)
         if job.task == FIT:  # the run says when it is done
             w.autonomous = True

@@ -107,7 +107,8 @@ def pipelines_figure(pipes: pd.DataFrame, manifest: dict):
         ax.set_xticks(x, g["pipeline"], rotation=30, ha="right", fontsize=8)
         ax.set_title(fw, fontsize=10)
         ax.set_ylabel("examples per second")
-    axes[0, 0].legend(fontsize=8, loc="upper right")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper right", ncols=2)
     fig.suptitle("Input pipelines: alone, and feeding the training step", x=0.02, ha="left")
     footer(fig, manifest, "median examples/s with its 95% interval; a missing bar: not "
                           "measured in this profile")
