@@ -79,7 +79,8 @@ def study_params(study: str, chosen: list[claims_mod.Claim], schedule: str, roun
     if "fit_models" in p:
         p["fit_models"] = []
     p["frameworks"] = [fw for fw in p["frameworks"] if fw in fws]
-    p["modes"] = {fw: m for fw, m in p["modes"].items() if fw in fws}
+    if "modes" in p:  # a profile without the key (end_to_end's quick) keeps its default
+        p["modes"] = {fw: m for fw, m in p["modes"].items() if fw in fws}
     named = [m for c in chosen for m in c.models]
     if named and all(c.models for c in chosen):
         p["models"] = [m for m in p["models"] if m in named] or p["models"]
