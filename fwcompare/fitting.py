@@ -57,6 +57,15 @@ class FitSettings:
         if missing:
             raise ValueError(f"optimizer lacks {', '.join(missing)}")
 
+    def pipeline_in(self, kinds: tuple[str, ...], stack: str) -> str:
+        """The pipeline this run reads: ``pipeline``, or the stack's default
+        (the first of ``kinds``, ``Framework.fit_pipelines``); one the stack
+        cannot read is refused."""
+        kind = self.pipeline or kinds[0]
+        if kind not in kinds:
+            raise ValueError(f"{stack} reads {', '.join(kinds)}, not {kind!r}")
+        return kind
+
     def check_held_out(self, n: int) -> None:
         """Every framework scores the same examples: whole evaluation batches."""
         if n < self.eval_batch_size or n % self.eval_batch_size:

@@ -83,6 +83,19 @@ def test_bad_settings_are_refused_by_name():
             s.check_held_out(n)
 
 
+def test_a_stack_reads_its_own_pipelines_only():
+    from fwcompare.frameworks import get
+
+    opt = {k: 0.1 for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps")}
+    base = dict(batch_size=8, max_steps=4, eval_every=2, target_accuracy=0.8, optimizer=opt)
+    kinds = get("tensorflow").fit_pipelines
+    assert FitSettings(**base).pipeline_in(kinds, "Keras fit") == kinds[0]  # its default
+    assert FitSettings(**base, pipeline="tfdata").pipeline_in(kinds, "Keras fit") == "tfdata"
+    with pytest.raises(ValueError, match="Keras fit reads tfdata-prefetch, tfdata, "
+                                         "tfdata-pyfunc, not 'tfdata-cache'"):
+        FitSettings(**base, pipeline="tfdata-cache").pipeline_in(kinds, "Keras fit")
+
+
 def test_one_evaluation_and_none():
     s = FitSettings(batch_size=8, max_steps=4, eval_every=4, target_accuracy=0.8, optimizer={
         k: 0.1 for k in ("learning_rate", "weight_decay", "beta1", "beta2", "eps")})

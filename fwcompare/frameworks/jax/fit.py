@@ -26,18 +26,15 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
         settings: FitSettings, log: FitLog, place=None) -> list[dict]:
     """One run of the loop; ``load``: the backend's ``load``; ``place``: the
     jax.Device. Returns the evaluations (``log.evals``)."""
-    kind = settings.pipeline or FRAMEWORK.fit_pipelines[0]
-    if kind not in FRAMEWORK.fit_pipelines:
-        raise ValueError(f"the Flax loop reads {', '.join(FRAMEWORK.fit_pipelines)}, "
-                         f"not {kind!r}")
+    kind = settings.pipeline_in(FRAMEWORK.fit_pipelines, "the Flax loop")
     settings.check_held_out(len(held_out))
     try:
-        return _fit(load, train, held_out, weights_dir, device, settings, log, place)
+        return _fit(load, train, held_out, weights_dir, device, settings, log, place, kind)
     finally:
         log.finished()
 
 
-def _fit(load, train, held_out, weights_dir, device, settings, log, place):
+def _fit(load, train, held_out, weights_dir, device, settings, log, place, kind):
     import jax
     import jax.numpy as jnp
     import optax
@@ -47,8 +44,7 @@ def _fit(load, train, held_out, weights_dir, device, settings, log, place):
 
     opt = settings.optimizer
     with log.phase("data"):
-        pipe = Pipeline(settings.pipeline or FRAMEWORK.fit_pipelines[0], train,
-                        settings.batch_size, place)
+        pipe = Pipeline(kind, train, settings.batch_size, place)
         ids, mask = held_out.padded()
         n_eval = len(held_out)  # whole evaluation batches (check_held_out): one shape
         eval_batches = [tuple(jax.device_put(a[i:i + settings.eval_batch_size], place)

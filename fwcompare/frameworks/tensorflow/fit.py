@@ -35,10 +35,8 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
     import tf_keras as keras
 
     opt = settings.optimizer
-    kind = settings.pipeline or FRAMEWORK.fit_pipelines[0]
-    if kind not in FRAMEWORK.fit_pipelines:  # tf.data, in the shared order
-        raise ValueError(f"Keras fit reads a tf.data pipeline in the shared order "
-                         f"({', '.join(FRAMEWORK.fit_pipelines)}), not {kind!r}")
+    kind = settings.pipeline_in(FRAMEWORK.fit_pipelines,  # tf.data, in the shared order
+                                "Keras fit, a tf.data pipeline in the shared order,")
     settings.check_held_out(len(held_out))
     try:
         _fit(load, train, held_out, weights_dir, device, settings, log, place, kind, keras,

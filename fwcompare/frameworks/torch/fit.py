@@ -20,7 +20,7 @@ import torch
 from ...fitting import FitLog, FitSettings
 from ...pipeline import Examples, epoch_batches
 from . import FRAMEWORK
-from .pipeline import Collate, Rows
+from .pipeline import Collate, Rows, workers
 
 
 class _TrainerCollate(Collate):
@@ -55,10 +55,7 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
     """One run of ``Trainer``; ``load``: the backend's ``load``. Returns the
     evaluations (``log.evals``). ``settings.pipeline``: ``dataloader-wN``
     (Trainer's DataLoader with N workers; "": none)."""
-    kind = settings.pipeline or FRAMEWORK.fit_pipelines[0]
-    if kind not in FRAMEWORK.fit_pipelines:
-        raise ValueError(f"Trainer reads its own DataLoader "
-                         f"({', '.join(FRAMEWORK.fit_pipelines)}), not {kind!r}")
+    kind = settings.pipeline_in(FRAMEWORK.fit_pipelines, "Trainer, its own DataLoader,")
     settings.check_held_out(len(held_out))
     if device == "gpu" and torch.cuda.device_count() > 1:  # Trainer would use them all
         raise ValueError(f"Trainer spreads a batch over every visible GPU "
@@ -70,7 +67,7 @@ def fit(load, train: Examples, held_out: Examples, weights_dir, device: str,
     try:
         with tempfile.TemporaryDirectory(prefix="fwcompare-trainer-") as out:  # nothing saved
             _train(load, train_set, eval_set, collate, train, weights_dir, device, settings,
-                   log, out, int(kind[len("dataloader-w"):]))
+                   log, out, workers(kind))
     finally:
         log.finished()
     return log.evals

@@ -13,6 +13,11 @@ from . import FRAMEWORK
 KINDS = FRAMEWORK.pipelines
 
 
+def workers(kind: str) -> int:
+    """The worker processes of a ``dataloader-wN`` pipeline: N."""
+    return int(kind.rsplit("-w", 1)[1])
+
+
 class Rows(torch.utils.data.Dataset):
     """The examples as a map-style data set: (tokens, label) of one example."""
 
@@ -70,18 +75,18 @@ class Pipeline(Batches):
                             (ids.astype("int64"), mask.astype("int64"), examples.labels)]
             self.setup = "every example padded once and held on the device; a batch indexed"
         else:
-            workers = int(kind.rsplit("-w", 1)[1])
+            n = workers(kind)
             self.pin = device.type == "cuda"
             self.sampler = _EpochBatches(examples, batch_size)
             self.loader = torch.utils.data.DataLoader(
                 Rows(examples), batch_sampler=self.sampler,
-                collate_fn=Collate(examples.seq_len, examples.pad_id), num_workers=workers,
-                pin_memory=self.pin, persistent_workers=workers > 0)
+                collate_fn=Collate(examples.seq_len, examples.pad_id), num_workers=n,
+                pin_memory=self.pin, persistent_workers=n > 0)
             # Its workers are forked, Linux's default that PyTorch's users get (a
             # fork server would outlive the pipeline as multiprocessing's own
             # helper); the study's worker process holds one framework, so no
             # other runtime's threads are forked with it.
-            self.setup = (f"torch.utils.data.DataLoader, num_workers={workers}, "
+            self.setup = (f"torch.utils.data.DataLoader, num_workers={n}, "
                           f"pin_memory={self.pin}, padding in its collate_fn (NumPy)")
         self.start()
 

@@ -43,6 +43,7 @@ from ..base import Study, grid_cells
 from .figures import curve_figure, phases_figure, pipelines_figure  # noqa: F401
 from .tables import (FIT_FIGURES, check_fit_figure, curves, first_losses, fit_ratio,  # noqa: F401
                      fit_table, pipeline_table, task_time_ratio)
+from . import data
 from .worker import FED, FIT, LOADER, fed_plan, loader_plan, run_fits
 
 
@@ -129,10 +130,11 @@ class EndToEnd(Study):
         if params["max_steps"] % params["eval_every"]:
             problems.append(f"key 'max_steps': {params['max_steps']} is no multiple of "
                             f"eval_every {params['eval_every']}")
-        short = [s for s in params["seq_lens"] if s < 12]
+        short = [s for s in params["seq_lens"] if s < data.TABLE_TOKENS]
         if short:
             problems.append(f"key 'seq_lens': {short[0]} is shorter than a sentence of the task "
-                            f"(12 tokens in the fixed word table, more with a real tokenizer)")
+                            f"({data.TABLE_TOKENS} tokens in the fixed word table, more with a "
+                            f"real tokenizer)")
         return problems
 
     # -- cells and processes (parent side) ---------------------------------------------

@@ -93,6 +93,9 @@ def make_task(seed: int, n_train: int, n_eval: int, own_share: float = 0.7) -> T
     return Task(split(0, n_train), split(1, n_eval), seed, own_share)
 
 
+# A sentence's length in the fixed table's tokens: a filler before each content
+# word, between [CLS]- and [SEP]-like ids (a real tokenizer takes at least as many).
+TABLE_TOKENS = 2 * len(SLOTS) + 2
 # Every word the sentences use, in a fixed order: the fixed table's ids.
 WORDS = tuple(dict.fromkeys([w for parts in TOPICS.values() for words in parts for w in words]
                             + list(FILLERS)))

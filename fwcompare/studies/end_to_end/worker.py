@@ -20,6 +20,7 @@ from . import data
 
 if TYPE_CHECKING:
     from ...cell import WorkerContext
+    from ...job import CellRef
     from ...spec import RunSpec
 
 FIT, LOADER, FED = "fit", "loader", "fed"
@@ -50,14 +51,14 @@ def fit_settings(params, spec: "RunSpec", framework: str) -> FitSettings:
 
 
 # -- fit: one whole run -----------------------------------------------------------------
-def fit_cell(ctx: "WorkerContext", spec: "RunSpec") -> CellResult:
+def fit_cell(ctx: "WorkerContext", ref: "CellRef") -> CellResult:
     """One run of the framework's stack (``Backend.fit``): its phases, steady
     step (the evaluation intervals' seconds per step are its samples), time
     to the target, accuracy, peak memory; the evaluations and first losses
     are written beside the rows (``curves/``)."""
     from ...memory import PeakRSS
 
-    backend, p = ctx.backend, ctx.params
+    backend, p, spec = ctx.backend, ctx.params, ref.spec
     settings = fit_settings(p, spec, ctx.framework)
     log = FitLog()
     with log.phase("data"):
@@ -84,7 +85,7 @@ def fit_cell(ctx: "WorkerContext", spec: "RunSpec") -> CellResult:
                    loss_step0=log.losses[0] if log.losses else math.nan,
                    first_call_s=figures["first_step_s"])
     ctx.provenance.update(ctx.backend.runtime_info(ctx.device))
-    write_curve(ctx, spec, log)
+    write_curve(ctx, ref, log)
     note = "" if math.isfinite(figures["time_to_target_s"]) else (
         f"did not reach the target accuracy {settings.target_accuracy:g} in "
         f"{settings.max_steps} steps (best {figures['best_accuracy']:.3f})")
@@ -93,22 +94,22 @@ def fit_cell(ctx: "WorkerContext", spec: "RunSpec") -> CellResult:
                                      f"tokenized by {train.tokenizer}"})
 
 
-def write_curve(ctx: "WorkerContext", spec: "RunSpec", log: FitLog) -> None:
+def write_curve(ctx: "WorkerContext", ref: "CellRef", log: FitLog) -> None:
     """The run's evaluations (step, accuracy, loss, seconds since its start)
     and first losses, as ``curves/<cell>-r<round>.parquet`` beside the rows."""
     import pandas as pd
 
     from ...atomic import write_atomic
 
-    ref_round = ctx.job.cells[0].round
+    spec = ref.spec
     rows = [dict(kind="eval", step=e["step"], accuracy=e["accuracy"], loss=e["eval_loss"],
                  at_s=e["at_s"]) for e in log.evals]
     rows += [dict(kind="train", step=i + 1, accuracy=math.nan, loss=x, at_s=math.nan)
              for i, x in enumerate(log.losses)]
     df = pd.DataFrame(rows, columns=["kind", "step", "accuracy", "loss", "at_s"]).assign(
         cell_id=spec.cell_id, framework=ctx.framework, mode=spec.mode, model=spec.model,
-        round=ref_round)
-    path = ctx.store.dir / "curves" / f"{spec.cell_id}-r{ref_round}.parquet"
+        round=ref.round)
+    path = ctx.store.dir / "curves" / f"{spec.cell_id}-r{ref.round}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
@@ -127,7 +128,7 @@ def run_fits(study, job) -> None:
                       round=ref.round)
         try:
             skip = ctx.skip_reason(ref.spec)
-            result = CellResult("unsupported", skip) if skip else fit_cell(ctx, ref.spec)
+            result = CellResult("unsupported", skip) if skip else fit_cell(ctx, ref)
         except Exception as exc:
             result = CellResult(failure_status(backend, exc), describe(exc))
         ctx.finish(ref, result)
