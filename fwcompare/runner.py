@@ -152,7 +152,7 @@ def planned_cells(study: Study, params: dict, specs: list[RunSpec],
         if claimed is None:
             raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "
                              f"claimed variants")
-        again = [s for s in again if is_claimed(s, claimed) and study.repeats(s, params)]
+        again = [s for s in again if is_claimed(s, claimed) and study.repeats(s, params, claimed)]
     return [CellRef(s, r) for r in range(params["rounds"] + more)
             for s in (specs if r == 0 else again)]
 

@@ -70,6 +70,27 @@ def test_cells_weak_and_strong():
     assert all(c.task == "train" and c.threads == 1 for c in cells)
 
 
+def test_scaling_engines_launch_the_other_engines_at_the_most_workers_only():
+    p = validate("distributed", {"frameworks": ["torch", "tensorflow"], "workers": [1, 2, 4],
+                                 "scaling": ["strong"], "global_batch": 8,
+                                 "modes": {"torch": ["eager", "ddp-fp16", "fsdp"],
+                                           "tensorflow": ["graph", "ps"]},
+                                 "scaling_engines": {"torch": ["eager"]}})
+    counts = {}
+    for c in STUDIES["distributed"].cells(p):
+        counts.setdefault((c.framework, c.mode), []).append(c.workers)
+    assert counts == {("torch", "eager"): [1, 2, 4], ("torch", "ddp-fp16"): [4],
+                      ("torch", "fsdp"): [4],  # named for torch: torch's others at 4 only
+                      ("tensorflow", "graph"): [1, 2, 4], ("tensorflow", "ps"): [1, 2, 4]}
+    with pytest.raises(ParamsError) as exc:
+        validate("distributed", {"frameworks": ["torch", "tensorflow"],
+                                 "modes": {"torch": ["eager"], "tensorflow": ["graph"]},
+                                 "scaling_engines": {"torch": ["eager", "fsdp"], "jax": ["jit"]}})
+    msg = str(exc.value)
+    assert "key 'scaling_engines': torch fsdp not in modes (eager)" in msg
+    assert "key 'scaling_engines': jax jit not in modes (none)" in msg
+
+
 def test_launch_commands_for_two_hosts(tmp_path):
     torch_launch = launch.launcher("torch")  # frameworks/torch/launch.py
     cmd = torch_launch.torchrun_command(tmp_path / "job.json", 4, ["h0", "h1"], 1, 29500)

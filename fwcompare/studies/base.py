@@ -232,11 +232,13 @@ class Study:
             return set()
         return {str(v) for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)}
 
-    def repeats(self, spec: RunSpec, params: "Params") -> bool:
+    def repeats(self, spec: RunSpec, params: "Params", claimed: set[str]) -> bool:
         """Whether a cell of a claimed variant takes the rounds after the first
-        under ``rounds_for: claims``: every one by default; a study whose
+        under ``rounds_for: claims`` (``claimed``: every claimed variant of the
+        study, ``claimed_variants``): every one by default; a study whose
         claims read only some of a variant's cells (distributed: the most
-        workers) leaves the others to round 0."""
+        workers; memory: the plain step beside a technique it runs) leaves
+        the others to round 0."""
         return True
 
     def failure_figures(self, params: dict, ref) -> dict:

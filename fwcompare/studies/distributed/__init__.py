@@ -114,6 +114,7 @@ class Distributed(Study):
             "per_worker_batch": Param("int", 4, "weak scaling: samples per worker per step", positive),
             "global_batch": Param("int", 8, "strong scaling: samples per step over all workers (a multiple of every workers value)", positive),
             "seq_len": Param("int", 64, "sequence length in tokens", positive),
+            "scaling_engines": Param("dict[str, list[str]]", {}, "per framework, the engines launched at every worker count; its other engines run at the most workers only (a framework not named: every engine at every count). An engine whose point is communication (ddp-fp16's compressed gradients, fsdp's shards, ps' servers) has none to speak of at one worker", _dist_modes),
             **OPTIMIZER, **AGREEMENT,
             "ps_servers": Param("int", 1, "tensorflow ps: parameter servers holding the variables (spread over them round-robin); the cluster is these, the workers and a chief, on this host", positive),
             "weight_tol": Param("float", 1e-6, "max abs difference of any weight across ranks (after the agreement steps and after each cell) before the cells are flagged not_equivalent", non_negative),
@@ -156,6 +157,11 @@ class Distributed(Study):
         if full["node_rank"] >= len(hosts):
             problems.append(f"key 'node_rank': {full['node_rank']} is not an index of hosts "
                             f"({len(hosts)} given)")
+        for fw, modes in full["scaling_engines"].items():
+            extra = [m for m in modes if m not in full["modes"].get(fw, ())]
+            if extra:
+                problems.append(f"key 'scaling_engines': {fw} {', '.join(extra)} not in modes "
+                                f"({', '.join(full['modes'].get(fw, ())) or 'none'})")
         if "ddp-bf16" in full["modes"].get("torch", ()) and full["device"] != "gpu":
             problems.append("key 'modes': torch ddp-bf16 needs a GPU (PyTorch's "
                             "bf16_compress_hook requires CUDA 11+ and NCCL 2.10+; gloo has no "
@@ -176,8 +182,13 @@ class Distributed(Study):
     # -- cells and launches (parent side) ---------------------------------------------
     def cells(self, params):
         """Per framework and worker count, a weak-scaling cell (per_worker_batch on
-        each worker) and a strong-scaling one (global_batch over all workers)."""
+        each worker) and a strong-scaling one (global_batch over all workers);
+        an engine ``scaling_engines`` leaves out at the most workers only."""
         threads = self.worker_threads(params)
+        most, scaled = max(params["workers"]), params["scaling_engines"]
+
+        def launched(fw, mode, w):
+            return w == most or fw not in scaled or mode in scaled[fw]
         batch = {"weak": lambda w: params["per_worker_batch"] * w,
                  "strong": lambda w: params["global_batch"]}
         return [RunSpec(study=self.name, model=model, framework=fw, mode=mode,
@@ -187,10 +198,10 @@ class Distributed(Study):
                 for model in params["models"]
                 for fw in params["frameworks"]
                 for mode in params["modes"][fw]
-                for w in params["workers"]
+                for w in params["workers"] if launched(fw, mode, w)
                 for sc in params["scaling"]]
 
-    def repeats(self, spec, params):
+    def repeats(self, spec, params, claimed):
         """A strong-scaling cell at fewer workers than the most is measured in
         round 0 only: the claims that compare engines read the most workers
         (``engine_speedup``, ``engine_memory_ratio``), and the one that reads

@@ -41,7 +41,7 @@ import math
 import shutil
 
 from ... import env, models
-from ...judging import Metric, check_cells
+from ...judging import Metric, check_cells, is_claimed
 from ...schema import TIMING, Param, check_models, grid_params, modes_in, positive
 from ...frameworks import FRAMEWORKS, TRAIN_MODES
 from ...results import Columns
@@ -185,6 +185,16 @@ class Memory(Study):
         if metric.fn is largest_batch_ratio:
             out |= {claim.cells["a"], claim.cells["b"]}
         return out
+
+    def repeats(self, spec, params, claimed):
+        """The plain step of a framework repeats where a claimed technique of
+        that framework does: the time claims compare it with a technique in
+        one framework, so beside none (TensorFlow: transformers has no
+        checkpointing for its models) its later rounds compare nothing."""
+        if spec.task == SEARCH or spec.mode != PLAIN:
+            return True
+        return any(is_claimed(dataclasses.replace(spec, mode=m), claimed)
+                   for m in params["modes"].get(spec.framework, ()) if m != PLAIN)
 
     def schedule(self, params, task):
         return "sequential" if task == SEARCH else super().schedule(params, task)
