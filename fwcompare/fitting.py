@@ -5,7 +5,8 @@ shares and the clock every run keeps.
 A run's wall time is split into phases (``FitLog.phase``): the data (its
 pipeline built), the model's set-up (weights loaded, optimizer, trainer or
 compile set up), the first step (its trace or compile included), the steps
-after it, and the evaluations; its figures (``FitLog.figures``) are those
+after it, the evaluations, and its end (the last evaluation to the stack's
+return); its figures (``FitLog.figures``) are those
 phases, the steady examples per second, the accuracy at every evaluation and
 the time to the target accuracy: the wall time from the run's start to the
 end of the first evaluation at or above it (MLPerf Training's measure: a fast
@@ -144,13 +145,17 @@ class FitLog:
                                                           else math.nan)
         reached = [e for e in self.evals if e["accuracy"] >= settings.target_accuracy]
         steady_s = float(np.median(per_step)) if per_step else math.nan
+        total = (self.end if math.isfinite(self.end) else time.perf_counter()) - self.t0
         return {
             "data_s": self.phases.get("data", math.nan),
             "setup_s": self.phases.get("setup", math.nan),
             "first_step_s": first,
             "steps_s": float(last - start - first - eval_s),
             "eval_s": eval_s,
-            "total_s": (self.end if math.isfinite(self.end) else time.perf_counter()) - self.t0,
+            # after the last evaluation (or step) until the stack returned: its
+            # teardown (Keras' fit took 0-10 s there, 2026-11-27, measurements.md)
+            "end_s": float(total - last),
+            "total_s": total,
             "steps": len(ends),
             "steady_step_s": steady_s,
             "examples_per_s": settings.batch_size / steady_s if per_step else math.nan,

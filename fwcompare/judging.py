@@ -148,8 +148,9 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
     """Why an inconclusive timed figure gets no further round ("": it should
     get one): extra rounds are off, the last one is taken, its interval is
     already narrow, or even every round left could not move the interval off
-    the edge it holds (the figure sits at the edge: inconclusive is the
-    honest answer). ``prior_dof``: the degrees of freedom the report's
+    the edge it holds (the figure sits at the edge, within 1% of it, or its
+    spread is too wide for the rounds left: inconclusive is the honest
+    answer). ``prior_dof``: the degrees of freedom the report's
     variance prior adds to t (``stats.VariancePrior``)."""
     from .stats import look_confidence, median_se_factor, t_quantile
 
@@ -173,10 +174,11 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
               * math.sqrt(n / last) * median_se_factor(last) / median_se_factor(n))
     gap = min(abs(math.log(m.value) - math.log(e)) for e in edges)
     if gap < half * shrink:
+        why = ("the figure sits at the edge" if gap < NARROW / 2 else
+               "its spread is too wide for the rounds left")
         return (f"{looks - look} more round(s) would likely still leave a band edge inside "
                 f"its interval (it is {gap:.1%} from the edge, and at this spread they would "
-                f"narrow it to about ±{math.expm1(half * shrink):.1%}): the figure sits at "
-                f"the edge")
+                f"narrow it to about ±{math.expm1(half * shrink):.1%}): {why}")
     return ""
 
 

@@ -60,6 +60,13 @@ def test_the_phases_and_the_target(runs):
         for key in ("setup_s", "first_step_s", "steps_s", "eval_s", "steady_step_s"):
             assert fig[key] > 0, (fw, key, fig)
         assert fig["total_s"] >= fig["setup_s"] + fig["first_step_s"] + fig["steps_s"]
+        # the phases split the whole run, its end (the last evaluation to the stack's
+        # return) included; what no phase holds (a stack's imports) is a sliver
+        assert fig["end_s"] == pytest.approx(fig["total_s"] - log.evals[-1]["at_s"])
+        assert fig["end_s"] >= 0, (fw, fig)
+        parts = sum(fig[k] for k in ("data_s", "setup_s", "first_step_s", "steps_s", "eval_s",
+                                     "end_s"))
+        assert fig["total_s"] * 0.9 < parts <= fig["total_s"] + 1e-6, (fw, parts, fig)
         assert fig["examples_per_s"] == pytest.approx(16 / fig["steady_step_s"])
         # a target of 1.0 a 2-layer model at random init does not reach in 12 steps
         if fig["best_accuracy"] < 1.0:

@@ -130,12 +130,14 @@ def test_a_doubtful_figure_takes_another_round_unless_it_names_why_not():
     # holds the edge 1.02 at 3.9% from its centre, half-width 5.8%: three more rounds
     # shrink that to about 3.5% (t on 5 degrees of freedom at 98.3%, six rounds)
     assert stop_reason(_figure(1.06, 1.0, 1.124, 3), above, 1, 4) == ""
-    # at 2.9% from the edge they cannot: the figure sits at the edge
-    assert "sits at the edge" in stop_reason(_figure(1.05, 0.99, 1.113, 3), above, 1, 4)
+    # at 2.9% from the edge they cannot: its spread is too wide for the rounds left
+    assert "spread is too wide for the rounds left" in stop_reason(
+        _figure(1.05, 0.99, 1.113, 3), above, 1, 4)
     assert "more_rounds: 0" in stop_reason(_figure(1.06, 1.0, 1.124, 3), above, 1, 1)
     assert "after the 3 extra rounds" in stop_reason(_figure(1.06, 1.0, 1.124, 6), above, 4, 4)
     assert "narrower than 2%" in stop_reason(_figure(1.02, 1.015, 1.03, 3), above, 1, 4)
     # 0.3% from the edge with a 4% half-width: three more rounds cannot get it off
+    # (within 1% of it: the figure sits at the edge)
     assert "sits at the edge" in stop_reason(_figure(1.023, 0.98, 1.065, 3), above, 1, 4)
     # one process, or no interval: not a figure extra rounds are for
     assert stop_reason(_figure(1.06, 1.0, 1.124, 1), above, 1, 4) == ""

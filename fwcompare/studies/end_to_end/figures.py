@@ -7,7 +7,7 @@ import pandas as pd
 
 PHASE_NAMES = {"data_s": "data (tokenize, pipeline)", "setup_s": "model set-up",
                "first_step_s": "first step (trace, compile)", "steps_s": "steps after it",
-               "eval_s": "evaluations"}
+               "eval_s": "evaluations", "end_s": "after the last evaluation (teardown)"}
 
 
 def phases_figure(fits: pd.DataFrame, manifest: dict):
@@ -20,7 +20,8 @@ def phases_figure(fits: pd.DataFrame, manifest: dict):
     if fits.empty:
         return no_data("no whole run measured")
     fig, ax = plt.subplots(figsize=(8.5, 0.7 * len(fits) + 2.4))
-    colors = dict(zip(PHASE_NAMES, ["#8172b3", "#937860", "#c44e52", "#4c72b0", "#55a868"]))
+    colors = dict(zip(PHASE_NAMES, ["#8172b3", "#937860", "#c44e52", "#4c72b0", "#55a868",
+                                       "#8c8c8c"]))
     y = np.arange(len(fits))
     left = np.zeros(len(fits))
     for key, name in PHASE_NAMES.items():

@@ -12,7 +12,7 @@ from ...judging import Measurement, StudyData, _why_none, time_ratio, timed_from
 from ...results import MEASURED
 from ...stats import rounds_t_interval
 
-PHASES = ("data_s", "setup_s", "first_step_s", "steps_s", "eval_s")
+PHASES = ("data_s", "setup_s", "first_step_s", "steps_s", "eval_s", "end_s")
 # A whole run's figures (its row; ``fitting.FitLog.figures``).
 FIT_FIGURES = (*PHASES, "total_s", "train_steps", "steady_step_s", "time_to_target_s",
                "steps_to_target", "best_accuracy", "final_accuracy", "target_accuracy",
