@@ -48,3 +48,24 @@ def test_a_run_short_of_its_target_is_a_row_that_says_so(tmp_path, no_orphans):
     assert 0 < row["best_accuracy"] < 1.0 and row["train_steps"] == 4
     assert "did not reach the target accuracy 1" in row["error"], row["error"]
     assert row["total_s"] > row["first_step_s"] > 0 and row["steady_step_s"] > 0
+
+
+def test_the_fit_table_reads_rows_from_before_a_phase_existed():
+    """Rows stored before ``end_s`` (a run's end after its last evaluation)
+    was a phase: the table gives it NaN, and every other figure as before."""
+    import pandas as pd
+
+    from fwcompare.studies.end_to_end import fit_table
+
+    def row(rnd, total, end=None):
+        r = dict(task="fit", status="ok", model="m", framework="torch", mode="trainer",
+                 batch_size=16, seq_len=32, round=rnd, data_s=0.1, setup_s=0.1,
+                 first_step_s=0.5, steps_s=2.0, eval_s=0.8, total_s=total,
+                 throughput_samples_per_s=80.0 + rnd, time_to_target_s=3.0 + rnd,
+                 best_accuracy=0.9, peak_mem_bytes=6e8, loss_step0=0.675)
+        return r if end is None else dict(r, end_s=end)
+    old = fit_table(pd.DataFrame([row(0, 3.5), row(1, 3.7), row(2, 3.6)])).iloc[0]
+    assert math.isnan(old["end_s"]) and old["total_s"] == 3.6 and old["rounds"] == 3
+    assert old["time_to_target_s_low"] < old["time_to_target_s"] == pytest.approx(4.0, rel=0.01)
+    new = fit_table(pd.DataFrame([row(0, 3.5, 0.0), row(1, 3.7, 0.2)])).iloc[0]
+    assert new["end_s"] == pytest.approx(0.1)

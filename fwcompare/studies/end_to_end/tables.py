@@ -107,8 +107,8 @@ def fit_table(results: pd.DataFrame) -> pd.DataFrame:
     for (model, fw, mode, b, s), g in rows.groupby(
             ["model", "framework", "mode", "batch_size", "seq_len"], sort=False):
         rec = dict(model=model, stack=f"{fw}/{mode}", shape=f"{b}x{s}", rounds=len(g))
-        for k in PHASES + ("total_s",):
-            rec[k] = float(g[k].median())
+        for k in PHASES + ("total_s",):  # a row from before a phase existed: NaN
+            rec[k] = float(g[k].median()) if k in g else math.nan
         for k, name in (("throughput_samples_per_s", "examples_per_s"),
                         ("time_to_target_s", "time_to_target_s")):
             c, lo, hi = _interval(g[k])
