@@ -196,3 +196,11 @@ def test_the_memory_studys_rounds_go_to_its_claims_variants():
                             claimed_for("memory", p))
     assert sum(1 for c in planned if (c.spec.framework, c.spec.mode, c.spec.task)
                == ("tensorflow", "plain", "train")) == 3
+    # a claim that names TensorFlow's plain step keeps it repeating without a technique
+    study, quick = STUDIES["memory"], validate("memory", load_file(PARAMS / "memory" /
+                                                                   "quick.yaml"))
+    tf_plain = next(c for c in study.cells(quick) if (c.framework, c.mode, c.task)
+                    == ("tensorflow", "plain", "train"))
+    assert not study.repeats(tf_plain, quick, {"*/plain", "*/checkpointing"})
+    assert study.repeats(tf_plain, quick, {"*/plain", "tensorflow/plain"})
+    assert not study.repeats(tf_plain, quick, {"tensorflow/plain@largest_batch/*"})

@@ -177,24 +177,30 @@ class Memory(Study):
         """A technique claim whose figure is a timing compares the technique
         with the plain step in every framework: "*/checkpointing", "*/plain".
         A largest-batch claim is no timing, yet its two searches (cells ``a``
-        and ``b``) take every round: their limits move between processes,
-        and its interval needs that spread (``largest_batch_ratio``)."""
+        and ``b``, "torch/plain@largest_batch/*") take every round: their
+        limits move between processes, and its interval needs that spread
+        (``largest_batch_ratio``)."""
         out = super().claimed_variants(claim, metric)
         if "technique" in claim.cells and metric.timed:
             out |= {f"*/{claim.cells['technique']}", f"*/{PLAIN}"}
         if metric.fn is largest_batch_ratio:
-            out |= {claim.cells["a"], claim.cells["b"]}
+            searches = {claim.cells["a"], claim.cells["b"]}
+            out = (out - searches) | {f"{v}@{SEARCH}/*" for v in searches}
         return out
 
     def repeats(self, spec, params, claimed):
-        """The plain step of a framework repeats where a claimed technique of
-        that framework does: the time claims compare it with a technique in
-        one framework, so beside none (TensorFlow: transformers has no
-        checkpointing for its models) its later rounds compare nothing."""
+        """A framework's plain training step repeats where a claim names it
+        ("tensorflow/plain") or a claimed technique of that framework repeats
+        ("*/checkpointing" beside "*/plain": a technique's time is compared
+        with the plain step of its own framework), so beside no technique
+        (TensorFlow: transformers has no checkpointing for its models) and
+        named by no claim its later rounds compare nothing."""
         if spec.task == SEARCH or spec.mode != PLAIN:
             return True
-        return any(is_claimed(dataclasses.replace(spec, mode=m), claimed)
-                   for m in params["modes"].get(spec.framework, ()) if m != PLAIN)
+        named = {v for v in claimed if not v.startswith("*/")}
+        return is_claimed(spec, named) or any(
+            is_claimed(dataclasses.replace(spec, mode=m), claimed)
+            for m in params["modes"].get(spec.framework, ()) if m != PLAIN)
 
     def schedule(self, params, task):
         return "sequential" if task == SEARCH else super().schedule(params, task)
