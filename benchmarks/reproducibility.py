@@ -25,9 +25,15 @@ one round each) of the inference sweep's quick cells and compares each cell's
 median under the two schedules within each pair, minutes apart: does a cell timed
 in turns with the others measure what it measures alone?
 
+``--scorecards A B ...`` instead compares the scorecards of whole reports run
+apart (each report's ``summary/scorecard.json``: two ``gpu`` reports of one
+machine, run in sessions of their own): the claims every one judged, with the
+same counts as above.
+
 Usage: .venv/bin/python benchmarks/reproducibility.py [--runs 3]
        [--schedules sequential,interleaved] [--rounds 3] [--out outputs/reproducibility]
        .venv/bin/python benchmarks/reproducibility.py --fidelity 3
+       .venv/bin/python benchmarks/reproducibility.py --scorecards A/scorecard.json B/scorecard.json
 """
 from __future__ import annotations
 
@@ -113,6 +119,21 @@ def scorecard_rows(out: Path, chosen) -> pd.DataFrame:
     return card.table[card.table["id"].isin(ids)][
         ["id", "value", "ci_low", "ci_high", "verdict", "note", "host_load"]
     ].reset_index(drop=True)
+
+
+def scorecard_files(files: list[Path]) -> list[pd.DataFrame]:
+    """The claims every scorecard judged (a verdict, not "not measured here"),
+    in the first one's order, as ``scorecard_rows`` gives them."""
+    cards = []
+    for f in files:
+        doc = claims_mod.read(f if f.is_dir() else f.parent)
+        if doc is None:
+            raise SystemExit(f"no scorecard.json at {f}")
+        t = pd.DataFrame(doc["claims"])
+        cards.append(t[t["verdict"].isin(JUDGED)])
+    ids = [i for i in cards[0]["id"] if all(i in set(c["id"]) for c in cards[1:])]
+    return [c.set_index("id").loc[ids].reset_index()[
+        ["id", "value", "ci_low", "ci_high", "verdict", "note", "host_load"]] for c in cards]
 
 
 def analyse(runs: list[pd.DataFrame]) -> dict:
@@ -207,7 +228,23 @@ def main() -> None:
     ap.add_argument("--analyse", action="store_true", help="only print what --out holds")
     ap.add_argument("--fidelity", type=int, default=0, metavar="K",
                     help="only compare the schedules on the same cells, K back-to-back pairs")
+    ap.add_argument("--scorecards", type=Path, nargs="+", metavar="FILE",
+                    help="only compare these reports' scorecard.json (two or more)")
     args = ap.parse_args()
+    if args.scorecards:
+        if len(args.scorecards) < 2:
+            ap.error("--scorecards needs two or more scorecard.json files")
+        runs = scorecard_files(args.scorecards)
+        a = analyse(runs)
+        table = pd.DataFrame({str(f): [fmt(r) for r in run.to_dict("records")]
+                              for f, run in zip(args.scorecards, runs)}, index=runs[0]["id"])
+        print(md(table))
+        share = a["covered"] / a["checks"] if a["checks"] else math.nan
+        print(f"\nclaims judged in every run: {a['claims']}; verdict changed: {a['changed']}; "
+              f"run pairs flipping supported <-> contradicted: {a['flips']}; a run's interval "
+              f"covers another run's value: {a['covered']} of {a['checks']} ({share:.0%})\n")
+        print(md(a["spread"], index=False))
+        return
     if args.fidelity:
         print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}", flush=True)
         fidelity(args.out, args.fidelity)

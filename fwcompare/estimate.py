@@ -103,7 +103,8 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
         least, most = (params["warmup_s"] + params[k] for k in ("min_time_s", "max_time_s"))
         fixed, parts = fixed_costs(timed, params["device"], study)
         start = FIXED_S.get(params["device"], FIXED_S["cpu"])["start"] if timed else 0.0
-        seconds, low = most * len(timed) + fixed, least * len(timed) + fixed
+        sampled = sum(not study.whole_run(c) for c in timed)  # a whole run is its own time
+        seconds, low = most * sampled + fixed, least * sampled + fixed
         basis = (f"no earlier run here: {least:g} to {most:g} s of warm-up and sampling per "
                  f"measurement, plus {parts}")
     else:
@@ -128,11 +129,17 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # pairs; a largest-batch try (a fresh process) 4.6 s (gpt2). CPU: the quick
 # reports on 2 cores (a jit or tf.function of a base-sized model 5-10 s, a build
 # 2-4 s, a try 4.3 s of MiniLM, 8 s of references for about 5 base-sized pairs).
+# A whole run (``Study.whole_run``) is a fresh process ("process") plus, where its
+# stack traces, the cold compiles of its training and evaluation steps
+# ("run_compiles"): on the H200 (2026-11-27) the Flax loop's run of distilbert
+# (6 layers, 200 steps) took 72 and 84 s against Trainer's 6 s (about 140 s a
+# base-sized model); on the 2-core Xeon's quick reports Keras fit's run of MiniLM
+# (6 layers) 17.8 s and the Flax loop's 6.9 s against Trainer's 4.3 s (about 16 s).
 FIXED_S = {
     "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3,
-            "prepare": 10.0, "process": 4.6},
+            "prepare": 10.0, "process": 4.6, "run_compiles": 140.0},
     "cpu": {"start": 10.0, "build": 3.0, "traced": 8.0, "cached": 2.0, "eager": 0.5,
-            "prepare": 2.0, "process": 8.6},
+            "prepare": 2.0, "process": 8.6, "run_compiles": 16.0},
 }
 
 
@@ -165,24 +172,34 @@ def _variant(c) -> tuple:
     return (s.model, s.framework, s.mode, s.dtype, s.task)
 
 
+def _traces(c) -> bool:
+    """Whether a cell's mode compiles (``Framework.traces``)."""
+    from .frameworks import get
+
+    try:
+        return get(c.spec.framework).traces(c.spec.mode)
+    except ValueError:  # a framework declared outside fwcompare, unknown here
+        return False
+
+
 def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     """The seconds ``todo`` (CellRefs) costs beyond sampling, by its parts
     (``FIXED_S``, scaled by each model's depth: ``_size``): the imports
     once, a build per variant and round, and a first call per cell: a traced
     mode's compile in the first round it runs (later rounds load the program
     from its compile cache), an eager call's otherwise. With ``study``, also
-    the references each (model, task) prepares and the fresh processes a
-    cell starts beyond its lane (``Study.processes``: a largest-batch
-    search's tries, which stand for the cell's own build and first call).
+    the references each (model, task) prepares, the fresh processes a cell
+    starts beyond its lane (``Study.processes``: a largest-batch search's
+    tries, which stand for the cell's own build and first call), and a whole
+    run's process and cold compiles in every round (``Study.whole_run``).
     Returns the seconds and a line naming the parts."""
-    from .frameworks import get
-
     if not todo:
         return 0.0, "nothing to run"
     cost = FIXED_S.get(device, FIXED_S["cpu"])
     scale = {m: _size(m) for m in {c.spec.model for c in todo}}
     extra = {c: study.processes(c) if study is not None else 0 for c in todo}
-    own = [c for c in todo if not extra[c]]  # cells a lane's worker runs itself
+    runs = [c for c in todo if study is not None and study.whole_run(c)]
+    own = [c for c in todo if not extra[c] and c not in runs]  # a lane's worker runs them
     variants = {(*_variant(c), c.round) for c in own}
     first_round = {}
     for c in own:
@@ -191,19 +208,22 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     kinds: Counter = Counter()
     seconds = cost["start"] + sum(cost["build"] * scale[v[0]] for v in variants)
     for c in own:
-        try:
-            traced = get(c.spec.framework).traces(c.spec.mode)
-        except ValueError:  # a framework declared outside fwcompare, unknown here
-            traced = False
         key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
-        kind = "eager" if not traced else "traced" if first_round[key] == c.round else "cached"
+        kind = ("eager" if not _traces(c) else
+                "traced" if first_round[key] == c.round else "cached")
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
     seconds += sum(cost["process"] * n * scale[c.spec.model] for c, n in extra.items())
+    seconds += sum((cost["process"] + (cost["run_compiles"] if _traces(c) else 0.0))
+                   * scale[c.spec.model] for c in runs)
     pairs = {(c.spec.model, c.spec.task) for c in todo} if study is not None else set()
     seconds += sum(cost["prepare"] * scale[m] for m, _ in pairs)
     more = (f", {len(pairs)} reference set{'s' if len(pairs) != 1 else ''} prepared"
             if pairs else "") + (f", {sum(extra.values())} tries" if any(extra.values()) else "")
+    if runs:
+        compiling = sum(map(_traces, runs))
+        more += (f", {len(runs)} whole run{'s' if len(runs) != 1 else ''} "
+                 f"({compiling} compiling cold)")
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
                      f"{kinds['traced']} compiles, {kinds['cached']} cached and "
                      f"{kinds['eager']} eager first calls{more} ({device} figures of "

@@ -117,3 +117,28 @@ def test_the_parts_a_study_adds_references_and_tries():
                                     + 2 * cost["prepare"])
     assert "2 reference sets prepared, 11 tries" in text
     assert study.processes(CellRef(train[0], 0)) == 0
+
+
+def test_a_whole_run_costs_its_process_and_cold_compiles_in_every_round(tmp_path):
+    """An end-to-end fit is a whole run in a process of its own that compiles
+    cold in every round: the estimate counts its process and, where its stack
+    traces (Keras fit, the Flax loop; not Trainer), its compiles, in each round;
+    no lane's build or first call, and no sampling (the run is its own time)."""
+    from fwcompare.estimate import FIXED_S, _size, fixed_costs
+    from fwcompare.job import CellRef
+
+    study = STUDIES["end_to_end"]
+    p = load_file(PARAMS / "end_to_end" / "quick.yaml", "end_to_end")
+    fits = [s for s in study.cells(p) if s.task == "fit"]
+    assert sorted(s.mode for s in fits) == ["flax-loop", "keras-fit", "trainer"]
+    todo = [CellRef(s, r) for s in fits for r in range(3)]
+    cost, scale = FIXED_S["cpu"], _size(fits[0].model)
+    seconds, text = fixed_costs(todo, "cpu", study)
+    assert seconds == pytest.approx(cost["start"] + cost["prepare"] * scale
+                                    + (9 * cost["process"] + 6 * cost["run_compiles"]) * scale)
+    assert "0 builds, 0 compiles, 0 cached and 0 eager first calls" in text
+    assert "9 whole runs (6 compiling cold)" in text
+    # the fits alone (no pipeline cells): their time is the parts', no sampling range
+    est = estimate(study, dict(p, loaders={}, fed={}, rounds_for="all"), tmp_path)
+    assert est.planned == 9
+    assert est.low_seconds == est.seconds == pytest.approx(seconds)

@@ -35,6 +35,9 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``plan``: one cell: what to time and what is known before timing
 - ``claimed_variants``: the variants a claim of this study compares
 - ``repeats``: which cells of those take the rounds after the first
+- ``processes``, ``whole_run``: what a first run's estimate counts beyond a
+  lane's build and first call (a search's tries; a whole run's process and its
+  cold compiles in every round)
 - ``metrics``: claim metrics the study adds to ``params/claims.yaml``'s
 """
 from __future__ import annotations
@@ -177,6 +180,13 @@ class Study:
         worker, as a run without an earlier one to learn from expects them
         (``estimate.fixed_costs``): none by default."""
         return 0
+
+    def whole_run(self, ref) -> bool:
+        """Whether a cell is a whole run in a fresh process of its own that
+        compiles cold in every round (``estimate.fixed_costs`` counts its start
+        and, where its stack traces, its training and evaluation compiles):
+        none by default."""
+        return False
 
     def head(self, task: str, model: str) -> str:
         if task == "train":

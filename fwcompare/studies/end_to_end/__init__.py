@@ -162,6 +162,9 @@ class EndToEnd(Study):
             return [[c] for c in sorted(cells, key=lambda c: (c.spec.mode, c.spec.batch_size))]
         return super().groups(task, cells)
 
+    def whole_run(self, ref) -> bool:
+        return ref.spec.task == FIT
+
     def schedule(self, params, task):
         # A fit runs on its own; the loader and fed cells of a framework share
         # one process (its tokenized data, and for fed its model and compiled

@@ -1,0 +1,50 @@
+#!/bin/bash
+# The gpu profile's check on a GPU machine that reaches no package index (issue
+# 49): the whole `gpu` report once, from a fresh folder, timed, with its log,
+# scorecard and stored results (less the workers' scratch: weights, compile
+# caches) packed under $OUT for the machine that sent it. First, where pip
+# reaches PyPI: bash benchmarks/gpu/wheels.sh (build/gpuwheels travels with the
+# repository's copy). Then, on the GPU machine, in that copy:
+#   OUT=/some/folder bash benchmarks/gpu/report_check.sh
+# LIMIT (seconds, default 570): the report is stopped (SIGTERM: its finished cells
+# are kept, `fwcompare report --profile gpu` resumes them) in time to pack.
+# Back here: tar xzf results.tgz; .venv/bin/python benchmarks/reproducibility.py
+# --scorecards A/scorecard.json B/scorecard.json compares two runs' verdicts.
+START=$(date +%s); LIMIT=${LIMIT:-570}
+left() { echo $(( START + LIMIT - $(date +%s) )); }
+: "${OUT:?set OUT to the folder that takes the log and results}"
+export PYTHONUNBUFFERED=1
+exec > >(tee "$OUT/check.log") 2>&1
+cd "$(dirname "$0")/../.."
+date -u
+nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm,clocks.sm,pstate,temperature.gpu --format=csv
+lscpu | grep -E "Model name|^CPU\(s\)"
+# install the carried wheels the image lacks; transformers, its hub and tokenizers always
+# (the image's are too new for transformers 4, the last with TensorFlow and Flax classes)
+python3 - > /tmp/fwc-wheels.txt <<'PY'
+import importlib.metadata as md, pathlib, re
+force = {"transformers", "huggingface-hub", "tokenizers"}
+for w in sorted(pathlib.Path("build/gpuwheels").glob("*.whl")):
+    name = re.sub(r"[-_.]+", "-", w.name.split("-")[0]).lower()
+    try:
+        md.version(name)
+        have = True
+    except md.PackageNotFoundError:
+        have = False
+    if name in force or not have:
+        print(w)
+PY
+[ -s /tmp/fwc-wheels.txt ] || { echo "no wheels in build/gpuwheels: run benchmarks/gpu/wheels.sh first"; exit 1; }
+timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/fwc-site $(cat /tmp/fwc-wheels.txt) || { echo "installing the wheels failed"; exit 1; }
+export PYTHONPATH=/tmp/fwc-site:$PWD
+python3 -c "import transformers, papermill, torch, jax; print('transformers', transformers.__version__, 'torch', torch.__version__, 'jax', jax.__version__, jax.devices())" || exit 1
+T1=$(date +%s)
+timeout -s TERM -k 15 $(( $(left) - 30 )) python3 -m fwcompare report --profile gpu --fresh --out "$PWD/outputs"
+echo "report: exit $? after $(( $(date +%s) - T1 )) s (install and checks before it: $(( T1 - START )) s)"
+cp outputs/gpu/summary/scorecard.json "$OUT/" 2>/dev/null || echo "no scorecard: judge the results here (claims.scorecard)"
+tar czf "$OUT/results.tgz" --exclude=work --exclude=previous --exclude=.forkservers \
+  --exclude='*.html' --exclude='*.ipynb' --exclude='*.png' --exclude='*.svg' -C outputs gpu
+ls -la "$OUT"
+nvidia-smi --query-gpu=clocks.sm,pstate,temperature.gpu,power.draw --format=csv
+date -u

@@ -1,0 +1,36 @@
+"""benchmarks/reproducibility.py --scorecards: two whole reports' verdicts
+compared (the gpu profile's runs, one per session on a lent GPU)."""
+import json
+import subprocess
+import sys
+
+from fwcompare.paths import ROOT
+
+
+def _card(path, claims):
+    path.mkdir(parents=True)
+    (path / "scorecard.json").write_text(json.dumps({"profile": "gpu", "claims": [
+        {"id": i, "value": v, "ci_low": lo, "ci_high": hi, "verdict": verdict,
+         "note": "", "host_load": None} for i, v, lo, hi, verdict in claims]}))
+    return path / "scorecard.json"
+
+
+def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path):
+    a = _card(tmp_path / "a", [("x", 1.30, 1.20, 1.40, "supported"),
+                               ("y", 0.90, 0.80, 1.05, "inconclusive"),
+                               ("z", 2.00, 1.90, 2.10, "supported"),
+                               ("w", None, None, None, "not measured here")])
+    b = _card(tmp_path / "b", [("x", 1.35, 1.25, 1.45, "supported"),
+                               ("y", 0.70, 0.65, 0.75, "contradicted"),
+                               ("w", 1.0, 0.9, 1.1, "supported")])
+    r = subprocess.run([sys.executable, "benchmarks/reproducibility.py", "--scorecards",
+                        str(a), str(b)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # x and y judged in both (z only in a, w not measured in a): x covers both ways,
+    # y's 0.70 lies outside a's [0.80, 1.05] and 0.90 outside b's [0.65, 0.75]
+    assert ("claims judged in every run: 2; verdict changed: 1; run pairs flipping "
+            "supported <-> contradicted: 0; a run's interval covers another run's value: "
+            "2 of 4 (50%)") in r.stdout, r.stdout
+    one = subprocess.run([sys.executable, "benchmarks/reproducibility.py", "--scorecards",
+                          str(a)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert one.returncode == 2 and "two or more" in one.stderr
