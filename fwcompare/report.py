@@ -209,31 +209,40 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     for study in failed:  # its notebook runs it again and keeps the error
         print(f"{study}: the measurement failed; its notebook runs it again", file=sys.stderr)
     # 2. The notebooks (tables, figures, HTML), a few at a time: they only read
-    # what step 1 stored, so measuring is over when they share the CPU.
-    t0 = time.perf_counter()
-    took = run_notebooks([NotebookJob(study, label, out_root / study, digest, raw[study],
-                                      str(NOTEBOOKS / STUDIES[study].notebook),
-                                      PARAMS / study / f"{profile}.yaml")
-                          for study, digest in stale], failures, progress)
-    notebooks_s = time.perf_counter() - t0 if stale else 0.0
-    # 3. The scorecard judges whatever results are stored, so it runs after every study.
+    # what step 1 stored, so measuring is over when they share the CPU. 3. The
+    # scorecard judges whatever results are stored: beside them, first (the
+    # longest), where every study's measurement ended; else after them (a failed
+    # study's notebook runs it again and may store more).
+    jobs = [NotebookJob(study, label, out_root / study, digest, raw[study],
+                        str(NOTEBOOKS / STUDIES[study].notebook),
+                        PARAMS / study / f"{profile}.yaml") for study, digest in stale]
     out = out_root / SUMMARY
-    say("[scorecard] ", end="")
-    digest = _summary_hash(out_root)
+
+    def summary_job() -> list[NotebookJob]:
+        digest = _summary_hash(out_root)
+        if _unchanged(SUMMARY, out, digest):
+            say(f"[scorecard] {SUMMARY}: inputs unchanged, not run again ({out})")
+            return []
+        return [NotebookJob(SUMMARY, label, out, digest, {"results_dir": str(out_root)},
+                            str(NOTEBOOKS / SUMMARY_NOTEBOOK), claims.CLAIMS_FILE)]
+
+    beside = not failed
+    t0 = time.perf_counter()
+    took = run_notebooks((summary_job() if beside else []) + jobs, failures, progress)
+    notebooks_s = time.perf_counter() - t0 if stale or SUMMARY in took else 0.0
     summary_s = 0.0
-    if _unchanged(SUMMARY, out, digest):
-        say(f"{SUMMARY}: inputs unchanged, not run again ({out})")
-    else:
+    if not beside:
         t0 = time.perf_counter()
-        took.update(run_notebooks([NotebookJob(SUMMARY, label, out, digest,
-                                               {"results_dir": str(out_root)},
-                                               str(NOTEBOOKS / SUMMARY_NOTEBOOK),
-                                               claims.CLAIMS_FILE)], failures, progress))
-        summary_s = time.perf_counter() - t0
+        took.update(run_notebooks(summary_job(), failures, progress))
+        summary_s = time.perf_counter() - t0 if SUMMARY in took else 0.0
     index = write_index(label, out_root, failures)
     if times or took:
         parts = [f"{k} {_mmss(v)}" for k, v in times.items()]
-        if stale:
+        if beside and SUMMARY in took:
+            parts.append(f"notebooks and scorecard {_mmss(notebooks_s)} ({len(stale)} and "
+                         f"the scorecard's, {notebook_jobs()} at a time; the scorecard "
+                         f"{_mmss(took[SUMMARY])})")
+        elif stale:
             parts.append(f"notebooks {_mmss(notebooks_s)} ({len(stale)}, "
                          f"{notebook_jobs()} at a time)")
         if summary_s:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -161,11 +160,26 @@ def two_level_medians(pairs: Sequence[tuple], n_resamples: int = 2000,
                     vb[rows, :xb.size] = xb[ib]
             cols_a.append(va)
             cols_b.append(vb)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a replicate with no round of a side
-            med_a[:, p] = np.nanmedian(np.concatenate(cols_a, axis=1), axis=1)
-            med_b[:, p] = np.nanmedian(np.concatenate(cols_b, axis=1), axis=1)
+        med_a[:, p] = row_nanmedians(np.concatenate(cols_a, axis=1))
+        med_b[:, p] = row_nanmedians(np.concatenate(cols_b, axis=1))
     return med_a, med_b
+
+
+def row_nanmedians(x: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(x, axis=1)`` of a 2-D array, to the bit, without its
+    loop over rows (numpy takes one row at a time in Python where rows are
+    long: 4.9 of a quick scorecard's 14 s on a 2-core EPYC): each row sorted
+    (NaN last), the middle one or two of its numbers; NaN for a row of none."""
+    if not x.shape[1]:
+        return np.full(x.shape[0], np.nan)
+    s = np.sort(x, axis=1)
+    n = np.count_nonzero(~np.isnan(x), axis=1)
+    lo = np.take_along_axis(s, (np.maximum(n - 1, 0) // 2)[:, None], axis=1)[:, 0]
+    hi = np.take_along_axis(s, (n // 2)[:, None], axis=1)[:, 0]
+    with np.errstate(all="ignore"):
+        out = (lo + hi) / 2  # a lone middle: (m + m) / 2 == m
+    out[n == 0] = np.nan
+    return out
 
 
 def _interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:

@@ -139,11 +139,16 @@ def test_a_study_registered_from_a_test_runs_end_to_end(toy, tmp_path, smoke_tim
     # Each worker process was handed a typed job naming this file.
     jobs = sorted((tmp_path / "results" / "work" / "jobs").glob("numpy-*.json"))
     assert jobs and str(Path(__file__).resolve()) in jobs[0].read_text()
-    # Started again: every cell is kept, nothing is measured again.
-    kept = {f.name: f.stat().st_mtime_ns for f in (tmp_path / "results" / "cells").iterdir()}
+    # Started again: every cell is kept, nothing is measured again, and no file
+    # the scorecard's stamp reads (the consolidated copies, env.json) is rewritten
+    # (a report's scorecard runs beside the notebooks that do this).
+    def stored():
+        return {str(f.relative_to(tmp_path)): f.stat().st_mtime_ns for f in
+                [*(tmp_path / "results" / "cells").iterdir(), *(tmp_path / "results").glob("*.*")]}
+    kept = stored()
+    assert {"results/results.parquet", "results/samples.parquet", "results/env.json"} <= set(kept)
     run_study(toy.name, p, output_dir=tmp_path, progress=False)
-    assert kept == {f.name: f.stat().st_mtime_ns
-                    for f in (tmp_path / "results" / "cells").iterdir()}
+    assert kept == stored()
 
 
 def _next(worker, event: str, cell: str, timeout_s: float = 60.0) -> dict:
