@@ -126,10 +126,11 @@ def scorecard_files(files: list[Path]) -> list[pd.DataFrame]:
     in the first one's order, as ``scorecard_rows`` gives them."""
     cards = []
     for f in files:
-        doc = claims_mod.read(f if f.is_dir() else f.parent)
+        doc = claims_mod.read(f)
         if doc is None:
-            raise SystemExit(f"no scorecard.json at {f}")
-        t = pd.DataFrame(doc["claims"])
+            raise SystemExit(f"no scorecard at {f}")
+        t = pd.DataFrame(doc["claims"]).reindex(columns=[
+            "id", "value", "ci_low", "ci_high", "verdict", "note", "host_load"])
         cards.append(t[t["verdict"].isin(JUDGED)])
     ids = [i for i in cards[0]["id"] if all(i in set(c["id"]) for c in cards[1:])]
     return [c.set_index("id").loc[ids].reset_index()[

@@ -382,8 +382,10 @@ def write(card: Scorecard, directory: Path) -> Path:
 
 
 def read(directory: Path) -> dict | None:
-    """The scorecard a summary run wrote, or None."""
-    f = Path(directory) / "scorecard.json"
+    """The scorecard a summary run wrote (``directory``: its folder, or the
+    scorecard.json itself), or None."""
+    f = Path(directory)
+    f = f if f.is_file() else f / "scorecard.json"
     if not f.is_file():
         return None
     doc = json.loads(f.read_text())

@@ -6,8 +6,9 @@ round 1 of every study..., ``fwcompare.run_studies``), with one set of fork
 servers for all of them; then execute the notebooks with papermill, a few at
 a time in processes of their own (a notebook finds its cells measured and
 only reads them), each into a temporary file moved into place (a failed run
-leaves no half-written output), render HTML with the code hidden; then the
-scorecard, and ``outputs/<profile>/index.html``. A study whose inputs (params
+leaves no half-written output), render HTML with the code hidden; the
+scorecard's among them, first, where no study has cells left to measure (else
+after them); then ``outputs/<profile>/index.html``. A study whose inputs (params
 file, notebook, library source, package versions) did not change is not run
 again.
 """
@@ -68,6 +69,19 @@ def _summary_hash(out_root: Path) -> str:
             st = f.stat()
             stored.append(f"{study}/{f.name}:{st.st_size}:{st.st_mtime_ns}")
     return _hash_files([claims.CLAIMS_FILE, NOTEBOOKS / SUMMARY_NOTEBOOK], "\n".join(stored))
+
+
+def _measures_again(out: Path) -> bool:
+    """Whether a study's notebook will measure (and store) more: cells whose
+    status a run tries again (error, timeout), or no consolidated results."""
+    import pandas as pd
+
+    from .results import RUN_FAILED
+
+    f = out / "results" / "results.parquet"
+    if not f.is_file():
+        return True
+    return bool(pd.read_parquet(f, columns=["status"])["status"].isin(RUN_FAILED).any())
 
 
 def _render_html(notebook: Path, target: Path) -> None:
@@ -226,7 +240,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         return [NotebookJob(SUMMARY, label, out, digest, {"results_dir": str(out_root)},
                             str(NOTEBOOKS / SUMMARY_NOTEBOOK), claims.CLAIMS_FILE)]
 
-    beside = not failed
+    beside = not failed and not any(_measures_again(out_root / study) for study, _ in stale)
     t0 = time.perf_counter()
     took = run_notebooks((summary_job() if beside else []) + jobs, failures, progress)
     notebooks_s = time.perf_counter() - t0 if stale or SUMMARY in took else 0.0
@@ -280,9 +294,11 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     extra = sum(p["more_rounds_s"] for p, _ in studies.values()
                 if "more_rounds" in p and p["more_rounds"] > 0)
     high += extra
-    # the studies' notebooks, notebook_jobs() at a time, then the scorecard's
-    waves = math.ceil(len(ests) / notebook_jobs()) if ests else 0
-    after = [waves * n + s for n, s in zip(NOTEBOOK_S, SCORECARD_S)]
+    # the studies' notebooks, notebook_jobs() at a time, the scorecard's first
+    # among them: no less than it alone, the notebooks' waves, or the work shared out
+    jobs, k = notebook_jobs(), len(ests)
+    after = [max(s, math.ceil(k / jobs) * n, (k * n + s) / jobs) if ests else s
+             for n, s in zip(NOTEBOOK_S, SCORECARD_S)]
     bare = [e.study for e in ests if e.low_seconds is not None]
     span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
     what = f"{len(ests)} stud{'y' if len(ests) == 1 else 'ies'}"

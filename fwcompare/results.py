@@ -308,6 +308,17 @@ class ResultStore:
         _write_atomic(self.load(), self.dir / "results.parquet")
         _write_atomic(self.load_samples(), self.dir / "samples.parquet")
 
+    def consolidated(self) -> bool:
+        """Whether the consolidated copies hold every row and sample stored
+        (none newer: a run stopped between its last cell and ``consolidate``
+        left them behind)."""
+        copies = [self.dir / "results.parquet", self.dir / "samples.parquet"]
+        if not all(c.is_file() for c in copies):
+            return False
+        since = min(c.stat().st_mtime_ns for c in copies)
+        return not any(f.stat().st_mtime_ns > since for d in (self.cells_dir, self.samples_dir)
+                       if d.is_dir() for f in d.iterdir())
+
 
 @dataclass
 class StudyResults:

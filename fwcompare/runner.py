@@ -562,7 +562,7 @@ class Runner:
                 record_run(self.store.dir, self.task, self.run_id, measured,
                            self.phases["total"], self.params["device"],
                            self.manifest["cpu_model"])
-        if not idle or not (self.store.dir / "results.parquet").is_file():
+        if not idle or not self.store.consolidated():
             # an idle run (a notebook after the report measured) rewrites nothing:
             # the scorecard's stamp, read while the notebooks run, stays true
             self.store.consolidate()

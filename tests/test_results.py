@@ -66,3 +66,39 @@ def test_changed_params_archive_never_overwrite(tmp_path):
     assert len(store.load()) == 0
     archived = list((tmp_path / "res" / "previous").glob("*/cells/*.parquet"))
     assert len(archived) == 1
+
+
+def test_consolidated_copies_know_when_a_row_came_after_them(tmp_path):
+    """A run stopped between its last cell and ``consolidate`` leaves the copies
+    behind: ``consolidated`` says so, and an idle run (the runner) consolidates again."""
+    import os
+
+    store = ResultStore(tmp_path)
+    store.append(make_row(spec(1), status="ok"), [0.01, 0.02])
+    assert not store.consolidated()  # none yet
+    store.consolidate()
+    assert store.consolidated()
+    for f in tmp_path.rglob("*.parquet"):  # as if all written a while ago
+        earlier = f.stat().st_mtime_ns - 10**10
+        os.utime(f, ns=(earlier, earlier))
+    assert store.consolidated()
+    store.append(make_row(spec(2), status="ok"), [0.03])
+    assert not store.consolidated()
+    store.consolidate()
+    assert store.consolidated() and len(pd.read_parquet(tmp_path / "results.parquet")) == 2
+
+
+def test_a_study_with_cells_to_retry_is_measured_again_by_its_notebook(tmp_path):
+    """The report runs the scorecard beside the notebooks only where no notebook
+    will measure: none consolidated, or a cell in error or timeout, measures."""
+    from fwcompare.report import _measures_again
+
+    store = ResultStore(tmp_path / "results")
+    assert _measures_again(tmp_path)
+    store.append(make_row(spec(1), status="ok"))
+    store.append(make_row(spec(2), status="unsupported", error="no GPU"))
+    store.consolidate()
+    assert not _measures_again(tmp_path)
+    store.append(make_row(spec(3), status="timeout", error="900 s"))
+    store.consolidate()
+    assert _measures_again(tmp_path)

@@ -3,14 +3,17 @@
 # 49): the whole `gpu` report once, from a fresh folder, timed, with its log,
 # scorecard and stored results (less the workers' scratch: weights, compile
 # caches) packed under $OUT for the machine that sent it. First, where pip
-# reaches PyPI: bash benchmarks/gpu/wheels.sh (build/gpuwheels travels with the
-# repository's copy). Then, on the GPU machine, in that copy:
+# reaches PyPI: bash benchmarks/gpu/wheels.sh (build/ is git-ignored: the copy
+# sent to the GPU machine must carry build/gpuwheels by name). Then, on the GPU
+# machine, in that copy:
 #   OUT=/some/folder bash benchmarks/gpu/report_check.sh
-# LIMIT (seconds, default 570): the report is stopped (SIGTERM: its finished cells
-# are kept, `fwcompare report --profile gpu` resumes them) in time to pack.
-# Back here: tar xzf results.tgz; .venv/bin/python benchmarks/reproducibility.py
-# --scorecards A/scorecard.json B/scorecard.json compares two runs' verdicts.
-START=$(date +%s); LIMIT=${LIMIT:-570}
+# LIMIT (seconds, default 590: a call of 600 s): the report is stopped (SIGTERM:
+# its finished cells are kept, `fwcompare report --profile gpu` resumes them) in
+# time to pack. Back here: tar xzf results.tgz (claims.scorecard judges the results
+# if the report was stopped before its scorecard); keep scorecard.json as
+# benchmarks/gpu/scorecards/<date>-<gpu>-<commit>.json, and compare two runs of one
+# kind of GPU with .venv/bin/python benchmarks/reproducibility.py --scorecards A B.
+START=$(date +%s); LIMIT=${LIMIT:-590}
 left() { echo $(( START + LIMIT - $(date +%s) )); }
 : "${OUT:?set OUT to the folder that takes the log and results}"
 export PYTHONUNBUFFERED=1
@@ -39,8 +42,11 @@ timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cac
   --target /tmp/fwc-site $(cat /tmp/fwc-wheels.txt) || { echo "installing the wheels failed"; exit 1; }
 export PYTHONPATH=/tmp/fwc-site:$PWD
 python3 -c "import transformers, papermill, torch, jax; print('transformers', transformers.__version__, 'torch', torch.__version__, 'jax', jax.__version__, jax.devices())" || exit 1
+rm -rf outputs/gpu  # a warm machine's earlier run: no scorecard of it is sent as this one's
 T1=$(date +%s)
-timeout -s TERM -k 15 $(( $(left) - 30 )) python3 -m fwcompare report --profile gpu --fresh --out "$PWD/outputs"
+limit=$(( $(left) - 12 ))
+[ "$limit" -gt 60 ] || { echo "only ${limit} s left for the report: raise LIMIT"; exit 1; }
+timeout -s TERM -k 5 "$limit" python3 -m fwcompare report --profile gpu --fresh --out "$PWD/outputs"
 echo "report: exit $? after $(( $(date +%s) - T1 )) s (install and checks before it: $(( T1 - START )) s)"
 cp outputs/gpu/summary/scorecard.json "$OUT/" 2>/dev/null || echo "no scorecard: judge the results here (claims.scorecard)"
 tar czf "$OUT/results.tgz" --exclude=work --exclude=previous --exclude=.forkservers \
@@ -48,3 +54,5 @@ tar czf "$OUT/results.tgz" --exclude=work --exclude=previous --exclude=.forkserv
 ls -la "$OUT"
 nvidia-smi --query-gpu=clocks.sm,pstate,temperature.gpu,power.draw --format=csv
 date -u
+exec >&- 2>&-  # the log's tee sees its end and writes out its last lines
+sleep 1
