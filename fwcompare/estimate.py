@@ -199,7 +199,9 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     scale = {m: _size(m) for m in {c.spec.model for c in todo}}
     extra = {c: study.processes(c) if study is not None else 0 for c in todo}
     runs = [c for c in todo if study is not None and study.whole_run(c)]
-    own = [c for c in todo if not extra[c] and c not in runs]  # a lane's worker runs them
+    compiling = [c for c in runs if _traces(c)]  # cold in every round
+    alone = set(runs)
+    own = [c for c in todo if not extra[c] and c not in alone]  # a lane's worker runs them
     variants = {(*_variant(c), c.round) for c in own}
     first_round = {}
     for c in own:
@@ -214,16 +216,15 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
     seconds += sum(cost["process"] * n * scale[c.spec.model] for c, n in extra.items())
-    seconds += sum((cost["process"] + (cost["run_compiles"] if _traces(c) else 0.0))
-                   * scale[c.spec.model] for c in runs)
+    seconds += sum(cost["process"] * scale[c.spec.model] for c in runs)
+    seconds += sum(cost["run_compiles"] * scale[c.spec.model] for c in compiling)
     pairs = {(c.spec.model, c.spec.task) for c in todo} if study is not None else set()
     seconds += sum(cost["prepare"] * scale[m] for m, _ in pairs)
     more = (f", {len(pairs)} reference set{'s' if len(pairs) != 1 else ''} prepared"
             if pairs else "") + (f", {sum(extra.values())} tries" if any(extra.values()) else "")
     if runs:
-        compiling = sum(map(_traces, runs))
         more += (f", {len(runs)} whole run{'s' if len(runs) != 1 else ''} "
-                 f"({compiling} compiling cold)")
+                 f"({len(compiling)} compiling cold)")
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
                      f"{kinds['traced']} compiles, {kinds['cached']} cached and "
                      f"{kinds['eager']} eager first calls{more} ({device} figures of "
