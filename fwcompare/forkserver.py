@@ -44,12 +44,12 @@ from pathlib import Path
 from .paths import ROOT
 
 # The environment a worker may set on top of its server's (read at use, not
-# at import): its own compile caches, and a data-parallel rank's place in its
-# launch (torch.distributed's env:// variables, TensorFlow's TF_CONFIG, JAX's
-# coordinator and process: frameworks.jax.backend.DataParallel), and the launch's
-# directory (protocol.LAUNCH_DIR_ENV).
+# at import): its own compile caches and temporary directory, a data-parallel
+# rank's place in its launch (torch.distributed's env:// variables, TensorFlow's
+# TF_CONFIG, JAX's coordinator and process: frameworks.jax.backend.DataParallel),
+# and the launch's directory (protocol.LAUNCH_DIR_ENV).
 PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_CACHE",
-                  "RANK", "LOCAL_RANK",
+                  "TMPDIR", "RANK", "LOCAL_RANK",
                   "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                   "TF_CONFIG", "FWCOMPARE_JAX_COORDINATOR", "FWCOMPARE_JAX_PROCESS_ID",
                   "FWCOMPARE_JAX_PROCESSES", "FWCOMPARE_LAUNCH_DIR")

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 
 from .forkserver import _MSG, kill_group
 
@@ -63,6 +64,7 @@ def _child(sock: socket.socket, wake_r: int, fds: list[int], req: dict) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(req["env"])
+        tempfile.tempdir = None  # the worker's TMPDIR, not what the server's imports found
         os.chdir(req["cwd"])
         from .worker import main
 

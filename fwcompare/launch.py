@@ -127,8 +127,17 @@ def use_compile_cache(env: dict, cache_dir: Path | str, xla: bool = False) -> No
     (``FWCOMPARE_XLA_CACHE``, which each backend's ``configure`` reads: the
     frameworks' own variables are read at import, before a forked worker's
     environment is set). A variable set outside fwcompare is not used: a
-    round 0 must compile cold."""
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir))
+    round 0 must compile cold.
+
+    ``TMPDIR`` goes in it too (``cache_dir/tmp``): a worker leaves with
+    ``os._exit``, so what a framework deletes only at interpreter exit
+    (TensorFlow autograph's ``__autograph_generated_file*.py``, one per traced
+    function: about 400 an hour of reports and tests were left in /tmp) is
+    removed with the cache instead."""
+    tmp = Path(cache_dir) / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir),
+               TMPDIR=str(tmp))
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     env.pop("FWCOMPARE_XLA_CACHE", None)
     if xla:

@@ -2,6 +2,7 @@
 runs, and a run that never reaches its target is a row that says so, not an
 error (the smoke report runs the whole study for every framework)."""
 import math
+import tempfile
 
 import pytest
 
@@ -48,6 +49,24 @@ def test_a_run_short_of_its_target_is_a_row_that_says_so(tmp_path, no_orphans):
     assert 0 < row["best_accuracy"] < 1.0 and row["train_steps"] == 4
     assert "did not reach the target accuracy 1" in row["error"], row["error"]
     assert row["total_s"] > row["first_step_s"] > 0 and row["steady_step_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_worker_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch, no_orphans):
+    """A worker leaves with ``os._exit``, which skips what a framework deletes
+    only at interpreter exit: TensorFlow autograph's generated modules (32
+    from one smoke run of this study's TensorFlow cells). They go to the
+    worker's own TMPDIR, removed with its compile cache, not to the system's."""
+    system = tmp_path / "tmp"
+    system.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system))
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    p = {**SMOKE, "frameworks": ["tensorflow"], "loaders": {}, "fed": {}, "max_steps": 4,
+         "eval_every": 2, "rounds": 1}
+    res = fwcompare.run_study("end_to_end", p, output_dir=tmp_path / "out", progress=False)
+    assert list(res.results["status"]) == ["ok"]  # Keras fit: traced, so autograph ran
+    left = sorted(f.name for f in system.iterdir())
+    assert not [n for n in left if n.startswith(("__autograph", "fwcompare-"))], left
 
 
 def test_the_fit_table_reads_rows_from_before_a_phase_existed():
