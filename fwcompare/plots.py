@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -547,13 +548,13 @@ def claim_figure(row: dict, points: pd.DataFrame, count: bool = False):
     return fig
 
 
-def claim_figures(card) -> list[tuple[str, object]]:
-    """(figure name, figure) for every claim of a claims.Scorecard, in order."""
-    out = []
+def claim_figures(card) -> Iterator[tuple[str, object]]:
+    """(figure name, figure) for every claim of a claims.Scorecard, in order,
+    each drawn when asked for: the caller saves (and closes) one before the
+    next is open (45 at once made matplotlib warn of too many open figures)."""
     for row in card.table.to_dict("records"):
-        out.append((f"claim_{row['id']}", claim_figure(row, card.points[card.points["id"] == row["id"]],
-                                                        row["metric"] in card.counts)))
-    return out
+        yield (f"claim_{row['id']}", claim_figure(row, card.points[card.points["id"] == row["id"]],
+                                                   row["metric"] in card.counts))
 
 
 def scorecard_forest(card, manifest: dict | None = None):

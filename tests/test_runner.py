@@ -2,6 +2,7 @@
 status, the other cells still run, and an interrupted run resumes."""
 import time
 
+import numpy as np
 import pytest
 from conftest import SMOKE_TIMING, children_alive
 
@@ -121,6 +122,13 @@ def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
     rounds = df.groupby("mode")["round"].apply(sorted).to_dict()
     assert rounds == {"eager": [0, 1], "torchscript": [0]}
     assert set(df["status"]) == {"ok"}
+    # no claim reads the inference sweep's peak memory: round 1 takes no memory
+    # pass, and the cell's figure is round 0's
+    mem = df[df["mode"] == "eager"].set_index("round")["peak_mem_bytes"]
+    assert mem[0] > 0 and np.isnan(mem[1])
+    from fwcompare import tables
+    s = tables.summarize(df, res.samples).set_index("mode")
+    assert s.loc["eager", "peak_mem_bytes"] == mem[0]
     no_orphans()
 
 
