@@ -143,12 +143,12 @@ class CellRun:
         return self.sampler.take(blocks)
 
     def memory(self) -> None:
-        """Memory of one call, in a pass of its own after timing (a cell's
-        first round only): on a GPU bytes in use at the call's highest point
-        by the framework's allocator (``backend.gpu_memory``), then the energy
-        per call over a window of calls of its own (:mod:`fwcompare.energy`);
-        on the CPU peak RSS over the baseline; XLA's plan of the call beside
-        it where there is one (``xla_plan_bytes``)."""
+        """Memory of one call, in a pass of its own after timing (``serve``
+        asks for it once per cell): on a GPU bytes in use at the call's
+        highest point by the framework's allocator (``backend.gpu_memory``),
+        then the energy per call over a window of calls of its own
+        (:mod:`fwcompare.energy`); on the CPU peak RSS over the baseline; XLA's
+        plan of the call beside it where there is one (``xla_plan_bytes``)."""
         from .memory import PeakRSS
 
         fn = self.sampler.fn
@@ -217,6 +217,16 @@ def failed(backend, exc: BaseException, plan: CellPlan | None = None) -> CellRes
                       plan.provenance if plan else {})
 
 
+def _memory_stored(store, cell_id: str, before: int) -> bool:
+    """Whether a round of the cell before round ``before`` stored its peak
+    memory (a round 0 that failed did not: the next round measures it)."""
+    for r in range(before):
+        row = store.row(cell_id, r)
+        if row is not None and (row.get("peak_mem_bytes") or 0) > 0:
+            return True
+    return False
+
+
 def serve(study, job: Job) -> None:
     """A worker's main loop: answer the parent's requests (see protocol) for
     the cells of ``job``, one prepared cell or several, in any order."""
@@ -261,12 +271,13 @@ def serve(study, job: Job) -> None:
                                            restart=bool(req.get("restart")))
                 emit(protocol.SAMPLED, seconds=new, **ids)
             elif op == protocol.MEMORY:
-                # Round 0's pass only: a cell's memory is one measurement (a
-                # memory claim has no interval, judging.memory_ratio), and a
-                # later round's pass changed no figure the report reads but the
-                # largest of the rounds' peaks (0.5 s a cell of the acceleration
-                # study's quick profile on a 2-core AMD EPYC: 17 of its 4:38).
-                if ref.round == 0:
+                # One pass per cell, in its first round that measures: a cell's
+                # memory is one measurement (a memory claim has no interval,
+                # judging.memory_ratio), and a later round's pass changed no
+                # figure the report reads but the largest of the rounds' peaks
+                # (0.5 s a cell of the acceleration study's quick profile on a
+                # 2-core AMD EPYC: 17 s of its 4:38).
+                if not _memory_stored(ctx.store, spec.cell_id, ref.round):
                     runs[ref.key].memory()
                 emit(protocol.MEASURED, **ids)
             elif op == protocol.FINISH:

@@ -112,9 +112,10 @@ def choose_ports(framework: str, workers: int, hosts: list[str], master_port: in
 
 
 def fresh_compile_cache(env: dict) -> str:
-    """An empty torch.compile cache directory for one worker or launch, set in
-    ``env``: every run pays (and reports) a cold compile, not the previous
-    run's. The XLA caches stay off (nothing would read them again)."""
+    """A new torch.compile cache directory for one worker or launch (empty
+    but for its ``tmp``: ``use_compile_cache``), set in ``env``: every run
+    pays (and reports) a cold compile, not the previous run's. The XLA caches
+    stay off (nothing would read them again)."""
     cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
     use_compile_cache(env, cache_dir)
     return cache_dir

@@ -18,7 +18,8 @@ prepare   the cell's model and gate (unless built),     ``prepared``, or ``done`
 sample    ``blocks`` sample blocks, or with             ``sampled`` (the new
           ``until_stop`` until the stopping rule stops  samples, converged)
           (``restart``: the samples so far dropped)
-memory    the memory pass                              ``measured``
+memory    the memory pass (the cell's first measured   ``measured``
+          round's only: later ones answer at once)
 finish    the cell's figures; its row is written       ``done``
           (``host``: figures the parent adds to it)
 exit      leaves                                       (end of output)

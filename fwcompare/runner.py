@@ -344,7 +344,10 @@ class Runner:
         is a cache hit (torch.compile, distilbert 1 x 64: 26 s cold, 7 s warm,
         2-core Xeon) and their steady state runs the same compiled code. Only
         round 0's first calls are reported (``tables.summarize``)."""
-        variants = sorted({(c.spec.framework, c.spec.mode, c.spec.dtype) for c in job.cells})
+        # a variant axis too (twins: the error-rates benchmark's): a lane restarted
+        # in round 0 empties its own cache, never a live twin's (its TMPDIR as well)
+        variants = sorted({(c.spec.framework, c.spec.mode, c.spec.dtype, *c.spec.variant_axes)
+                           for c in job.cells})
         key = hashlib.sha1(repr((job.task, job.model_key, variants)).encode()).hexdigest()[:12]
         path = self.work_dir / "compile" / key
         if min(c.round for c in job.cells) == 0:  # round 0 (a restart too) compiles cold

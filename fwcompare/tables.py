@@ -102,6 +102,9 @@ def summarize(results: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
             for k in _POOLED[1:]:
                 first[k] = math.nan
             first.update(tokens_per_s_low=math.nan, tokens_per_s_high=math.nan)
+        # a cell's one memory pass (cell.serve: its first round that measured);
+        # whole runs, tries and launches, and results stored before that rule,
+        # have one per round: the largest
         first["peak_mem_bytes"] = g["peak_mem_bytes"].max()
         first["variant"] = variant(first["framework"], first["mode"])
         rows.append(first)

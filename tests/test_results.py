@@ -102,3 +102,19 @@ def test_a_study_with_cells_to_retry_is_measured_again_by_its_notebook(tmp_path)
     store.append(make_row(spec(3), status="timeout", error="900 s"))
     store.consolidate()
     assert _measures_again(tmp_path)
+
+
+def test_a_cells_memory_pass_waits_for_a_round_that_measured(tmp_path):
+    """One memory pass per cell (cell.serve): round 1 skips it after a round 0
+    that stored a peak, and takes it after a round 0 that failed."""
+    from fwcompare.cell import _memory_stored
+
+    store = ResultStore(tmp_path)
+    ok, failed = spec(1).cell_id, spec(2).cell_id
+    store.append(make_row(spec(1), status="ok", figures={"peak_mem_bytes": 5e8}))
+    store.append(make_row(spec(2), status="timeout", error="cell_timeout"))
+    assert not _memory_stored(store, ok, 0)  # round 0 always measures
+    assert _memory_stored(store, ok, 1) and _memory_stored(store, ok, 2)
+    assert not _memory_stored(store, failed, 1)
+    store.append(make_row(spec(2), status="ok", figures={"peak_mem_bytes": 5e8}, round=1))
+    assert _memory_stored(store, failed, 2)

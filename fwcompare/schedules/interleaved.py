@@ -27,7 +27,7 @@ asv's interleaved processes). For one model in one round:
    ``min_iters`` turns). A slow minute hits every variant of the set alike,
    so each round's ratio of medians is paired in time; the rounds' spread
    makes the interval (``stats.geomean_ratio_ci``).
-5. Memory passes and rows, one lane at a time. Each row carries what else
+5. Memory passes (a cell's first measured round) and rows, one lane at a time. Each row carries what else
    the machine did during the set's turns (``host.HostMeter``). A set whose
    turns found the machine busy (other processes and steal above
    ``host.BUSY_HOST`` of its CPU) is sampled again from scratch, up to
