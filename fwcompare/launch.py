@@ -133,7 +133,7 @@ def use_compile_cache(env: dict, cache_dir: Path | str, xla: bool = False) -> No
     ``TMPDIR`` goes in it too (``cache_dir/tmp``): a worker leaves with
     ``os._exit``, so what a framework deletes only at interpreter exit
     (TensorFlow autograph's ``__autograph_generated_file*.py``, one per traced
-    function: about 400 an hour of reports and tests were left in /tmp) is
+    function: a day's reports and tests left 2,415 in one machine's /tmp) is
     removed with the cache instead."""
     tmp = Path(cache_dir) / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)

@@ -27,12 +27,12 @@ asv's interleaved processes). For one model in one round:
    ``min_iters`` turns). A slow minute hits every variant of the set alike,
    so each round's ratio of medians is paired in time; the rounds' spread
    makes the interval (``stats.geomean_ratio_ci``).
-5. Memory passes (a cell's first measured round) and rows, one lane at a time. Each row carries what else
-   the machine did during the set's turns (``host.HostMeter``). A set whose
-   turns found the machine busy (other processes and steal above
-   ``host.BUSY_HOST`` of its CPU) is sampled again from scratch, up to
-   ``busy_retakes`` times: the row keeps the last window and counts the
-   retakes (``host_retakes``).
+5. Memory passes (a cell's first measured round) and rows, one lane at a
+   time. Each row carries what else the machine did during the set's turns
+   (``host.HostMeter``). A set whose turns found the machine busy (other
+   processes and steal above ``host.BUSY_HOST`` of its CPU) is sampled again
+   from scratch, up to ``busy_retakes`` times: the row keeps the last window
+   and counts the retakes (``host_retakes``).
 
 A lane whose worker dies or passes a limit is handled as the sequential
 schedule handles its worker (``Runner.after_stop``): the cell in flight gets
