@@ -16,7 +16,7 @@ import socket
 import sys
 import tempfile
 
-from .forkserver import _MSG, kill_group
+from .forkserver import _MSG, TMPDIR_PREFIX, kill_group
 
 
 def _preload(framework: str, study: str, study_file: str, models: list[str]) -> None:
@@ -87,14 +87,16 @@ def _child(sock: socket.socket, wake_r: int, fds: list[int], req: dict) -> None:
 
 def serve(sock: socket.socket) -> None:
     """Fork a worker per request until the parent closes the socket; report
-    each worker's exit; kill the workers still running on the way out."""
+    each worker's exit; kill the workers still running on the way out, and
+    remove their own temporary directories (a parent killed outright could
+    not: ``launch.fresh_tmpdir``)."""
     import select
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up byte is the point
-    children: set[int] = set()
+    children: dict[int, str] = {}  # pid: its TMPDIR
 
     def reap() -> None:
         while children:
@@ -104,7 +106,7 @@ def serve(sock: socket.socket) -> None:
                 return
             if pid == 0:
                 return
-            children.discard(pid)
+            children.pop(pid, None)
             sock.send(json.dumps({"exit": pid,
                                   "code": os.waitstatus_to_exitcode(status)}).encode())
 
@@ -128,13 +130,18 @@ def serve(sock: socket.socket) -> None:
                 _child(sock, wake_r, fds, req)
             for fd in fds:
                 os.close(fd)
-            children.add(pid)
+            children[pid] = req["env"].get("TMPDIR", "")
             sock.send(json.dumps({"forked": pid}).encode())
     except OSError:
         return
     finally:
+        import shutil
+
         for pid in children:
             kill_group(pid)
+        for tmp in set(children.values()):  # a launch's ranks share theirs
+            if os.path.basename(tmp).startswith(TMPDIR_PREFIX):
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import psutil
 
-from .forkserver import ForkServerError, kill_group
+from .forkserver import TMPDIR_PREFIX, ForkServerError, kill_group
 from .paths import ROOT
 from .frameworks.base import WORKER_MODULE
 from .protocol import LAUNCH_DIR_ENV, parse_event
@@ -112,13 +112,28 @@ def choose_ports(framework: str, workers: int, hosts: list[str], master_port: in
 
 
 def fresh_compile_cache(env: dict) -> str:
-    """A new torch.compile cache directory for one worker or launch (empty
-    but for its ``tmp``: ``use_compile_cache``), set in ``env``: every run
-    pays (and reports) a cold compile, not the previous run's. The XLA caches
-    stay off (nothing would read them again)."""
+    """An empty torch.compile cache directory for one worker or launch, set in
+    ``env``: every run pays (and reports) a cold compile, not the previous
+    run's. The XLA caches stay off (nothing would read them again)."""
     cache_dir = tempfile.mkdtemp(prefix="fwcompare-compile-")
     use_compile_cache(env, cache_dir)
     return cache_dir
+
+
+def fresh_tmpdir(env: dict) -> str:
+    """A new temporary directory for one worker or launch, set as ``TMPDIR``
+    in ``env``; the caller removes it once its processes have ended. A worker
+    leaves with ``os._exit``, so what a framework deletes only at interpreter
+    exit (TensorFlow autograph's ``__autograph_generated_file*.py``, one per
+    traced function: a day's reports and tests left 2,415 in one machine's
+    /tmp) goes with it. It is made in the system's temporary directory, not in
+    the run's folder: multiprocessing binds AF_UNIX sockets under it (a
+    DataLoader worker handing a batch back: ``resource_sharer``), and such a
+    path may not pass 107 bytes (under a test's folder a DataLoader with a
+    worker failed, "AF_UNIX path too long")."""
+    path = tempfile.mkdtemp(prefix=TMPDIR_PREFIX)
+    env["TMPDIR"] = path
+    return path
 
 
 def use_compile_cache(env: dict, cache_dir: Path | str, xla: bool = False) -> None:
@@ -128,17 +143,8 @@ def use_compile_cache(env: dict, cache_dir: Path | str, xla: bool = False) -> No
     (``FWCOMPARE_XLA_CACHE``, which each backend's ``configure`` reads: the
     frameworks' own variables are read at import, before a forked worker's
     environment is set). A variable set outside fwcompare is not used: a
-    round 0 must compile cold.
-
-    ``TMPDIR`` goes in it too (``cache_dir/tmp``): a worker leaves with
-    ``os._exit``, so what a framework deletes only at interpreter exit
-    (TensorFlow autograph's ``__autograph_generated_file*.py``, one per traced
-    function: a day's reports and tests left 2,415 in one machine's /tmp) is
-    removed with the cache instead."""
-    tmp = Path(cache_dir) / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir),
-               TMPDIR=str(tmp))
+    round 0 must compile cold."""
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TRITON_CACHE_DIR=str(cache_dir))
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     env.pop("FWCOMPARE_XLA_CACHE", None)
     if xla:
@@ -195,6 +201,7 @@ class Launch:
         self.servers = servers
         env = dict(env)
         self.cache_dir = fresh_compile_cache(env)
+        self.tmp_dir = fresh_tmpdir(env)  # the ranks' own (fresh_tmpdir)
         env[LAUNCH_DIR_ENV] = self.cache_dir
         # What each process is called in an error: the ParameterServerStrategy
         # cluster's tasks by name, other launches' ranks by number.
@@ -318,6 +325,7 @@ class Launch:
         for log in self._logs:
             log.close()
         shutil.rmtree(self.cache_dir, ignore_errors=True)
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def stderr_tail(self, chars: int = 1500) -> str:
         """The failing rank's last lines (rank 0's if none failed)."""

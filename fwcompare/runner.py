@@ -50,8 +50,8 @@ from .job import CELLS, PREPARE, CellRef, Job
 from .judging import is_claimed
 from .models import not_installed as model_not_installed
 from .protocol import WorkerStop
-from .launch import (describe_exit, fresh_compile_cache, last_error_line, log_tail,
-                     use_compile_cache)
+from .launch import (describe_exit, fresh_compile_cache, fresh_tmpdir, last_error_line,
+                     log_tail, use_compile_cache)
 from .schema import timing_config
 from .paths import ROOT
 from .results import ResultStore, make_row, record_run
@@ -84,6 +84,7 @@ class Worker:
             self.cache_dir = None
         else:
             self.cache_dir = fresh_compile_cache(env)
+        self.tmp_dir = fresh_tmpdir(env)  # removed by kill (launch.fresh_tmpdir)
         self.proc = None
         if server is not None:  # forked from its framework's pre-imported server
             try:
@@ -130,6 +131,7 @@ class Worker:
         self._log.close()
         if self.cache_dir is not None:
             shutil.rmtree(self.cache_dir, ignore_errors=True)
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def stderr_tail(self, chars: int = 1500) -> str:
         return log_tail(self.log_path, chars)

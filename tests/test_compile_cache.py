@@ -3,7 +3,6 @@ caches: JAX's and TensorFlow's persistent XLA caches, set by the runner
 (``launch.use_compile_cache``) and read by each backend's ``configure`` after
 the framework was imported, as in a worker forked from its server."""
 import os
-import shutil
 import subprocess
 import sys
 
@@ -57,7 +56,6 @@ def test_a_kept_cache_holds_xla_programs_for_the_next_round(tmp_path, framework)
 def test_a_fresh_cache_leaves_the_xla_caches_off():
     env = {"FWCOMPARE_XLA_CACHE": "/elsewhere", "JAX_COMPILATION_CACHE_DIR": "/elsewhere"}
     cache = fresh_compile_cache(env)
-    shutil.rmtree(cache)
+    os.rmdir(cache)
     assert "FWCOMPARE_XLA_CACHE" not in env and "JAX_COMPILATION_CACHE_DIR" not in env
     assert env["TORCHINDUCTOR_CACHE_DIR"] == cache
-    assert env["TMPDIR"] == os.path.join(cache, "tmp")  # removed with it

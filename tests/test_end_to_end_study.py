@@ -56,7 +56,7 @@ def test_a_worker_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatc
     """A worker leaves with ``os._exit``, which skips what a framework deletes
     only at interpreter exit: TensorFlow autograph's generated modules (32
     from one smoke run of this study's TensorFlow cells). They go to the
-    worker's own TMPDIR, removed with its compile cache, not to the system's."""
+    worker's own TMPDIR (``launch.fresh_tmpdir``), removed when it ends."""
     system = tmp_path / "tmp"
     system.mkdir()
     monkeypatch.setenv("TMPDIR", str(system))
@@ -66,7 +66,7 @@ def test_a_worker_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatc
     res = fwcompare.run_study("end_to_end", p, output_dir=tmp_path / "out", progress=False)
     assert list(res.results["status"]) == ["ok"]  # Keras fit: traced, so autograph ran
     left = sorted(f.name for f in system.iterdir())
-    assert not [n for n in left if n.startswith(("__autograph", "fwcompare-"))], left
+    assert not [n for n in left if n.startswith(("__autograph", "fwcompare-tmp-"))], left
 
 
 def test_the_fit_table_reads_rows_from_before_a_phase_existed():

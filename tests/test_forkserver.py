@@ -75,8 +75,12 @@ run_study("inference_sweep", {params!r}, output_dir={out!r}, progress=False)
 
 def test_a_killed_parent_leaves_no_worker(tmp_path):
     """SIGKILL gives the runner no chance to clean up: the server sees its
-    socket close and kills the workers it forked (here one hung in a cell)."""
-    env = dict(os.environ, FWCOMPARE_FAULT="hang:b=1 s=8", PYTHONPATH=str(ROOT))
+    socket close and kills the workers it forked (here one hung in a cell),
+    and removes their temporary directories (launch.fresh_tmpdir)."""
+    system = tmp_path / "tmp"  # the parent's TMPDIR, where it makes the workers'
+    system.mkdir()
+    env = dict(os.environ, FWCOMPARE_FAULT="hang:b=1 s=8", PYTHONPATH=str(ROOT),
+               TMPDIR=str(system))
     parent = subprocess.Popen([sys.executable, "-c", _RUN.format(params=BASE,
                                                                  out=str(tmp_path))],
                               env=env, start_new_session=True)
@@ -91,10 +95,12 @@ def test_a_killed_parent_leaves_no_worker(tmp_path):
         worker = [p for name, ps in _pids(jobs).items() if name.startswith("torch-eager")
                   for p, _ in ps][0]
         assert worker in {p.pid for p in family}
+        assert any(d.name.startswith("fwcompare-tmp-") for d in system.iterdir())
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         gone, alive = psutil.wait_procs(family, timeout=30)
         assert not alive, [p.cmdline() for p in alive]
+        assert not [d.name for d in system.iterdir() if d.name.startswith("fwcompare-tmp-")]
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
