@@ -97,6 +97,12 @@ def _render_html(notebook: Path, target: Path) -> None:
 SUMMARY = "summary"  # the claims scorecard: judged after every study, opens index.html
 FOREST = "scorecard_forest"  # its figure of every judged claim, above its table
 SUMMARY_NOTEBOOK = "summary.ipynb"
+# A quiet machine's typical round-to-round spread of the timed claims (the
+# variance prior's s0): 0.73%, 1.16% and 0.86% in three fresh quick reports of
+# 4baa13b on a 2-core Xeon with AMX, 2026-11-26 (measurements.md). The first
+# page says how many times that a run's spread is, above NOISY_FACTOR times.
+QUIET_SPREAD = 0.01
+NOISY_FACTOR = 2.0
 # Its parameters: the report sets results_dir (and profile, output_dir, as for
 # every notebook); claims_file is for running it by hand on other claims.
 SUMMARY_PARAMETERS = ("profile", "results_dir", "claims_file", "output_dir")
@@ -588,12 +594,19 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
               if forest.is_file() else "")
     prior = card.get("variance_prior")
     dof = float(prior["dof"]) if prior else math.nan  # "inf" in JSON
+    spread = math.sqrt(prior["var"]) if prior else math.nan
     pooled = (f" A timed claim's interval from rounds borrows the round-to-round spread of "
               f"this report's other timed claims (moderated t: typical spread "
-              f"{math.sqrt(prior['var']):.2%} of the log ratio, worth "
+              f"{spread:.2%} of the log ratio, worth "
               f"{'unlimited' if math.isinf(dof) else format(dof, '.0f')}"
               f" degrees of freedom, from {prior['figures']} figures); one that spreads more "
               f"keeps its own (docs/methodology.md)." if prior else "")
+    if spread > NOISY_FACTOR * QUIET_SPREAD:
+        pooled += (f" <b>This machine was noisy:</b> that spread is {spread / QUIET_SPREAD:.0f} "
+                   f"times a quiet machine's (about {QUIET_SPREAD:.0%} on a 2-core Xeon), so its "
+                   f"intervals are wider and more verdicts inconclusive than a quiet machine's; "
+                   f"a quieter machine, or more rounds (<code>--set rounds=5</code>), narrows "
+                   f"them.")
     return (f"{head}<p>Each claim from the 2019 Hugging Face study or framework-comparison "
             f"articles, judged against this profile's measurements: <b>supported</b> when "
             f"the whole 95% CI lies where the claim holds, <b>contradicted</b> when it lies "

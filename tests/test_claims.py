@@ -334,6 +334,11 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     page = report._scorecard_section(tmp_path, {})
     assert "moderated t" in page and "1.20%" in page and "unlimited" in page, page
     assert "from 14 figures" in page
+    assert "noisy" not in page  # 1.2%: about a quiet machine's spread
+    doc["variance_prior"] = {"var": 0.0416 ** 2, "dof": 2.7, "figures": 20}  # the EPYC's
+    (summary / "scorecard.json").write_text(json.dumps(doc))
+    page = report._scorecard_section(tmp_path, {})
+    assert "This machine was noisy:</b> that spread is 4 times a quiet machine's" in page, page
     doc["variance_prior"] = None
     (summary / "scorecard.json").write_text(json.dumps(doc))
     assert "moderated t" not in report._scorecard_section(tmp_path, {})
