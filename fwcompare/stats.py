@@ -11,8 +11,9 @@ Intervals of medians and ratios from several rounds (a round: fresh worker
 processes) are two-level: each round's median (or ratio of medians) carries
 the noise of its blocks, and the spread of those per-round figures carries the
 between-process variance on top. The interval is Student's t on the per-round
-logs with R - 1 degrees of freedom (:func:`rounds_t_interval`; never on less
-variance than one round's figure has from its blocks alone), the standard
+logs with R - 1 degrees of freedom (:func:`rounds_t_interval`; on a figure's
+own variance, never on less than one round's figure has from its blocks
+alone; a variance moderated by the report's prior takes no floor), the standard
 interval of a balanced nested design (Kalibera and Jones, "Rigorous
 Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
 variance is, and put that level into the interval), centred on the rounds'
@@ -204,12 +205,27 @@ def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
     scaled by :func:`median_se_factor`. NaN bounds with fewer than 2 values.
     With a ``prior`` (:func:`variance_prior`: what the other figures of the
     report say of such variances), the rounds' variance is moderated by it
-    and t has R - 1 + d0 degrees of freedom (:meth:`VariancePrior.moderate`).
+    and t has R - 1 + d0 degrees of freedom (:meth:`VariancePrior.moderate`),
+    and the floor is not used; a figure that keeps its own t (an outlier of
+    the prior) keeps its floor (:func:`own_variance`).
 
     The floor is the variance one round's value has from its blocks alone
     (:func:`_block_var`): the rounds cannot truly vary less than that, and
-    from 2 or 3 values their variance is itself so uncertain (chi-square with
-    1 or 2 degrees of freedom) that it comes out near zero now and then.
+    from 2 or 3 values their own variance is itself so uncertain (chi-square
+    with 1 or 2 degrees of freedom) that it comes out near zero now and then.
+    A moderated variance needs no floor: the prior keeps it from zero. And
+    the floor runs high, so where it binds it widens an interval past its
+    level: the bootstrap's variance of a median converges slowly (relative
+    error of order n^(-1/4): Hall and Martin 1988, "Exact convergence rate of
+    bootstrap quantile variance estimator") and comes out above the true one
+    on a round's 10-30 blocks (constructed rounds: by 10% for normal blocks,
+    by 20-50% for blocks with occasional slow spikes); over a max() with the
+    rounds' own variance it adds its noise upward. On a noisy 2-core EPYC
+    (2026-11-27, measurements.md) the blocks' floor of the error-rate
+    benchmark's figures was 2.3-3.7% where their rounds moved 1.2-2.6% (sd of
+    the log ratio), and it set the width of 70-75% of them: every one of 72
+    intervals held its truth, at twice the half-width that held 69 of 72
+    without it.
 
     Why the median: pairing cancels a slow stretch only where it slows every
     variant alike. In the reproducibility benchmark of e45629a (AMD EPYC,
@@ -228,11 +244,20 @@ def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
     if v.size < 2:
         return centre, math.nan, math.nan
     var, dof = float(np.var(v, ddof=1)), float(v.size - 1)
-    if prior is not None:
+    if own_variance(v, prior):
+        var = max(var, floor_var)
+    else:
         var, dof = prior.moderate(var, dof)
-    var = max(var, floor_var)
     h = float(t_quantile(confidence, dof) * math.sqrt(var / v.size) * median_se_factor(v.size))
     return centre, centre - h, centre + h
+
+
+def own_variance(values, prior: "VariancePrior | None") -> bool:
+    """Whether per-round ``values`` (2 or more) keep their own variance, with
+    its floor (:func:`rounds_t_interval`): without a prior, or as an outlier
+    of it (:meth:`VariancePrior.typical`); otherwise it is moderated."""
+    v = np.asarray(values, dtype=float)
+    return prior is None or not prior.typical(float(np.var(v, ddof=1)), float(v.size - 1))
 
 
 def look_confidence(look: int, looks: int, confidence: float = 0.95) -> float:
@@ -393,7 +418,8 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     common to every side, the value is the median over rounds of each round's
     log geometric mean ratio (each round's medians, paired by round) and the
     interval is Student's t over those rounds (:func:`rounds_t_interval`,
-    never narrower than the blocks' own noise allows): it carries the
+    on a figure's own variance never narrower than the blocks' own noise
+    allows, moderated by ``prior`` where it is given): it carries the
     between-process variance. Otherwise the interval is a
     bootstrap of the blocks (:func:`two_level_medians`, percentile method),
     paired block by block when both sides were sampled interleaved: only the
@@ -412,7 +438,8 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     if len(rounds) >= 2:
         per_round = [np.mean([np.log(np.median(a.rounds[r])) - np.log(np.median(b.rounds[r]))
                               for a, b in pairs]) for r in rounds]
-        floor = _block_var(pairs, rounds, _log_ratio, n_resamples, seed)
+        floor = (_block_var(pairs, rounds, _log_ratio, n_resamples, seed)
+                 if own_variance(per_round, prior) else 0.0)
         if spreads is not None:
             spreads.append((float(np.var(per_round, ddof=1)), len(per_round) - 1))
         return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor,

@@ -275,6 +275,49 @@ def test_a_figure_that_spreads_more_keeps_its_own_t(monkeypatch):
     assert plain[-1] < 0.8 and plain[-1] < held[-1] - 0.1, (plain, held)
 
 
+def _blocks_report(rng, figures=12, rounds=3, blocks=15):
+    """One constructed report's A/A pairs: per figure, two interleaved sides
+    of the same law, whose noise is mostly within a round (a noisy machine:
+    blocks spread 5% with a slow spike in 15% of them, processes 0.5%)."""
+    def side():
+        out = {}
+        for r in range(rounds):
+            x = np.exp(0.005 * rng.standard_normal() + 0.05 * rng.standard_normal(blocks))
+            out[r] = x * (1 + (rng.random(blocks) < 0.15) * rng.exponential(0.3, blocks))
+        return stats.CellSamples(out, True)
+    return [(side(), side()) for _ in range(figures)]
+
+
+def test_a_moderated_interval_takes_no_block_floor():
+    """Where the noise is mostly within rounds, the blocks' floor (a bootstrap
+    of a round's median, which runs high) set the width of most moderated
+    intervals and they held the truth in 99.3-99.5% of constructed figures,
+    past their 95%; without it 96-97%, about 18% narrower (2026-11-27). A figure
+    that keeps its own t keeps the floor."""
+    rng = np.random.default_rng(2)
+    held = n = 0
+    for _ in range(150):
+        pairs = _blocks_report(rng)
+        spreads: list = []
+        for p in pairs:
+            stats.geomean_ratio_ci([p], spreads=spreads, n_resamples=500)
+        prior = stats.variance_prior(spreads)
+        for p in pairs:
+            _, lo, hi = stats.geomean_ratio_ci([p], prior=prior, n_resamples=500)
+            held += lo <= 1 <= hi
+            n += 1
+    assert 0.94 <= held / n <= 0.985, held / n
+    values = [0.0, 0.001, -0.001]  # rounds that agree: the floor is the width
+    prior = stats.VariancePrior(1e-4, 4.0, 12)
+    assert stats.own_variance(values, None) and not stats.own_variance(values, prior)
+    assert np.diff(stats.rounds_t_interval(values, 0.95, 0.03 ** 2)[1:])[0] > 0.1
+    assert np.diff(stats.rounds_t_interval(values, 0.95, 0.03 ** 2, prior)[1:])[0] < 0.05
+    outlier = [0.0, 0.05, -0.05]
+    assert stats.own_variance(outlier, prior)
+    assert (stats.rounds_t_interval(outlier, 0.95, 0.2 ** 2, prior)
+            == stats.rounds_t_interval(outlier, 0.95, 0.2 ** 2))
+
+
 def test_variance_prior_estimates():
     """From many alike figures the prior's variance comes out near theirs and
     d0 large; from too few, or a zero variance, no prior."""
