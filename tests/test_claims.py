@@ -339,6 +339,9 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     (summary / "scorecard.json").write_text(json.dumps(doc))
     page = report._scorecard_section(tmp_path, {})
     assert "This machine was noisy:</b> that spread is 4 times a quiet machine's" in page, page
+    doc["variance_prior"]["var"] = 0.019 ** 2  # under twice a quiet machine's: not said
+    (summary / "scorecard.json").write_text(json.dumps(doc))
+    assert "noisy" not in report._scorecard_section(tmp_path, {})
     doc["variance_prior"] = None
     (summary / "scorecard.json").write_text(json.dumps(doc))
     assert "moderated t" not in report._scorecard_section(tmp_path, {})

@@ -275,38 +275,51 @@ def test_a_figure_that_spreads_more_keeps_its_own_t(monkeypatch):
     assert plain[-1] < 0.8 and plain[-1] < held[-1] - 0.1, (plain, held)
 
 
-def _blocks_report(rng, figures=12, rounds=3, blocks=15):
+def _blocks_report(rng, block_sds, rounds=3, blocks=15):
     """One constructed report's A/A pairs: per figure, two interleaved sides
     of the same law, whose noise is mostly within a round (a noisy machine:
-    blocks spread 5% with a slow spike in 15% of them, processes 0.5%)."""
-    def side():
+    blocks spread by ``block_sds`` of the figure, with a slow spike in 15% of
+    them; processes 0.5%)."""
+    def side(sd):
         out = {}
         for r in range(rounds):
-            x = np.exp(0.005 * rng.standard_normal() + 0.05 * rng.standard_normal(blocks))
+            x = np.exp(0.005 * rng.standard_normal() + sd * rng.standard_normal(blocks))
             out[r] = x * (1 + (rng.random(blocks) < 0.15) * rng.exponential(0.3, blocks))
         return stats.CellSamples(out, True)
-    return [(side(), side()) for _ in range(figures)]
+    return [(side(sd), side(sd)) for sd in block_sds]
+
+
+def _blocks_coverage(block_sds, reports, seed=2):
+    """Per figure, the share of constructed reports whose moderated 95%
+    interval (the scorecard's: prior from all of them) holds the truth."""
+    rng = np.random.default_rng(seed)
+    held = np.zeros(len(block_sds))
+    for _ in range(reports):
+        pairs = _blocks_report(rng, block_sds)
+        spreads: list = []
+        for p in pairs:
+            stats.geomean_ratio_ci([p], spreads=spreads, n_resamples=500)
+        prior = stats.variance_prior(spreads)
+        for i, p in enumerate(pairs):
+            _, lo, hi = stats.geomean_ratio_ci([p], prior=prior, n_resamples=500)
+            held[i] += lo <= 1 <= hi
+    return held / reports
 
 
 def test_a_moderated_interval_takes_no_block_floor():
     """Where the noise is mostly within rounds, the blocks' floor (a bootstrap
     of a round's median, which runs high) set the width of most moderated
     intervals and they held the truth in 99.3-99.5% of constructed figures,
-    past their 95%; without it 96-97%, about 18% narrower (2026-11-27). A figure
-    that keeps its own t keeps the floor."""
-    rng = np.random.default_rng(2)
-    held = n = 0
-    for _ in range(150):
-        pairs = _blocks_report(rng)
-        spreads: list = []
-        for p in pairs:
-            stats.geomean_ratio_ci([p], spreads=spreads, n_resamples=500)
-        prior = stats.variance_prior(spreads)
-        for p in pairs:
-            _, lo, hi = stats.geomean_ratio_ci([p], prior=prior, n_resamples=500)
-            held += lo <= 1 <= hi
-            n += 1
-    assert 0.94 <= held / n <= 0.985, held / n
+    past their 95%; without it 96-97%, about 18% narrower (2026-11-27). One
+    figure whose blocks spread 4 times as much as the other eleven's, its
+    rounds agreeing by chance now and then: 92-94% without the floor (the
+    others 98%), its rounds' variance mostly enough to make it an outlier
+    that keeps its own t and floor. A figure that keeps its own t keeps the
+    floor."""
+    held = _blocks_coverage([0.05] * 12, 150)
+    assert 0.94 <= held.mean() <= 0.985, held
+    noisy = _blocks_coverage([0.02] * 11 + [0.08], 100)
+    assert noisy[-1] >= 0.9 and noisy[:-1].mean() >= 0.95, noisy
     values = [0.0, 0.001, -0.001]  # rounds that agree: the floor is the width
     prior = stats.VariancePrior(1e-4, 4.0, 12)
     assert stats.own_variance(values, None) and not stats.own_variance(values, prior)
