@@ -221,11 +221,10 @@ def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
     on a round's 10-30 blocks (constructed rounds: by 10% for normal blocks,
     by 20-50% for blocks with occasional slow spikes); over a max() with the
     rounds' own variance it adds its noise upward. On a noisy 2-core EPYC
-    (2026-11-27, measurements.md) the blocks' floor of the error-rate
-    benchmark's figures was 2.3-3.7% where their rounds moved 1.2-2.6% (sd of
-    the log ratio), and it set the width of 70-75% of them: every one of 72
-    intervals held its truth, at twice the half-width that held 69 of 72
-    without it.
+    (2026-11-27, measurements.md) the floor set the width of 70-75% of the
+    error-rate benchmark's moderated intervals: every one of 72 held its
+    truth, at twice the half-width of the intervals without it, which held
+    69 of 72.
 
     Why the median: pairing cancels a slow stretch only where it slows every
     variant alike. In the reproducibility benchmark of e45629a (AMD EPYC,
