@@ -243,7 +243,7 @@ def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
     if v.size < 2:
         return centre, math.nan, math.nan
     var, dof = float(np.var(v, ddof=1)), float(v.size - 1)
-    if own_variance(v, prior):
+    if own_variance(var, dof, prior):
         var = max(var, floor_var)
     else:
         var, dof = prior.moderate(var, dof)
@@ -251,12 +251,12 @@ def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
     return centre, centre - h, centre + h
 
 
-def own_variance(values, prior: "VariancePrior | None") -> bool:
-    """Whether per-round ``values`` (2 or more) keep their own variance, with
-    its floor (:func:`rounds_t_interval`): without a prior, or as an outlier
-    of it (:meth:`VariancePrior.typical`); otherwise it is moderated."""
-    v = np.asarray(values, dtype=float)
-    return prior is None or not prior.typical(float(np.var(v, ddof=1)), float(v.size - 1))
+def own_variance(var: float, dof: float, prior: "VariancePrior | None") -> bool:
+    """Whether per-round values of variance ``var`` on ``dof`` degrees of
+    freedom keep it as it is, with its floor (:func:`rounds_t_interval`):
+    without a prior, or as an outlier of it (:meth:`VariancePrior.typical`);
+    otherwise it is moderated."""
+    return prior is None or not prior.typical(var, dof)
 
 
 def look_confidence(look: int, looks: int, confidence: float = 0.95) -> float:
@@ -437,10 +437,11 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     if len(rounds) >= 2:
         per_round = [np.mean([np.log(np.median(a.rounds[r])) - np.log(np.median(b.rounds[r]))
                               for a, b in pairs]) for r in rounds]
+        var, dof = float(np.var(per_round, ddof=1)), len(per_round) - 1
         floor = (_block_var(pairs, rounds, _log_ratio, n_resamples, seed)
-                 if own_variance(per_round, prior) else 0.0)
+                 if own_variance(var, dof, prior) else 0.0)
         if spreads is not None:
-            spreads.append((float(np.var(per_round, ddof=1)), len(per_round) - 1))
+            spreads.append((var, dof))
         return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor,
                                                                  prior))
     point = float(np.exp(np.mean([np.log(np.median(a.pooled)) - np.log(np.median(b.pooled))

@@ -322,11 +322,12 @@ def test_a_moderated_interval_takes_no_block_floor():
     assert noisy[-1] >= 0.9 and noisy[:-1].mean() >= 0.95, noisy
     values = [0.0, 0.001, -0.001]  # rounds that agree: the floor is the width
     prior = stats.VariancePrior(1e-4, 4.0, 12)
-    assert stats.own_variance(values, None) and not stats.own_variance(values, prior)
+    var = float(np.var(values, ddof=1))
+    assert stats.own_variance(var, 2, None) and not stats.own_variance(var, 2, prior)
     assert np.diff(stats.rounds_t_interval(values, 0.95, 0.03 ** 2)[1:])[0] > 0.1
     assert np.diff(stats.rounds_t_interval(values, 0.95, 0.03 ** 2, prior)[1:])[0] < 0.05
     outlier = [0.0, 0.05, -0.05]
-    assert stats.own_variance(outlier, prior)
+    assert stats.own_variance(float(np.var(outlier, ddof=1)), 2, prior)
     assert (stats.rounds_t_interval(outlier, 0.95, 0.2 ** 2, prior)
             == stats.rounds_t_interval(outlier, 0.95, 0.2 ** 2))
 
