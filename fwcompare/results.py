@@ -340,8 +340,24 @@ def load_results(output_dir: str | Path) -> StudyResults:
     store = ResultStore(output_dir / "results")
     env_file = store.dir / "env.json"
     manifest = json.loads(env_file.read_text()) if env_file.exists() else {}
-    return StudyResults(store.load(), store.load_samples(), manifest, output_dir,
-                        store.load_losses())
+    results = store.load()
+    return StudyResults(results, with_turns(store.load_samples(), results), manifest,
+                        output_dir, store.load_losses())
+
+
+def with_turns(samples: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """``samples`` with a ``turns`` column: per sample, the key of the set
+    whose turns it was taken in, shared by the cells of one interleaved set
+    (one run, round, task, model and shape: the interleaved schedule takes
+    sample i of each in turn i, so ``stats.round_log_ratio`` pairs them);
+    empty for a cell sampled on its own. Derived from the rows, so stores
+    from before it pair too."""
+    key = ["run_id", "round", "task", "model", "device", "batch_size", "seq_len",
+           *(a.name for a in axes(True))]
+    keys = {(row["cell_id"], int(row["round"])): "|".join(str(row[c]) for c in key)
+            for row in results.to_dict("records") if row["schedule"] == "interleaved"}
+    turns = [keys.get((cid, int(r)), "") for cid, r in zip(samples["cell_id"], samples["round"])]
+    return samples.assign(turns=pd.Series(turns, index=samples.index, dtype="string"))
 
 
 # What each run of a task measured and how long it took, beside its results

@@ -8,8 +8,9 @@ samples below the true median is Binomial(n, 1/2), so a pair of order statistics
 brackets it with a known probability.
 
 Intervals of medians and ratios from several rounds (a round: fresh worker
-processes) are two-level: each round's median (or ratio of medians) carries
-the noise of its blocks, and the spread of those per-round figures carries the
+processes) are two-level: each round's median (or ratio: of two cells sampled
+in the same turns, the median of their per-turn ratios, :func:`round_log_ratio`)
+carries the noise of its blocks, and the spread of those per-round figures carries the
 between-process variance on top. The interval is Student's t on the per-round
 logs with R - 1 degrees of freedom (:func:`rounds_t_interval`; on a figure's
 own variance, never on less than one round's figure has from its blocks
@@ -92,12 +93,17 @@ class CellSamples:
     """One cell's raw seconds per call, kept per round (a round: one fresh
     worker process), and whether they were taken interleaved (sample i of
     every cell of an interleaved set was timed in the same turn, so two such
-    cells pair block by block). ``np.asarray`` gives every round pooled."""
+    cells pair block by block). ``turns``: per round, the key of the set whose
+    turns its samples were taken in (``results.with_turns``); two cells pair
+    in a round only where their keys are equal, or where either has none.
+    ``np.asarray`` gives every round pooled."""
 
-    def __init__(self, rounds: Mapping[int, Sequence[float]], interleaved: bool = False):
+    def __init__(self, rounds: Mapping[int, Sequence[float]], interleaved: bool = False,
+                 turns: Mapping[int, str] | None = None):
         self.rounds = {int(r): np.asarray(x, dtype=float) for r, x in sorted(rounds.items())
                        if len(x)}
         self.interleaved = bool(interleaved)
+        self.turns = {int(r): str(k) for r, k in (turns or {}).items() if k}
 
     @classmethod
     def of(cls, x) -> "CellSamples":
@@ -121,8 +127,54 @@ class CellSamples:
 
 
 def _paired(a: CellSamples, b: CellSamples, r: int) -> bool:
+    """Whether sample i of ``a`` and of ``b`` in round ``r`` were timed in the
+    same turn: both interleaved, as many samples, in the same set."""
+    ka, kb = a.turns.get(r), b.turns.get(r)
     return (a.interleaved and b.interleaved and r in a.rounds and r in b.rounds
-            and a.rounds[r].size == b.rounds[r].size)
+            and a.rounds[r].size == b.rounds[r].size
+            and (ka is None or kb is None or ka == kb))
+
+
+def round_log_ratio(a: CellSamples, b: CellSamples, r: int) -> float:
+    """One round's log ratio of ``a`` to ``b``: where they were sampled in the
+    same turns (:func:`_paired`), the median over turns of log(a_i / b_i);
+    otherwise log(median a / median b).
+
+    Why paired: the blocks of one turn follow each other (a block lasts
+    ``block_s`` or more), and what slows the machine for a moment slows both. On a noisy 2-core EPYC (2026-11-27, the error-rate
+    benchmark's 8 runs x 3 cells x 6 rounds) the log times of two variants'
+    blocks in one turn correlated by 0.53-0.60 (median per round; 0.02-0.37
+    a turn or two apart), and the per-turn ratio's median moved between
+    rounds by half (acceleration) to three quarters (inference sweep) of the
+    ratio of medians' spread. Comparing two variants measured together,
+    not each alone, is the duet procedure of Bulej et al. ("Duet
+    Benchmarking: Improving Measurement Accuracy in the Cloud", ICPE 2020),
+    here with the pair a turn apart rather than at once (two cores)."""
+    x, y = a.rounds[r], b.rounds[r]
+    if _paired(a, b, r):
+        return float(np.median(np.log(x) - np.log(y)))
+    return float(np.log(np.median(x)) - np.log(np.median(y)))
+
+
+def _round_ratio_replicates(pairs, r: int, n_resamples: int, seed: int) -> np.ndarray:
+    """Bootstrap replicates of round ``r``'s figure of ``pairs`` (the mean over
+    pairs of :func:`round_log_ratio`) from its blocks alone: a paired pair's
+    turns resampled, each other pair's blocks by :func:`two_level_medians`
+    (the same draws as before pairing existed)."""
+    paired = [(a, b) for a, b in pairs if _paired(a, b, r)]
+    others = [(CellSamples({r: a.rounds[r]}, a.interleaved, a.turns),
+               CellSamples({r: b.rounds[r]}, b.interleaved, b.turns))
+              for a, b in pairs if not _paired(a, b, r)]
+    total = np.zeros(n_resamples)
+    if others:
+        med_a, med_b = two_level_medians(others, n_resamples, seed)
+        with np.errstate(all="ignore"):
+            total += np.sum(np.log(med_a) - np.log(med_b), axis=1)
+    rng = np.random.default_rng(seed)
+    for a, b in paired:
+        d = np.log(a.rounds[r]) - np.log(b.rounds[r])
+        total += np.median(d[rng.integers(d.size, size=(n_resamples, d.size))], axis=1)
+    return total / len(pairs)
 
 
 def two_level_medians(pairs: Sequence[tuple], n_resamples: int = 2000,
@@ -396,8 +448,17 @@ def _block_var(pairs, rounds, stat, n_resamples: int, seed: int) -> float:
     return float(np.mean(out)) if out else 0.0
 
 
-def _log_ratio(med_a: np.ndarray, med_b: np.ndarray) -> np.ndarray:
-    return np.mean(np.log(med_a) - np.log(med_b), axis=-1)
+def _ratio_block_var(pairs, rounds, n_resamples: int, seed: int) -> float:
+    """:func:`_block_var` of the rounds' log ratios (:func:`round_log_ratio`:
+    paired pairs by their turns)."""
+    out = []
+    for r in rounds:
+        if not _enough([(a.rounds[r], b.rounds[r]) for a, b in pairs]):
+            continue
+        reps = _round_ratio_replicates(pairs, r, n_resamples, seed + r)
+        with np.errstate(all="ignore"):
+            out.append(float(np.nanvar(reps, ddof=1)))
+    return float(np.mean(out)) if out else 0.0
 
 
 def common_rounds(pairs) -> list[int]:
@@ -410,20 +471,22 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
                      n_resamples: int = 2000, seed: int = 0,
                      prior: VariancePrior | None = None,
                      spreads: list | None = None) -> tuple[float, float, float]:
-    """Geometric mean over cells of median(a)/median(b), with its CI.
+    """Geometric mean over cells of the ratio a / b, with its CI.
 
     ``pairs`` holds, per cell, the samples of A and of B: :class:`CellSamples`
-    (rounds kept apart) or plain sequences (one round). With 2 or more rounds
-    common to every side, the value is the median over rounds of each round's
-    log geometric mean ratio (each round's medians, paired by round) and the
-    interval is Student's t over those rounds (:func:`rounds_t_interval`,
-    on a figure's own variance never narrower than the blocks' own noise
-    allows, moderated by ``prior`` where it is given): it carries the
-    between-process variance. Otherwise the interval is a
-    bootstrap of the blocks (:func:`two_level_medians`, percentile method),
-    paired block by block when both sides were sampled interleaved: only the
-    noise within one sampling window. With one pair this is the CI of a
-    single ratio of medians.
+    (rounds kept apart) or plain sequences (one round). A round's ratio of a
+    cell is :func:`round_log_ratio`'s: the median of the per-turn ratios
+    where A and B were sampled in the same turns, else the ratio of medians.
+    With 2 or more rounds common to every side, the value is the median over
+    rounds of each round's log geometric mean ratio and the interval is
+    Student's t over those rounds (:func:`rounds_t_interval`, on a figure's
+    own variance never narrower than the blocks' own noise allows, moderated
+    by ``prior`` where it is given): it carries the between-process
+    variance. Otherwise the interval is a bootstrap of the blocks (percentile
+    method; the turns where every pair was sampled in the same turns of its
+    one round, else :func:`two_level_medians`, paired block by block when
+    both sides were sampled interleaved): only the noise within one sampling
+    window.
 
     ``prior``: moderate the rounds' variance (:class:`VariancePrior`);
     ``spreads``: a list that gets (variance, degrees of freedom) of the
@@ -435,15 +498,22 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
         return math.nan, math.nan, math.nan
     rounds = common_rounds(pairs)
     if len(rounds) >= 2:
-        per_round = [np.mean([np.log(np.median(a.rounds[r])) - np.log(np.median(b.rounds[r]))
-                              for a, b in pairs]) for r in rounds]
+        per_round = [np.mean([round_log_ratio(a, b, r) for a, b in pairs]) for r in rounds]
         var, dof = float(np.var(per_round, ddof=1)), len(per_round) - 1
-        floor = (_block_var(pairs, rounds, _log_ratio, n_resamples, seed)
+        floor = (_ratio_block_var(pairs, rounds, n_resamples, seed)
                  if own_variance(var, dof, prior) else 0.0)
         if spreads is not None:
             spreads.append((var, dof))
         return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor,
                                                                  prior))
+    if len(rounds) == 1 and all(len(a.rounds) == len(b.rounds) == 1 and _paired(a, b, rounds[0])
+                                for a, b in pairs):  # one round, sampled in the same turns
+        r = rounds[0]
+        point = float(np.exp(np.mean([round_log_ratio(a, b, r) for a, b in pairs])))
+        if not _enough(pairs):
+            return point, math.nan, math.nan
+        reps = np.exp(_round_ratio_replicates(pairs, r, n_resamples, seed))
+        return (point, *_interval(reps, confidence))
     point = float(np.exp(np.mean([np.log(np.median(a.pooled)) - np.log(np.median(b.pooled))
                                   for a, b in pairs])))
     if not _enough(pairs):

@@ -46,8 +46,10 @@ def samples_by_cell(samples: pd.DataFrame) -> dict[str, CellSamples]:
     for cid, g in samples.groupby("cell_id"):
         g = g.sort_values(["round", "sample"])
         inter = "schedule" in g and bool((g["schedule"] == "interleaved").all())
+        turns = ({r: x["turns"].iloc[0] for r, x in g.groupby("round") if x["turns"].nunique() == 1}
+                 if "turns" in g else None)  # results.with_turns: the set of each round
         out[cid] = CellSamples({r: x["seconds"].to_numpy() for r, x in g.groupby("round")},
-                               inter)
+                               inter, turns)
     return out
 
 

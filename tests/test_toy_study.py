@@ -231,6 +231,18 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     assert (block >= 0.5 * 0.01).all(), block
     by_cell = tables.samples_by_cell(s)
     assert all(c.interleaved and sorted(c.rounds) == [0, 1] for c in by_cell.values())
+    # Each set's turns have a key of their own (results.with_turns), which pairs its
+    # cells block by block (stats.round_log_ratio) and no cell of another set.
+    keys = s.merge(df[["cell_id", "round", "seq_len"]]).groupby(["round", "seq_len"])["turns"]
+    assert (keys.nunique() == 1).all() and keys.first().nunique() == 4, keys.first()
+    ids = df.drop_duplicates("cell_id").set_index(["seq_len", "mode"])["cell_id"]
+    (short, long), (a, b) = sorted(df["seq_len"].unique()), sorted(df["mode"].unique())
+    pa, pb = by_cell[ids[short, a]], by_cell[ids[short, b]]
+    assert stats.round_log_ratio(pa, pb, 1) == pytest.approx(
+        np.median(np.log(pa.rounds[1]) - np.log(pb.rounds[1])))
+    other = by_cell[ids[long, b]]  # another shape: as many blocks, or not, never paired
+    assert stats.round_log_ratio(pa, other, 1) == pytest.approx(
+        np.log(np.median(pa.rounds[1]) / np.median(other.rounds[1])))
     summary = tables.summarize(df, s)
     for _, r in summary.iterrows():  # two rounds: the two-level interval of the median
         med, lo, hi = stats.rounds_median_ci(by_cell[r["cell_id"]])
@@ -273,6 +285,8 @@ def test_rows_say_what_else_the_machine_did_while_cells_were_sampled(
     if schedule == "interleaved":  # one window per set: (round, shape)
         per_set = df.groupby(["round", "seq_len"])["host_other_cpu"].nunique()
         assert (per_set == 1).all(), df[["round", "seq_len", "mode", "host_other_cpu"]]
+    else:  # a cell sampled on its own pairs with none (results.with_turns)
+        assert (res.samples["turns"] == "").all() and len(res.samples)
     summary = tables.summarize(df, res.samples).set_index("cell_id")
     busiest = (df["host_other_cpu"] + df["host_steal"]).groupby(df["cell_id"]).max()
     assert np.allclose(summary.loc[busiest.index, "host_load"], busiest)
