@@ -164,7 +164,7 @@ def measure(runs: int, rounds: int, out: Path) -> None:
 
 def upto(x: CellSamples, n: int) -> CellSamples:
     """A cell's samples of its first ``n`` rounds."""
-    return CellSamples({r: v for r, v in x.rounds.items() if r < n}, x.interleaved)
+    return CellSamples({r: v for r, v in x.rounds.items() if r < n}, x.interleaved, x.turns)
 
 
 def run_figures(out: Path) -> dict[str, list]:

@@ -154,9 +154,12 @@ def analyse(runs: list[pd.DataFrame]) -> dict:
                 covered += a["ci_low"] <= b["value"] <= a["ci_high"]
         v = g["value"].to_numpy(float)
         half = ((g["ci_high"] - g["ci_low"]) / 2 / g["value"]).to_numpy(float)
+        with np.errstate(all="ignore"):  # a claim without a value or an interval: NaN
+            cv = float(np.std(v, ddof=1) / np.mean(v)) if len(v) > 1 else math.nan
         spread.append({"id": cid, "values": ", ".join(f"{x:.3f}" for x in v),
-                       "between-run CV": float(np.std(v, ddof=1) / np.mean(v)) if len(v) > 1 else math.nan,
-                       "mean half-width": float(np.nanmean(half))})
+                       "between-run CV": cv,
+                       "mean half-width": (float(np.nanmean(half)) if np.isfinite(half).any()
+                                           else math.nan)})
     return {"claims": len(by_id), "changed": changed, "flips": flips, "covered": covered,
             "checks": checks, "spread": pd.DataFrame(spread)}
 

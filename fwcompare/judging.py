@@ -28,7 +28,7 @@ import pandas as pd
 from .paths import PARAMS
 from .results import MEASURED, load_results
 from .schema import ParamsError
-from .stats import geomean, geomean_ratio_ci
+from .stats import geomean, geomean_ratio_ci, ratio_value
 from .tables import baseline_pairs, both_measured, cell_keys, samples_by_cell, summarize
 
 CLAIMS_FILE = PARAMS / "claims.yaml"
@@ -292,7 +292,8 @@ def _why_none(data: StudyData, claim: Claim, devices, needs: list[str]) -> str:
 
 # -- metrics ------------------------------------------------------------------------
 def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
-    """Geometric mean over the cells both ran of median time(a) / median time(b),
+    """Geometric mean over the cells both ran of time(a) / time(b) (per round,
+    turn by turn where they were interleaved: stats.round_log_ratio),
     with its CI from every cell's raw samples (stats.geomean_ratio_ci). aggregate ``min``: the
     model with the lowest ratio (each model's cells pooled), with its CI."""
     a, b = claim.cells["a"], claim.cells["b"]
@@ -318,7 +319,8 @@ def time_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     if claim.aggregate == "min":  # extra rounds for every model's cells: the lowest may change
         m.ids = list(dict.fromkeys(r["cell_id"] for pair in pairs for r in pair))
     m.cells = [cell_label(ra) for ra, _ in used]
-    m.points = [(cell_label(ra), ra["median_s"] / rb["median_s"]) for ra, rb in pairs]
+    m.points = [(cell_label(ra), ratio_value(data.by_cell[ra["cell_id"]],
+                                             data.by_cell[rb["cell_id"]])) for ra, rb in pairs]
     m.devices = {ra["device"] for ra, _ in used}
     if claim.aggregate == "min" and len(groups) > 1:
         m.note = f"lowest of {len(groups)} models: {used[0][0]['model']}"
@@ -350,13 +352,15 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
         arrays, data.confidence, prior=data.prior, spreads=data.spreads))
     timed_from(m, data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
+    def ratio(ra, rb):
+        return ratio_value(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]])
+
     for ra, rb in _pairs(data, claim, devices, a, b, "all"):
-        m.points.append((cell_label(ra), ra["median_s"] / rb["median_s"]))
+        m.points.append((cell_label(ra), ratio(ra, rb)))
     m.devices = {sa["device"] for (sa, _), _ in both}
     m.note = f"{a} time / {b} time: " + "; ".join(
-        f"{sa['model']} {sa['median_s'] / sb['median_s']:.2f} at {sa['batch_size']}x"
-        f"{sa['seq_len']}, {la['median_s'] / lb['median_s']:.2f} at {la['batch_size']}x"
-        f"{la['seq_len']}" for (sa, sb), (la, lb) in both)
+        f"{sa['model']} {ratio(sa, sb):.2f} at {sa['batch_size']}x{sa['seq_len']}, "
+        f"{ratio(la, lb):.2f} at {la['batch_size']}x{la['seq_len']}" for (sa, sb), (la, lb) in both)
     return m
 
 

@@ -348,14 +348,19 @@ def load_results(output_dir: str | Path) -> StudyResults:
 def with_turns(samples: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     """``samples`` with a ``turns`` column: per sample, the key of the set
     whose turns it was taken in, shared by the cells of one interleaved set
-    (one run, round, task, model and shape: the interleaved schedule takes
-    sample i of each in turn i, so ``stats.round_log_ratio`` pairs them);
-    empty for a cell sampled on its own. Derived from the rows, so stores
-    from before it pair too."""
-    key = ["run_id", "round", "task", "model", "device", "batch_size", "seq_len",
-           *(a.name for a in axes(True))]
-    keys = {(row["cell_id"], int(row["round"])): "|".join(str(row[c]) for c in key)
-            for row in results.to_dict("records") if row["schedule"] == "interleaved"}
+    (the interleaved schedule takes sample i of each in turn i, so
+    ``stats.round_log_ratio`` pairs them); empty for a cell sampled on its
+    own. The key is the set's run, round, task, model and shape, and its
+    sampling window's host figures (``host.HostMeter``: one window per set,
+    so a cell measured again later, alone, in the same round of the same
+    run, does not share its old set's key). Derived from the rows, so
+    stores from before it pair too."""
+    cols = [c for c in ["run_id", "round", "task", "model", "device", "batch_size", "seq_len",
+                        *(a.name for a in axes(True)), *FIGURES_TAIL] if c in results]
+    rows = (results.loc[results["schedule"] == "interleaved", ["cell_id", *cols]]
+            if "schedule" in results else results[:0])
+    keys = {(cid, int(r)): "|".join(map(str, t)) for cid, r, t in
+            zip(rows["cell_id"], rows["round"], rows[cols].itertuples(index=False))}
     turns = [keys.get((cid, int(r)), "") for cid, r in zip(samples["cell_id"], samples["round"])]
     return samples.assign(turns=pd.Series(turns, index=samples.index, dtype="string"))
 

@@ -95,8 +95,8 @@ class CellSamples:
     every cell of an interleaved set was timed in the same turn, so two such
     cells pair block by block). ``turns``: per round, the key of the set whose
     turns its samples were taken in (``results.with_turns``); two cells pair
-    in a round only where their keys are equal, or where either has none.
-    ``np.asarray`` gives every round pooled."""
+    in a round only where their keys are equal, or where neither has one
+    (samples built by hand). ``np.asarray`` gives every round pooled."""
 
     def __init__(self, rounds: Mapping[int, Sequence[float]], interleaved: bool = False,
                  turns: Mapping[int, str] | None = None):
@@ -129,10 +129,8 @@ class CellSamples:
 def _paired(a: CellSamples, b: CellSamples, r: int) -> bool:
     """Whether sample i of ``a`` and of ``b`` in round ``r`` were timed in the
     same turn: both interleaved, as many samples, in the same set."""
-    ka, kb = a.turns.get(r), b.turns.get(r)
     return (a.interleaved and b.interleaved and r in a.rounds and r in b.rounds
-            and a.rounds[r].size == b.rounds[r].size
-            and (ka is None or kb is None or ka == kb))
+            and a.rounds[r].size == b.rounds[r].size and a.turns.get(r) == b.turns.get(r))
 
 
 def round_log_ratio(a: CellSamples, b: CellSamples, r: int) -> float:
@@ -141,12 +139,13 @@ def round_log_ratio(a: CellSamples, b: CellSamples, r: int) -> float:
     otherwise log(median a / median b).
 
     Why paired: the blocks of one turn follow each other (a block lasts
-    ``block_s`` or more), and what slows the machine for a moment slows both. On a noisy 2-core EPYC (2026-11-27, the error-rate
-    benchmark's 8 runs x 3 cells x 6 rounds) the log times of two variants'
-    blocks in one turn correlated by 0.53-0.60 (median per round; 0.02-0.37
-    a turn or two apart), and the per-turn ratio's median moved between
-    rounds by half (acceleration) to three quarters (inference sweep) of the
-    ratio of medians' spread. Comparing two variants measured together,
+    ``block_s`` or more), and what slows the machine for a moment slows both.
+    On a noisy 2-core EPYC (2026-11-27, two runs of the error-rate benchmark,
+    8 runs x 3 cells x 6 rounds each) the log times of two variants' blocks
+    in one turn correlated by 0.53-0.60 (median per round, per cell; -0.02 to
+    0.46 a turn or two apart), and the per-turn ratio's median moved between
+    rounds 28-58% less than the ratio of medians in five of the six (cell,
+    run) pairs (docs/methodology.md). Comparing two variants measured together,
     not each alone, is the duet procedure of Bulej et al. ("Duet
     Benchmarking: Improving Measurement Accuracy in the Cloud", ICPE 2020),
     here with the pair a turn apart rather than at once (two cores)."""
@@ -162,19 +161,34 @@ def _round_ratio_replicates(pairs, r: int, n_resamples: int, seed: int) -> np.nd
     turns resampled, each other pair's blocks by :func:`two_level_medians`
     (the same draws as before pairing existed)."""
     paired = [(a, b) for a, b in pairs if _paired(a, b, r)]
-    others = [(CellSamples({r: a.rounds[r]}, a.interleaved, a.turns),
-               CellSamples({r: b.rounds[r]}, b.interleaved, b.turns))
-              for a, b in pairs if not _paired(a, b, r)]
+    others = [(_one_round(a, r), _one_round(b, r)) for a, b in pairs if not _paired(a, b, r)]
     total = np.zeros(n_resamples)
     if others:
         med_a, med_b = two_level_medians(others, n_resamples, seed)
         with np.errstate(all="ignore"):
             total += np.sum(np.log(med_a) - np.log(med_b), axis=1)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, 1])  # draws of their own, not the others'
     for a, b in paired:
         d = np.log(a.rounds[r]) - np.log(b.rounds[r])
         total += np.median(d[rng.integers(d.size, size=(n_resamples, d.size))], axis=1)
     return total / len(pairs)
+
+
+def _one_round(x: CellSamples, r: int) -> CellSamples:
+    """``x``'s samples of round ``r`` alone, with its set's key."""
+    return CellSamples({r: x.rounds[r]}, x.interleaved, {r: x.turns.get(r)})
+
+
+def ratio_value(a, b) -> float:
+    """The ratio a / b of one cell that :func:`geomean_ratio_ci` gives as its
+    value, without the interval: the median over common rounds of
+    :func:`round_log_ratio`; from one round, that round's; else the ratio of
+    the pooled medians."""
+    a, b = CellSamples.of(a), CellSamples.of(b)
+    rounds = common_rounds([(a, b)])
+    if len(rounds) >= 2 or (rounds and len(a.rounds) == len(b.rounds) == 1):
+        return float(np.exp(np.median([round_log_ratio(a, b, r) for r in rounds])))
+    return float(np.median(a.pooled) / np.median(b.pooled))
 
 
 def two_level_medians(pairs: Sequence[tuple], n_resamples: int = 2000,
@@ -182,8 +196,8 @@ def two_level_medians(pairs: Sequence[tuple], n_resamples: int = 2000,
     """Bootstrap replicates of the pooled median of each side of each pair:
     the rounds drawn once per replicate for every pair (a round's processes ran
     all of its cells), then the blocks within each drawn round. Blocks of two
-    cells timed interleaved in the same round are drawn together (paired), so
-    a slow minute that hit both stays in both. What :func:`geomean_ratio_ci`
+    cells timed in the same turns of a round (:func:`_paired`) are drawn
+    together, so a slow minute that hit both stays in both. What :func:`geomean_ratio_ci`
     uses when fewer than 2 rounds are common to every side (usually one
     round: blocks only). Returns two arrays of shape (n_resamples,
     len(pairs)): the medians of the a and b sides."""
@@ -438,8 +452,7 @@ def _block_var(pairs, rounds, stat, n_resamples: int, seed: int) -> float:
     ``stat(medians a, medians b)``; their variance, averaged over the rounds."""
     out = []
     for r in rounds:
-        one = [(CellSamples({r: a.rounds[r]}, a.interleaved),
-                CellSamples({r: b.rounds[r]}, b.interleaved)) for a, b in pairs]
+        one = [(_one_round(a, r), _one_round(b, r)) for a, b in pairs]
         if not _enough(one):
             continue
         med_a, med_b = two_level_medians(one, n_resamples, seed + r)
@@ -506,9 +519,8 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
             spreads.append((var, dof))
         return tuple(float(np.exp(x)) for x in rounds_t_interval(per_round, confidence, floor,
                                                                  prior))
-    if len(rounds) == 1 and all(len(a.rounds) == len(b.rounds) == 1 and _paired(a, b, rounds[0])
-                                for a, b in pairs):  # one round, sampled in the same turns
-        r = rounds[0]
+    if len(rounds) == 1 and all(len(a.rounds) == len(b.rounds) == 1 for a, b in pairs):
+        r = rounds[0]  # one round: its ratios (turn by turn where paired) and their blocks
         point = float(np.exp(np.mean([round_log_ratio(a, b, r) for a, b in pairs])))
         if not _enough(pairs):
             return point, math.nan, math.nan
@@ -527,7 +539,8 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
 def ratio_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
              prior: VariancePrior | None = None,
              spreads: list | None = None) -> tuple[float, float, float]:
-    """median(a)/median(b) with its CI (see geomean_ratio_ci)."""
+    """a / b with its CI (one pair of :func:`geomean_ratio_ci`: per round,
+    turn by turn where they were sampled in the same turns)."""
     return geomean_ratio_ci([(a, b)], confidence, n_resamples, seed, prior, spreads)
 
 

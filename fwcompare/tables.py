@@ -46,10 +46,12 @@ def samples_by_cell(samples: pd.DataFrame) -> dict[str, CellSamples]:
     for cid, g in samples.groupby("cell_id"):
         g = g.sort_values(["round", "sample"])
         inter = "schedule" in g and bool((g["schedule"] == "interleaved").all())
-        turns = ({r: x["turns"].iloc[0] for r, x in g.groupby("round") if x["turns"].nunique() == 1}
-                 if "turns" in g else None)  # results.with_turns: the set of each round
-        out[cid] = CellSamples({r: x["seconds"].to_numpy() for r, x in g.groupby("round")},
-                               inter, turns)
+        rounds, turns = {}, {}
+        for r, x in g.groupby("round"):
+            rounds[r] = x["seconds"].to_numpy()
+            if "turns" in x and x["turns"].nunique() == 1:  # results.with_turns: its set
+                turns[r] = x["turns"].iloc[0]
+        out[cid] = CellSamples(rounds, inter, turns)
     return out
 
 
@@ -151,7 +153,7 @@ def both_measured(r, b, by_cell: dict) -> bool:
 
 def ratio_table(summary: pd.DataFrame, samples: pd.DataFrame,
                 baseline: tuple[str, str] = BASELINE) -> pd.DataFrame:
-    """Per cell and variant: time / baseline time (median ratio) with its CI
+    """Per cell and variant: time / baseline time (stats.ratio_value) with its CI
     (stats.geomean_ratio_ci: t over rounds, or the blocks' bootstrap from one round).
 
     Column ``time_ratio`` reads "this variant's time / baseline time": below 1

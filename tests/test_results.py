@@ -118,3 +118,33 @@ def test_a_cells_memory_pass_waits_for_a_round_that_measured(tmp_path):
     assert not _memory_stored(store, failed, 1)
     store.append(make_row(spec(2), status="ok", figures={"peak_mem_bytes": 5e8}, round=1))
     assert _memory_stored(store, failed, 2)
+
+
+def test_samples_know_the_turns_they_were_taken_in():
+    """results.with_turns keys each sample by its set's turns: the cells of one
+    interleaved set share a key (one run, round, task, model, shape and
+    sampling window); a cell of another shape, a cell measured again later,
+    alone, in the same round (its own window), and a cell sampled on its own
+    (sequential) share none. A store without some key column still loads."""
+    from fwcompare.results import with_turns
+
+    base = dict(run_id="r1", round=0, task="inference", model="m", device="cpu",
+                seq_len=8, schedule="interleaved", host_steal=0.0, host_retakes=0)
+    rows = pd.DataFrame([
+        dict(base, cell_id="a", batch_size=1, host_other_cpu=0.011),
+        dict(base, cell_id="b", batch_size=1, host_other_cpu=0.011),
+        dict(base, cell_id="c", batch_size=2, host_other_cpu=0.020),  # another shape
+        dict(base, cell_id="d", batch_size=1, host_other_cpu=0.034),  # measured again alone
+        dict(base, cell_id="e", batch_size=1, host_other_cpu=0.011, schedule="sequential"),
+    ])
+    samples = pd.DataFrame({"cell_id": list("aabbccddee"), "round": [0] * 10,
+                            "sample": [0, 1] * 5, "seconds": [1.0] * 10})
+    turns = with_turns(samples, rows).groupby("cell_id")["turns"].agg(set)
+    assert all(len(t) == 1 for t in turns)
+    key = {c: next(iter(t)) for c, t in turns.items()}
+    assert key["a"] == key["b"] != "" and key["e"] == ""
+    assert len({key["a"], key["c"], key["d"]}) == 3
+    old = with_turns(samples, rows.drop(columns=["device", "host_retakes"]))
+    assert old.groupby("cell_id")["turns"].first()["a"] == old.groupby(
+        "cell_id")["turns"].first()["b"]
+    assert with_turns(samples.iloc[:0], rows).empty

@@ -25,8 +25,9 @@ asv's interleaved processes). For one model in one round:
    "Interleaving"). Turns go on until every cell's stopping rule holds, or
    the set has spent its members' ``max_time_s`` together (never before
    ``min_iters`` turns). A slow minute hits every variant of the set alike,
-   so each round's ratio of medians is paired in time; the rounds' spread
-   makes the interval (``stats.geomean_ratio_ci``).
+   and a round's ratio of two of them compares them turn by turn
+   (``stats.round_log_ratio``); the rounds' spread makes the interval
+   (``stats.geomean_ratio_ci``).
 5. Memory passes (a cell's first measured round) and rows, one lane at a
    time. Each row carries what else the machine did during the set's turns
    (``host.HostMeter``). A set whose turns found the machine busy (other

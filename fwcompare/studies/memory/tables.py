@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ...judging import Measurement, cell_label, memory_ratio, timed_from
-from ...stats import geomean_ratio_ci, ratio_ci, rounds_t_interval
+from ...stats import geomean_ratio_ci, ratio_ci, ratio_value, rounds_t_interval
 from ...tables import samples_by_cell
 from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY
 
@@ -169,7 +169,8 @@ def technique_time_ratio(data, claim, devices):
                                               spreads=data.spreads)
     timed_from(m, data, [x["cell_id"] for pair in pairs for x in pair])
     m.cells = [f"{r['framework']} {cell_label(r)}" for r, _ in pairs]
-    m.points = [(c, r["median_s"] / b["median_s"]) for c, (r, b) in zip(m.cells, pairs)]
+    m.points = [(c, ratio_value(data.by_cell[r["cell_id"]], data.by_cell[b["cell_id"]]))
+                for c, (r, b) in zip(m.cells, pairs)]
     m.devices = {r["device"] for r, _ in pairs}
     return m
 
