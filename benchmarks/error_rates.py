@@ -26,7 +26,10 @@ Student's t over the rounds' ratios). Over ``--runs`` runs it prints:
   difference rate; goal at most 5%) and their median half-width;
 - sensitivity: per slowdown, the share of intervals that exclude 1 and hold
   the true slowdown (detected; goal for 2%: at least 80%), the share that
-  exclude 1 at all, and the share that hold the true value (coverage).
+  exclude 1 at all, and the share that hold the true value (coverage);
+- the same from the same samples with each round's ratio of medians in
+  place of the turn-by-turn ratio (``stats.round_log_ratio``), to see what
+  comparing turn by turn gives on this machine.
 
 Usage: .venv/bin/python benchmarks/error_rates.py [--runs 5] [--rounds 3]
        [--out outputs/error_rates] [--analyse]
@@ -194,10 +197,21 @@ def run_figures(out: Path) -> dict[str, list]:
     return runs
 
 
-def looked_at(figures: list, n: int, confidence: float) -> list[tuple]:
+def apart(x: CellSamples) -> CellSamples:
+    """``x`` as if sampled on its own: a round's ratio against it is the ratio
+    of the round's medians (``stats.round_log_ratio``), as before ac730d6; the
+    blocks' floor of a figure on its own t then resamples each side's blocks
+    on their own (before, in pairs), so a replayed figure may differ."""
+    return CellSamples(x.rounds)
+
+
+def looked_at(figures: list, n: int, confidence: float, sides_apart: bool = False) -> list[tuple]:
     """Each figure's (value, low, high) from its first ``n`` rounds, moderated
-    by the prior of all of them at ``n`` rounds, and from its own t."""
+    by the prior of all of them at ``n`` rounds, and from its own t
+    (``sides_apart``: each round's ratio of medians, not turn by turn)."""
     pairs = [(upto(a, n), upto(b, n)) for (a, b), _ in figures]
+    if sides_apart:
+        pairs = [(apart(a), apart(b)) for a, b in pairs]
     spreads: list = []  # the own t's pass also collects what the prior needs
     own = [geomean_ratio_ci([pair], confidence, spreads=spreads) for pair in pairs]
     prior = variance_prior(spreads)
@@ -205,7 +219,7 @@ def looked_at(figures: list, n: int, confidence: float) -> list[tuple]:
             for pair, mine in zip(pairs, own)]
 
 
-def sequential(runs: dict[str, list], first: int) -> pd.DataFrame:
+def sequential(runs: dict[str, list], first: int, sides_apart: bool = False) -> pd.DataFrame:
     """The report's extra rounds, replayed on runs of more rounds than
     ``first``: each figure looked at after ``first`` rounds (95%), then after
     each further round (``stats.look_confidence``), stopping once its interval
@@ -219,7 +233,7 @@ def sequential(runs: dict[str, list], first: int) -> pd.DataFrame:
         looks = 1 + max(rounds - first, 0)
         done = [None] * len(figures)
         for k in range(1, looks + 1):
-            seen = looked_at(figures, first + k - 1, look_confidence(k, looks))
+            seen = looked_at(figures, first + k - 1, look_confidence(k, looks), sides_apart)
             for i, (value, lo, hi, *_rest) in enumerate(seen):
                 if done[i] is None and (lo > 1 or hi < 1 or k == looks):
                     done[i] = dict(figures[i][1], value=value, low=lo, high=hi,
@@ -228,7 +242,8 @@ def sequential(runs: dict[str, list], first: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def intervals(runs: dict[str, list], first: int | None = None) -> pd.DataFrame:
+def intervals(runs: dict[str, list], first: int | None = None,
+              sides_apart: bool = False) -> pd.DataFrame:
     """One row per (run, study, twin other than plain): the ratio twin / plain
     with its interval and the true ratio, from each run's first ``first``
     rounds (None: all). Each run is a report: the variance prior of its
@@ -242,14 +257,15 @@ def intervals(runs: dict[str, list], first: int | None = None) -> pd.DataFrame:
             continue
         n = first or min(len(a.rounds) for (a, _), _ in figures)
         for (_, row), (value, lo, hi, own_lo, own_hi, prior) in zip(
-                figures, looked_at(figures, n, 0.95)):
+                figures, looked_at(figures, n, 0.95, sides_apart)):
             rows.append(dict(row, value=value, low=lo, high=hi, own_low=own_lo,
                              own_high=own_hi, rounds=n,
                              prior_dof=prior.dof if prior else math.nan))
     return pd.DataFrame(rows)
 
 
-def report(df: pd.DataFrame, seq: pd.DataFrame | None = None) -> None:
+def report(df: pd.DataFrame, seq: pd.DataFrame | None = None,
+           apart_df: pd.DataFrame | None = None, apart_seq: pd.DataFrame | None = None) -> None:
     if df.empty:
         print("no results yet")
         return
@@ -267,6 +283,13 @@ def report(df: pd.DataFrame, seq: pd.DataFrame | None = None) -> None:
         summary(seq)
         print("rounds taken: " + ", ".join(f"{t} median {g['rounds'].median():g}"
                                            for t, g in seq.groupby("twin")))
+    if apart_df is not None and len(apart_df):  # the same samples, each round's ratio of medians
+        print("\nfor comparison, each round's ratio of medians (the sides apart, not turn by "
+              "turn), moderated t:")
+        summary(apart_df)
+        if apart_seq is not None and len(apart_seq) and apart_seq["look"].max() > 1:
+            print("with the extra rounds replayed:")
+            summary(apart_seq)
 
 
 def summary(df: pd.DataFrame) -> None:
@@ -312,7 +335,8 @@ def main() -> None:
     if not args.analyse:
         measure(args.runs, args.rounds, args.out)
     runs = run_figures(args.out)  # read once, for both
-    report(intervals(runs, args.first), sequential(runs, args.first))
+    report(intervals(runs, args.first), sequential(runs, args.first),
+           intervals(runs, args.first, True), sequential(runs, args.first, True))
 
 
 if __name__ == "__main__":

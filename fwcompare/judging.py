@@ -352,6 +352,7 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
         arrays, data.confidence, prior=data.prior, spreads=data.spreads))
     timed_from(m, data, [r["cell_id"] for sizes in both for pair in sizes for r in pair])
     m.cells = [f"{cell_label(sa)} vs {la['batch_size']}x{la['seq_len']}" for (sa, _), (la, _) in both]
+
     def ratio(ra, rb):
         return ratio_value(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]])
 

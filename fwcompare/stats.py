@@ -495,11 +495,12 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     Student's t over those rounds (:func:`rounds_t_interval`, on a figure's
     own variance never narrower than the blocks' own noise allows, moderated
     by ``prior`` where it is given): it carries the between-process
-    variance. Otherwise the interval is a bootstrap of the blocks (percentile
-    method; the turns where every pair was sampled in the same turns of its
-    one round, else :func:`two_level_medians`, paired block by block when
-    both sides were sampled interleaved): only the noise within one sampling
-    window.
+    variance. From one round, the value is that round's and the interval a
+    percentile bootstrap of its blocks (:func:`_round_ratio_replicates`: the
+    turns of a pair sampled in the same turns, each side's blocks otherwise);
+    where the sides' rounds differ, of every round's blocks pooled
+    (:func:`two_level_medians`). Either covers only the noise within one
+    sampling window.
 
     ``prior``: moderate the rounds' variance (:class:`VariancePrior`);
     ``spreads``: a list that gets (variance, degrees of freedom) of the
