@@ -411,7 +411,7 @@ def test_pairs_sampled_in_the_same_turns_compare_turn_by_turn():
     6% (plus spikes) and whose blocks spread 3% of their own, the moderated
     intervals hold the truth (1 and 1.03) as often as 95% asks, narrower than
     the same samples' ratio of medians (0.75 times its median half-width,
-    seen; the error-rate benchmark's samples on a noisy EPYC: 0.77).
+    seen; the error-rate benchmark's two runs on a noisy EPYC: 0.77 and 0.57).
     Cells of different sets (keys) or of unequal counts never pair."""
     held, width = _turns_intervals(True)
     held_apart, width_apart = _turns_intervals(False)
