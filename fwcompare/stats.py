@@ -446,32 +446,29 @@ def median_se_factor(n: int) -> float:
     return float(np.std(np.median(z, axis=1)) / np.std(np.mean(z, axis=1)))
 
 
-def _block_var(pairs, rounds, stat, n_resamples: int, seed: int) -> float:
-    """The variance one round's figure has from its blocks alone: per round, a
-    bootstrap of its blocks (paired when interleaved) gives replicates of
-    ``stat(medians a, medians b)``; their variance, averaged over the rounds."""
-    out = []
-    for r in rounds:
-        one = [(_one_round(a, r), _one_round(b, r)) for a, b in pairs]
-        if not _enough(one):
-            continue
-        med_a, med_b = two_level_medians(one, n_resamples, seed + r)
-        with np.errstate(all="ignore"):
-            out.append(float(np.nanvar(stat(med_a, med_b), ddof=1)))
-    return float(np.mean(out)) if out else 0.0
-
-
-def _ratio_block_var(pairs, rounds, n_resamples: int, seed: int) -> float:
-    """:func:`_block_var` of the rounds' log ratios (:func:`round_log_ratio`:
-    paired pairs by their turns)."""
+def _block_var(pairs, rounds, replicates, n_resamples: int, seed: int) -> float:
+    """The variance one round's figure has from its blocks alone: per round,
+    ``replicates(pairs, r, n_resamples, seed)`` bootstraps its blocks (paired
+    where sampled in the same turns): the ratios' :func:`_round_ratio_replicates`,
+    or :func:`_of_medians` for a figure of the two sides' medians; their
+    variance, averaged over the rounds."""
     out = []
     for r in rounds:
         if not _enough([(a.rounds[r], b.rounds[r]) for a, b in pairs]):
             continue
-        reps = _round_ratio_replicates(pairs, r, n_resamples, seed + r)
+        reps = replicates(pairs, r, n_resamples, seed + r)
         with np.errstate(all="ignore"):
             out.append(float(np.nanvar(reps, ddof=1)))
     return float(np.mean(out)) if out else 0.0
+
+
+def _of_medians(stat):
+    """Replicates of ``stat(medians a, medians b)`` from round r's blocks
+    alone (:func:`two_level_medians`), for :func:`_block_var`."""
+    def replicates(pairs, r, n_resamples, seed):
+        one = [(_one_round(a, r), _one_round(b, r)) for a, b in pairs]
+        return stat(*two_level_medians(one, n_resamples, seed))
+    return replicates
 
 
 def common_rounds(pairs) -> list[int]:
@@ -514,7 +511,7 @@ def geomean_ratio_ci(pairs: Sequence[tuple], confidence: float = 0.95,
     if len(rounds) >= 2:
         per_round = [np.mean([round_log_ratio(a, b, r) for a, b in pairs]) for r in rounds]
         var, dof = float(np.var(per_round, ddof=1)), len(per_round) - 1
-        floor = (_ratio_block_var(pairs, rounds, n_resamples, seed)
+        floor = (_block_var(pairs, rounds, _round_ratio_replicates, n_resamples, seed)
                  if own_variance(var, dof, prior) else 0.0)
         if spreads is not None:
             spreads.append((var, dof))
@@ -556,7 +553,7 @@ def median_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 2000,
         return math.nan, math.nan, math.nan
     rounds = common_rounds([(a, b)])
     if len(rounds) >= 2:
-        floor = _block_var([(a, b)], rounds, lambda ma, mb: ma[:, 0] - mb[:, 0],
+        floor = _block_var([(a, b)], rounds, _of_medians(lambda ma, mb: ma[:, 0] - mb[:, 0]),
                            n_resamples, seed)
         return rounds_t_interval([np.median(a.rounds[r]) - np.median(b.rounds[r])
                                   for r in rounds], confidence, floor)
@@ -577,7 +574,7 @@ def rounds_median_ci(x, confidence: float = 0.95, n_resamples: int = 2000,
     if len(x.rounds) < 2:
         return median_ci(x.pooled, confidence)
     med, _, _ = median_ci(x.pooled, confidence)
-    floor = _block_var([(x, x)], list(x.rounds), lambda ma, mb: np.log(ma[:, 0]),
+    floor = _block_var([(x, x)], list(x.rounds), _of_medians(lambda ma, mb: np.log(ma[:, 0])),
                        n_resamples, seed)
     _, lo, hi = rounds_t_interval([np.log(np.median(v)) for v in x.rounds.values()],
                                   confidence, floor)
