@@ -249,6 +249,15 @@ def _pairs(data: StudyData, claim: Claim, devices, a: str, b: str, shapes: str):
     return [pairs[r["cell_id"]] for r in rows]
 
 
+def claim_samples(data: StudyData, claim: Claim) -> list[tuple]:
+    """The samples (a, b) of every cell a time-ratio claim compares, on its
+    devices (what :func:`time_ratio` judges, every model's cells together):
+    for benchmarks that look into the figure."""
+    pairs = _pairs(data, claim, _devices(claim.hardware), claim.cells["a"], claim.cells["b"],
+                   claim.shapes)
+    return [(data.by_cell[ra["cell_id"]], data.by_cell[rb["cell_id"]]) for ra, rb in pairs]
+
+
 def timed_from(m: "Measurement", data: "StudyData", cell_ids) -> None:
     """Record on ``m`` what the timings of these cells came from: the fewest
     rounds (fresh worker processes) behind any of them (0: none is known) and

@@ -471,6 +471,87 @@ def _of_medians(stat):
     return replicates
 
 
+def _half_var(x: np.ndarray) -> float:
+    """One estimate of the variance of the median of ``x`` from its two
+    interleaved halves (x[0::2], x[1::2]): the squared difference of their
+    medians, scaled by the normal medians' standard errors
+    (:func:`median_se_factor`) from the halves' sizes to the whole's. Turns
+    a few apart share a slow stretch, so slow drift within a round lands in
+    both halves alike and is left out: it counts as the rounds' own."""
+    h1, h2 = x[0::2], x[1::2]
+    half = sum(median_se_factor(h.size) ** 2 / h.size for h in (h1, h2))
+    whole = median_se_factor(x.size) ** 2 / x.size
+    return float((np.median(h1) - np.median(h2)) ** 2 * whole / half)
+
+
+def within_round_var(a: CellSamples, b: CellSamples, r: int) -> float:
+    """The variance round ``r``'s log ratio (:func:`round_log_ratio`) has from
+    its turns alone, from split halves (:func:`_half_var`): of the per-turn
+    log ratios where the two were sampled in the same turns, else of each
+    side's log blocks, added. One round gives one noisy estimate (a degree
+    of freedom per side); average it over rounds and figures. NaN under 4
+    blocks."""
+    x, y = np.log(a.rounds[r]), np.log(b.rounds[r])
+    if min(x.size, y.size) < 4:
+        return math.nan
+    if _paired(a, b, r):
+        return _half_var(x - y)
+    return _half_var(x) + _half_var(y)
+
+
+@dataclasses.dataclass(frozen=True)
+class Levels:
+    """Where one figure's noise is (Kalibera and Jones, "Rigorous Benchmarking
+    in Reasonable Time", ISMM 2013, for two levels: turns within a round, and
+    rounds: fresh processes). ``total``: the variance of its per-round log
+    figures (one degree of freedom fewer than ``rounds``); ``within``: the
+    part of it the rounds' own turns explain (:func:`within_round_var`,
+    averaged); ``turns``: blocks per round (median)."""
+
+    rounds: int
+    turns: float
+    total: float
+    within: float
+
+    @property
+    def between(self) -> float:
+        """The processes' own part: what the turns do not explain (0 where
+        the turns explain it all: within a noisy estimate, none seen)."""
+        return max(self.total - self.within, 0.0)
+
+    def optimal_turns(self, round_s: float, turn_s: float) -> float:
+        """Kalibera and Jones' repetition count for the lower level: the turns
+        per round that give the narrowest interval for the time, where a
+        round costs ``round_s`` besides its turns (process start, build,
+        first calls, warm-up) and a turn ``turn_s``:
+        sqrt(round_s / turn_s * (variance of one turn) / (between)). Infinite
+        where no between-process variance is seen: more turns, not rounds."""
+        per_turn = self.within * self.turns
+        if self.between <= 0:
+            return math.inf
+        return math.sqrt(round_s / turn_s * per_turn / self.between)
+
+
+def variance_levels(pairs) -> Levels | None:
+    """:class:`Levels` of the figure :func:`geomean_ratio_ci` gives ``pairs``
+    (the mean over pairs of each round's log ratio), from its rounds common
+    to every side; None from fewer than 2, or where no round has 4 blocks
+    a side."""
+    pairs = [(CellSamples.of(a), CellSamples.of(b)) for a, b in pairs]
+    rounds = common_rounds(pairs)
+    if len(rounds) < 2:
+        return None
+    figures = [np.mean([round_log_ratio(a, b, r) for a, b in pairs]) for r in rounds]
+    within = [sum(within_round_var(a, b, r) for a, b in pairs) / len(pairs) ** 2
+              for r in rounds]
+    within = [w for w in within if math.isfinite(w)]
+    if not within:
+        return None
+    turns = float(np.median([min(a.rounds[r].size, b.rounds[r].size)
+                             for r in rounds for a, b in pairs]))
+    return Levels(len(rounds), turns, float(np.var(figures, ddof=1)), float(np.mean(within)))
+
+
 def common_rounds(pairs) -> list[int]:
     """The rounds in which every side of every pair has samples."""
     sets = [set(x.rounds) for pair in pairs for x in pair]

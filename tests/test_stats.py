@@ -425,3 +425,68 @@ def test_pairs_sampled_in_the_same_turns_compare_turn_by_turn():
     for b in (other, shorter, stats.CellSamples({0: y})):
         assert not stats._paired(same[0], b, 0)
         assert stats.round_log_ratio(same[0], b, 0) == pytest.approx(np.log(2.0))
+
+
+def _levels_runs(sb: float, sw: float, turns: int, runs: int, paired: bool, seed: int):
+    """``runs`` constructed figures of 3 rounds: per round a process effect
+    (sd ``sb``) on A, per turn a slowness both sides share (sd 0.06, far
+    above the rest), per block an own noise (sd ``sw``) on each side."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(runs):
+        ra, rb, keys = {}, {}, {}
+        for r in range(3):
+            shared = rng.normal(0, 0.06, turns)
+            ra[r] = np.exp(shared + rng.normal(0, sb) + rng.normal(0, sw, turns))
+            rb[r] = np.exp((shared if paired else rng.normal(0, 0.06, turns))
+                           + rng.normal(0, sw, turns))
+            keys[r] = f"set{r}"
+        out.append(stats.variance_levels([(stats.CellSamples(ra, paired, keys),
+                                           stats.CellSamples(rb, paired, keys))]))
+    return out
+
+
+def test_the_levels_of_a_figure_split_its_rounds_variance_into_turns_and_processes():
+    """``stats.variance_levels``: of the per-round figures' variance, the part
+    the rounds' own turns explain (split halves) and the processes' own
+    (Kalibera and Jones' two levels), recovered from constructed figures.
+    Turn by turn the shared slowness cancels and only the blocks' own noise is
+    within; apart (each round's ratio of medians) it is within too."""
+    sw, sb, turns = 0.03, 0.02, 20
+    # the round figure's variance from its turns: the median of `turns` normal
+    # per-turn log ratios of variance 2 sw^2
+    median_of_turns = stats.median_se_factor(turns) ** 2 * 2 * sw ** 2 / turns
+    lv = _levels_runs(sb, sw, turns, 400, True, 0)
+    assert all(x.rounds == 3 and x.turns == turns for x in lv)
+    within = np.mean([x.within for x in lv])
+    assert within == pytest.approx(median_of_turns, rel=0.1)
+    assert np.mean([x.total for x in lv]) - within == pytest.approx(sb ** 2, rel=0.2)
+    # no process effect: what the turns leave is nothing (clipped at 0 one by one)
+    none = _levels_runs(0.0, sw, turns, 400, True, 1)
+    total = np.mean([x.total for x in none])
+    assert abs(total - np.mean([x.within for x in none])) < 0.1 * total
+    assert np.mean([x.between == 0 for x in none]) > 0.4
+    # apart: each side's blocks, shared slowness and own noise, are the turns' part
+    apart = _levels_runs(sb, sw, turns, 400, False, 2)
+    side = stats.median_se_factor(turns) ** 2 * (0.06 ** 2 + sw ** 2) / turns
+    assert np.mean([x.within for x in apart]) == pytest.approx(2 * side, rel=0.1)
+    # one round, or too few blocks for halves: no levels
+    a = stats.CellSamples({0: np.ones(8)}, True, {0: "k"})
+    assert stats.variance_levels([(a, a)]) is None
+    short = stats.CellSamples({0: np.arange(1.0, 4.0), 1: np.arange(1.0, 4.0)})
+    assert stats.variance_levels([(short, short)]) is None
+
+
+def test_kalibera_and_jones_turns_per_round_follow_costs_and_variances():
+    """``Levels.optimal_turns``: sqrt(round cost / turn cost x one turn's
+    variance / the processes' variance); infinite where no process variance
+    is seen (repeat the turns, not the rounds)."""
+    lv = stats.Levels(rounds=3, turns=10, total=0.0005, within=0.0001)
+    # one turn's variance 0.001, between 0.0004, a round worth 25 turns
+    assert lv.between == pytest.approx(0.0004)
+    assert lv.optimal_turns(50.0, 2.0) == pytest.approx(math.sqrt(25 * 0.001 / 0.0004))
+    # twice the round's cost: sqrt(2) times the turns; a quarter of the between: twice
+    assert lv.optimal_turns(100.0, 2.0) == pytest.approx(math.sqrt(2) * lv.optimal_turns(50, 2))
+    quarter = stats.Levels(3, 10, 0.0002, 0.0001)
+    assert quarter.optimal_turns(50, 2) == pytest.approx(2 * lv.optimal_turns(50, 2))
+    assert stats.Levels(3, 10, 0.0001, 0.00012).optimal_turns(50, 2) == math.inf

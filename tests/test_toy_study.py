@@ -243,6 +243,12 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     other = by_cell[ids[long, b]]  # another shape: as many blocks, or not, never paired
     assert stats.round_log_ratio(pa, other, 1) == pytest.approx(
         np.log(np.median(pa.rounds[1]) / np.median(other.rounds[1])))
+    # Where the pair's noise is (benchmarks/variance_levels.py): both rounds, every
+    # turn, some variance from the blocks
+    lv = stats.variance_levels([(pa, pb)])
+    assert lv.rounds == 2
+    assert lv.turns == np.median(per_set.xs(short, level="seq_len")["min"])
+    assert lv.within > 0 and lv.total > 0
     summary = tables.summarize(df, s)
     for _, r in summary.iterrows():  # two rounds: the two-level interval of the median
         med, lo, hi = stats.rounds_median_ci(by_cell[r["cell_id"]])
