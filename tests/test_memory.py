@@ -192,3 +192,59 @@ def test_the_row_of_a_try_stopped_from_outside_names_its_budget():
     Runner.fail(fake, CellRef(fit), "oom", "stopped from outside")
     Runner.fail(fake, CellRef(train), "error", "crashed")
     assert rows == [{"budget_bytes": p["fit_budget_gib"] * memory.GIB}, {}]
+
+
+FAULTS = """
+import resource, sys
+import torch
+from fwcompare import params
+from fwcompare.frameworks import backend_options
+from fwcompare.frameworks.torch import backend
+from fwcompare.paths import PARAMS
+study = sys.argv[1]
+p = params.validate(study, {**dict(params.load_file(PARAMS / study / "smoke.yaml")),
+                            **eval(sys.argv[2])})
+backend.configure(1, "cpu", backend_options(p))
+faults = []
+for _ in range(16):  # a 96 MiB block, written, freed: as a step's gradients
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    x = torch.ones(24 * 2 ** 20)
+    del x
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(sum(faults[-4:]))
+"""
+
+
+def _faults(study: str, overrides: dict) -> int:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FAULTS, study, repr(overrides)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
+def test_pytorch_workers_on_a_cpu_reuse_freed_memory_unless_told_not_to():
+    """``torch_malloc: reuse`` (every study's default but the memory study's):
+    the torch backend's ``configure`` makes glibc keep freed memory, so a
+    large block freed and asked for again costs no fresh pages (a PyTorch
+    training step's gradients, every step). ``system`` leaves glibc as it
+    comes: each such block is a fresh mapping, 96 MiB of page faults each
+    time. The memory study has no such key: it sets glibc itself. (Reused,
+    the heap still grows for the first few blocks, up to seven of the 16
+    here: PyTorch's aligned blocks leave the freed space in pieces until it
+    holds one whole; the last four are counted.)"""
+    block = 96 * 2 ** 20 // 4096  # pages of one block
+    assert STUDIES["training"].schema()["torch_malloc"].default == "reuse"
+    assert "torch_malloc" not in STUDIES["memory"].schema()
+    reused = _faults("training", {})
+    fresh = _faults("training", {"torch_malloc": "system"})
+    assert reused < 0.1 * block, reused  # the last four blocks: none faulted anew
+    assert fresh > 3 * block, fresh  # the last four blocks, each a fresh mapping
+    assert _faults("memory", {}) > 3 * block  # the memory study: glibc as the study sets it
+    from fwcompare.paths import PARAMS
+
+    with pytest.raises(params.ParamsError, match="torch_malloc"):
+        params.validate("training", {**dict(params.load_file(PARAMS / "training" / "smoke.yaml")),
+                                     "torch_malloc": "jemalloc"})

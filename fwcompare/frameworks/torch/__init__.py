@@ -11,7 +11,7 @@ FRAMEWORK = Framework(
     modes=("eager", "torchscript", "compile"),
     train_modes=("eager",),
     backend="fwcompare.frameworks.torch.backend",
-    options=("torch_compile_mode", "torch_compile_dynamic"),
+    options=("torch_compile_mode", "torch_compile_dynamic", "torch_malloc"),
     worker_env={"USE_TF": "0", "USE_FLAX": "0"},
     model_module_prefix="",
     # eager: DistributedDataParallel under torchrun; ddp-fp16 / ddp-bf16: the

@@ -21,7 +21,15 @@ _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def configure(threads: int, device: str, options: dict | None = None) -> None:
+    """Threads; on a CPU with ``torch_malloc: reuse``, freed memory kept for
+    the next allocation (``memory.reuse_freed_memory``), as TensorFlow's and
+    XLA's allocators keep theirs. Without the key (the memory study, which
+    sets glibc itself; the gate; the doctor) the C allocator is left as it is."""
     torch.set_num_threads(threads)
+    if device == "cpu" and (options or {}).get("torch_malloc") == "reuse":
+        from ...memory import reuse_freed_memory
+
+        reuse_freed_memory()
     transformers.AutoModel  # resolve the lazy import now, before the memory baseline
 
 
