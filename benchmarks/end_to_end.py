@@ -38,7 +38,7 @@ def child(args) -> dict:
 
     fw = args.child
     backend = get_backend(fw)
-    backend.configure(args.threads, "cpu")
+    backend.configure(args.threads, "cpu", {"torch_malloc": "reuse"})  # as the study does
     task = data.make_task(0, args.train, args.eval)
     local = models.local_path(MODEL)
     vocab = models.config_for(MODEL).vocab_size

@@ -21,7 +21,9 @@ folder per study), it prints:
   (``stats.Levels.optimal_turns``; infinite where no between-process variance
   is seen), against the turns the rounds took;
 - what an extra round of a claim's cells buys against the same seconds spent
-  as more turns in its rounds (the variance of the figure, each way).
+  as more turns in its rounds: the expected half-width of the figure's own-t
+  interval each way (an extra round also takes t to one degree of freedom
+  more).
 
 Then the same pooled per study and over all claims. With ``--error-rates
 DIR`` (``benchmarks/error_rates.py``'s folder) the twins' figures as well.
@@ -46,7 +48,7 @@ import fwcompare
 from fwcompare import claims as claims_mod
 from fwcompare.env import hardware_line, manifest
 from fwcompare.judging import claim_samples
-from fwcompare.stats import Levels, variance_levels
+from fwcompare.stats import Levels, median_se_factor, t_quantile, variance_levels
 
 TURN_PHASES = ("timing samples", "settle between blocks")
 ROUND_PHASES = ("process start and imports", "model build and gate", "first calls and compiles",
@@ -71,14 +73,22 @@ def level_costs(study_dir: Path, samples: pd.DataFrame) -> tuple[float, float]:
             sum(spent.get(p, 0.0) for p in TURN_PHASES) / turns.sum())
 
 
+def half_width(var: float, rounds: int) -> float:
+    """The expected log half-width of a figure's own-t interval from
+    ``rounds`` rounds whose figures have variance ``var``
+    (``stats.rounds_t_interval``: Student's t, the median's scale)."""
+    return t_quantile(0.95, rounds - 1) * median_se_factor(rounds) * math.sqrt(var / rounds)
+
+
 def trade(lv: Levels, round_s: float, turn_s: float) -> tuple[float, float]:
-    """The figure's variance with one more round of ``lv.turns`` turns, and
-    with that round's seconds spent as more turns in its ``lv.rounds``
-    rounds instead (one turn's variance ``within * turns``)."""
+    """The interval's half-width with one more round of ``lv.turns`` turns,
+    and with that round's seconds spent as more turns in its ``lv.rounds``
+    rounds instead (one turn's variance ``within * turns``): t on one degree
+    of freedom more, against a smaller variance."""
     n, r, b = lv.turns, lv.rounds, lv.between
     one = lv.within * n
     more = (round_s + n * turn_s) / (r * turn_s)
-    return (b + one / n) / (r + 1), (b + one / (n + more)) / r
+    return half_width(b + one / n, r + 1), half_width(b + one / (n + more), r)
 
 
 def rows_of(label: str, figures, costs) -> list[dict]:
@@ -96,7 +106,9 @@ def rows_of(label: str, figures, costs) -> list[dict]:
 
 
 def report_figures(folder: Path) -> tuple[list, dict]:
-    """A report's time-ratio claims (study, claim, pairs) and its studies' costs."""
+    """A report's time-ratio claims (study, claim, pairs: every model's cells
+    together, where an ``aggregate: min`` claim judges the lowest model's) and
+    its studies' costs."""
     claims = [c for c in claims_mod.load_claims() if c.metric == "time_ratio"]
     data = claims_mod.studies_data(claims, lambda s: folder / s)
     figures = [(c.study, c.id, claim_samples(data[c.study], c)) for c in claims
@@ -141,7 +153,8 @@ def show(df: pd.DataFrame) -> None:
                 "within_share": lv.within / lv.total if lv.total > 0 else math.nan,
                 "sd_between_%": 100 * math.sqrt(lv.between),
                 "round/turn_s": round_s / turn_s if turn_s > 0 else math.nan,
-                "kj_turns": best, "longer/extra_var": longer / extra}
+                "kj_turns": best,
+                "longer/extra_hw": longer / extra if extra > 0 else math.nan}
 
     out = pd.DataFrame([{"source": r.source, "figure": r.figure,
                          **line(Levels(r.rounds, r.turns, r.total, r.within), r.round_s,
@@ -160,8 +173,8 @@ def show(df: pd.DataFrame) -> None:
           f"the per-round figures (sum of within / sum of total); of the {len(costed)} with "
           f"costs, Kalibera and Jones' turns per round exceed the turns taken for "
           f"{int((costed['kj_turns'] > costed['turns']).sum())}, and an extra round's seconds "
-          f"spent as longer rounds give the smaller variance for "
-          f"{int((costed['longer/extra_var'] < 1).sum())}")
+          f"spent as longer rounds give the narrower interval (own t) for "
+          f"{int((costed['longer/extra_hw'] < 1).sum())}")
 
 
 def main() -> None:

@@ -46,6 +46,25 @@ def _reset_hwm() -> bool:
 # glibc's mallopt parameters
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 REUSE_BYTES = 1 << 30  # reuse_freed_memory's thresholds: above any block or free run here
+# the largest mmap threshold an older glibc takes on 64 bits (DEFAULT_MMAP_THRESHOLD_MAX;
+# 2.36 takes REUSE_BYTES)
+MMAP_THRESHOLD_MAX = 32 << 20
+_SETUP = ["C library as it comes"]  # what this process set: allocator_setup()
+
+
+def allocator_setup() -> str:
+    """What this process did to its C allocator (``fix_mmap_threshold``,
+    ``reuse_freed_memory``), for the rows' ``c_allocator``."""
+    return _SETUP[0]
+
+
+def _mallopt(param: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").mallopt(param, int(value)))
+    except (OSError, AttributeError):
+        return False
 
 
 def fix_mmap_threshold(nbytes: int = 64 * 1024) -> bool:
@@ -60,39 +79,37 @@ def fix_mmap_threshold(nbytes: int = 64 * 1024) -> bool:
     124 MB, the same in every pass, with the threshold fixed). The price: each
     large block is a fresh mapping, page faults included, so step times move
     too. Returns whether glibc took it."""
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(nbytes)))
-    except (OSError, AttributeError):
+    if not _mallopt(M_MMAP_THRESHOLD, nbytes):
         return False
+    _SETUP[0] = f"glibc: mmap threshold {nbytes} bytes (every larger block its own mapping)"
+    return True
 
 
-def reuse_freed_memory() -> bool:
+def reuse_freed_memory() -> str:
     """Make glibc's malloc keep freed memory for the next allocation: blocks
-    under ``REUSE_BYTES`` come from the heap, not mappings of their own, and
-    freed heap is not trimmed back to the system (``mallopt`` of the mmap
-    and trim thresholds; an explicit ``malloc_trim``, as before a memory
-    pass, still returns it). By default a PyTorch training step's gradients
-    (``zero_grad(set_to_none=True)``) and AdamW's temporaries are fresh pages
-    every step: BERT-base at 2 x 32 on a 2-core AMD EPYC (2026-11-28,
-    ``benchmarks/cpu/allocator.py``) took 210,000 minor page faults a step
-    and 1.009 s [0.690, 1.473], against 39,000 and 0.633 s [0.562, 0.714]
-    so; forward passes alone did not move (1.001 and 1.024). PyTorch's CPU
-    tuning guide asks the same of jemalloc or TCMalloc ("For deep learning
-    workloads, Jemalloc or TCMalloc can get better performance by reusing
-    memory as much as possible than default malloc function"); TensorFlow's
-    and XLA's allocators reuse their memory by design. Returns whether glibc
-    took both (False elsewhere: another C library, or a glibc that caps the
-    thresholds lower)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, REUSE_BYTES)
-                    and libc.mallopt(M_TRIM_THRESHOLD, REUSE_BYTES))
-    except (OSError, AttributeError):
-        return False
+    under the mmap threshold come from the heap, not mappings of their own,
+    and freed heap under the trim threshold is not given back to the system
+    (``mallopt``; an explicit ``malloc_trim``, as before a memory pass, still
+    gives it back). Both thresholds go to ``REUSE_BYTES``; an older glibc
+    refuses an mmap threshold above ``MMAP_THRESHOLD_MAX`` (32 MiB), which
+    then serves. The main thread's arena follows both; another thread's
+    arena maps blocks above 64 MiB apart whatever the threshold. By default
+    a PyTorch training step's gradients (``zero_grad(set_to_none=True)``) and
+    AdamW's temporaries are fresh pages every step (docs/methodology.md,
+    "PyTorch reuses the memory it frees"). Returns what took effect
+    (also :func:`allocator_setup`), "" where nothing did: another C library
+    (with jemalloc or TCMalloc preloaded, glibc's answer says nothing: they
+    reuse freed memory of their own accord)."""
+    mmap = next((v for v in (REUSE_BYTES, MMAP_THRESHOLD_MAX)
+                 if _mallopt(M_MMAP_THRESHOLD, v)), 0)
+    trim = REUSE_BYTES if _mallopt(M_TRIM_THRESHOLD, REUSE_BYTES) else 0
+    if not (mmap or trim):
+        return ""
+    _SETUP[0] = ("glibc, freed memory reused: "
+                 + (f"mmap threshold {mmap >> 20} MiB" if mmap else "mmap threshold as it was")
+                 + ", " + (f"trim threshold {trim >> 20} MiB" if trim
+                           else "trim threshold as it was"))
+    return _SETUP[0]
 
 
 class PeakRSS:

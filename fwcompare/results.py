@@ -66,7 +66,7 @@ FIGURES_TAIL = ("host_other_cpu", "host_steal", "host_retakes")
 PROVENANCE_HEAD = {"schedule": "string", "schedule_note": "string", "energy_note": "string",
                    "mem_method": "string", "precision_setup": "string", "mode_setup": "string"}
 PROVENANCE_TAIL = {"framework_version": "string", "framework_threads": "float64",
-                   "device_name": "string", "cpu_model": "string", "hostname": "string",
+                   "c_allocator": "string", "device_name": "string", "cpu_model": "string", "hostname": "string",
                    "versions": "string", "git_commit": "string", "git_dirty": "bool",
                    "params_hash": "string", "timestamp": "string"}
 # Figures a failed row may keep: worked out from the cell's spec and model,

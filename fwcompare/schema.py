@@ -146,12 +146,12 @@ def float32_only(v):
 
 def grid_params(models_default, modes_default, modes_table, batch_default, seq_default,
                 timeout_default, tf_autograph: bool | None = False,
-                torch_malloc: bool = True) -> dict[str, Param]:
+                torch_malloc: str | None = "reuse") -> dict[str, Param]:
     """The keys every study shares: what to run, where, and how long it may take.
     ``tf_autograph``: the default of that key, or None for a study whose
     TensorFlow functions are its own (not the backend's steps): no key.
-    ``torch_malloc``: False for a study that sets the C allocator itself (the
-    memory study's peaks): no key."""
+    ``torch_malloc``: the default of that key, or None for a study that sets
+    the C allocator itself (the memory study's peaks): no key."""
     grid = {
         "models": Param("list[str]", models_default,
                         "zoo names or local checkpoint directories", check_models),
@@ -179,8 +179,8 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),
         "tf_autograph": Param("bool", tf_autograph, "TensorFlow's tf.function converts Python control flow with AutoGraph (tf.function's default); off, the first call traces the same graph several seconds sooner (these models and steps have no tensor-dependent Python control flow; an accumulation loop keeps it on)"),
     }
-    if torch_malloc:
-        grid["torch_malloc"] = Param("str", "reuse", "PyTorch on a CPU: reuse (glibc keeps freed memory for the next allocation: mmap and trim thresholds raised, memory.reuse_freed_memory; what PyTorch's CPU tuning guide asks of jemalloc or TCMalloc, and what TensorFlow's and XLA's own allocators do) or system (glibc as it comes: a training step's gradients and optimizer temporaries come back as fresh pages every step)", one_of(["reuse", "system"]))
+    if torch_malloc is not None:
+        grid["torch_malloc"] = Param("str", torch_malloc, "PyTorch on a CPU (a GPU ignores it): reuse (glibc keeps freed memory for the next allocation: its mmap and trim thresholds raised, memory.reuse_freed_memory; what PyTorch's CPU tuning guide asks of jemalloc or TCMalloc, which reuse of their own accord where preloaded) or system (glibc as it comes: a training step's gradients and optimizer temporaries come back as fresh pages every step); the rows' c_allocator says what took effect", one_of(["reuse", "system"]))
     if tf_autograph is None:
         del grid["tf_autograph"]
     return grid

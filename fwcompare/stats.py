@@ -471,32 +471,32 @@ def _of_medians(stat):
     return replicates
 
 
-def _half_var(x: np.ndarray) -> float:
-    """One estimate of the variance of the median of ``x`` from its two
-    interleaved halves (x[0::2], x[1::2]): the squared difference of their
-    medians, scaled by the normal medians' standard errors
-    (:func:`median_se_factor`) from the halves' sizes to the whole's. Turns
-    a few apart share a slow stretch, so slow drift within a round lands in
-    both halves alike and is left out: it counts as the rounds' own."""
-    h1, h2 = x[0::2], x[1::2]
-    half = sum(median_se_factor(h.size) ** 2 / h.size for h in (h1, h2))
-    whole = median_se_factor(x.size) ** 2 / x.size
-    return float((np.median(h1) - np.median(h2)) ** 2 * whole / half)
+def _half_scale(n: int) -> float:
+    """The variance of the median of ``n`` normal values over that of the
+    difference of the medians of its two interleaved halves
+    (:func:`median_se_factor`)."""
+    half = sum(median_se_factor(m) ** 2 / m for m in ((n + 1) // 2, n // 2))
+    return median_se_factor(n) ** 2 / n / half
 
 
 def within_round_var(a: CellSamples, b: CellSamples, r: int) -> float:
     """The variance round ``r``'s log ratio (:func:`round_log_ratio`) has from
-    its turns alone, from split halves (:func:`_half_var`): of the per-turn
-    log ratios where the two were sampled in the same turns, else of each
-    side's log blocks, added. One round gives one noisy estimate (a degree
-    of freedom per side); average it over rounds and figures. NaN under 4
-    blocks."""
+    its turns alone, from split halves: the figure taken from the round's odd
+    turns and from its even turns (per-turn log ratios where the two were
+    sampled in the same turns, else each side's median), their difference
+    squared and scaled to the whole round's figure (:func:`_half_scale`).
+    Turns a few apart share a slow stretch, so slow drift within a round lands
+    in both halves alike and counts as the rounds' own. One round gives one
+    noisy estimate (one degree of freedom); average it over rounds and
+    figures. NaN under 4 blocks a side."""
     x, y = np.log(a.rounds[r]), np.log(b.rounds[r])
     if min(x.size, y.size) < 4:
         return math.nan
     if _paired(a, b, r):
-        return _half_var(x - y)
-    return _half_var(x) + _half_var(y)
+        d = x - y
+        return float((np.median(d[0::2]) - np.median(d[1::2])) ** 2 * _half_scale(d.size))
+    diff = (np.median(x[0::2]) - np.median(x[1::2])) - (np.median(y[0::2]) - np.median(y[1::2]))
+    return float(diff ** 2 * (_half_scale(x.size) + _half_scale(y.size)) / 2)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,15 +21,20 @@ _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def configure(threads: int, device: str, options: dict | None = None) -> None:
-    """Threads; on a CPU with ``torch_malloc: reuse``, freed memory kept for
-    the next allocation (``memory.reuse_freed_memory``), as TensorFlow's and
-    XLA's allocators keep theirs. Without the key (the memory study, which
-    sets glibc itself; the gate; the doctor) the C allocator is left as it is."""
+    """Threads; on a CPU with ``torch_malloc: reuse``, glibc made to keep freed
+    memory for the next allocation (``memory.reuse_freed_memory``), as a
+    caching allocator would: the rows' ``c_allocator`` says what took effect.
+    Without the key (the memory study, which sets glibc itself; the gate; the
+    doctor) the C allocator is left as it is."""
     torch.set_num_threads(threads)
     if device == "cpu" and (options or {}).get("torch_malloc") == "reuse":
         from ...memory import reuse_freed_memory
 
-        reuse_freed_memory()
+        if not reuse_freed_memory():  # said in the worker's log, and in the rows
+            import sys
+
+            print("fwcompare: torch_malloc reuse not in effect: the C library took neither "
+                  "of glibc's thresholds", file=sys.stderr, flush=True)
     transformers.AutoModel  # resolve the lazy import now, before the memory baseline
 
 
@@ -258,9 +263,11 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def runtime_info(device: str) -> dict:
+    from ...memory import allocator_setup
+
     info = {"framework_version": torch.__version__,
             "framework_threads": torch.get_num_threads(),
-            "device_name": "cpu"}
+            "device_name": "cpu", "c_allocator": allocator_setup()}
     if device == "gpu" and torch.cuda.is_available():
         info["device_name"] = torch.cuda.get_device_name()
         info["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)

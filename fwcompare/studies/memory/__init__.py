@@ -91,7 +91,7 @@ class Memory(Study):
         return {
             **grid_params(["all-minilm-l6-v2"], techniques, {fw: tuple(TECHNIQUES)
                                                              for fw in FRAMEWORKS},
-                          [8], [128], 1800.0, torch_malloc=False),  # its own: work()
+                          [8], [128], 1800.0, torch_malloc=None),  # its own: work()
             "train_modes": Param("dict[str, list[str]]",
                                  {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]},
                                  "how each framework runs the step every technique changes (one mode each)",
