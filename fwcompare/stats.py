@@ -521,7 +521,8 @@ class Levels:
 
     def optimal_turns(self, round_s: float, turn_s: float) -> float:
         """Kalibera and Jones' repetition count for the lower level: the turns
-        per round that give the narrowest interval for the time, where a
+        per round that give the figure the smallest variance for the time
+        (Student's t over few rounds left aside), where a
         round costs ``round_s`` besides its turns (process start, build,
         first calls, warm-up) and a turn ``turn_s``:
         sqrt(round_s / turn_s * (variance of one turn) / (between)). Infinite

@@ -259,6 +259,9 @@ def test_pytorch_workers_on_a_cpu_reuse_freed_memory_unless_told_not_to(monkeypa
     from fwcompare.frameworks.torch import backend
     from fwcompare.paths import PARAMS
 
+    import torch
+
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # this process's stay
     calls = []
     monkeypatch.setattr(memory_mod, "reuse_freed_memory", lambda: calls.append(1) or "set")
     smoke = dict(params.load_file(PARAMS / "training" / "smoke.yaml"))
