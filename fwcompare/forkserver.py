@@ -56,11 +56,6 @@ PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_
 _MSG = 65536
 
 
-# A worker's or launch's own temporary directory (launch.fresh_tmpdir): a server
-# whose parent is gone removes those of the workers it kills, and no other.
-TMPDIR_PREFIX = "fwcompare-tmp-"
-
-
 def env_key(env: dict) -> tuple:
     """What must match for a worker to be forked from a server: the whole
     environment but the per-worker keys."""

@@ -16,7 +16,8 @@ import socket
 import sys
 import tempfile
 
-from .forkserver import _MSG, TMPDIR_PREFIX, kill_group
+from .forkserver import _MSG, kill_group
+from .protocol import TMPDIR_PREFIX
 
 
 def _preload(framework: str, study: str, study_file: str, models: list[str]) -> None:

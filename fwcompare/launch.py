@@ -46,10 +46,10 @@ from pathlib import Path
 
 import psutil
 
-from .forkserver import TMPDIR_PREFIX, ForkServerError, kill_group
+from .forkserver import ForkServerError, kill_group
 from .paths import ROOT
 from .frameworks.base import WORKER_MODULE
-from .protocol import LAUNCH_DIR_ENV, parse_event
+from .protocol import LAUNCH_DIR_ENV, TMPDIR_PREFIX, parse_event
 
 # Every rank runs the worker entry point; the job names its study, whose
 # ``work`` hook is the rank's program.

@@ -95,3 +95,9 @@ class WorkerStop(Exception):
 # processes to leave files in for each other (frameworks.tensorflow's parameter
 # servers and workers: their pids, for the chief); removed with the launch.
 LAUNCH_DIR_ENV = "FWCOMPARE_LAUNCH_DIR"
+
+# A worker's or launch's own temporary directory (launch.fresh_tmpdir) starts
+# so: a fork server whose parent is gone removes those of the workers it kills,
+# and no other; a backend knows by it that its framework's "global" caches in
+# the temporary directory would die with the worker (frameworks.torch.backend).
+TMPDIR_PREFIX = "fwcompare-tmp-"

@@ -1,7 +1,8 @@
 """The rounds after the first load their compiled programs from round 0's
 caches: JAX's and TensorFlow's persistent XLA caches, set by the runner
 (``launch.use_compile_cache``) and read by each backend's ``configure`` after
-the framework was imported, as in a worker forked from its server."""
+the framework was imported, as in a worker forked from its server; and
+inductor's precompiled headers, which it keeps outside its cache directory."""
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from fwcompare.launch import fresh_compile_cache, use_compile_cache
 from fwcompare.paths import ROOT
+from fwcompare.protocol import TMPDIR_PREFIX
 
 PROGRAM = {
     "jax": """
@@ -59,3 +61,60 @@ def test_a_fresh_cache_leaves_the_xla_caches_off():
     os.rmdir(cache)
     assert "FWCOMPARE_XLA_CACHE" not in env and "JAX_COMPILATION_CACHE_DIR" not in env
     assert env["TORCHINDUCTOR_CACHE_DIR"] == cache
+
+
+TORCH_PROGRAM = """
+import os, sys, tempfile
+import torch
+from fwcompare.frameworks.torch import backend
+backend.configure(1, "cpu")
+f = torch.compile(lambda a: torch.tanh(a @ a) + a)
+f(torch.ones(16, 16))
+print("headers", os.path.realpath(os.path.join(tempfile.gettempdir(),
+      "torchinductor_" + __import__("getpass").getuser())))
+"""
+
+
+def _worker_env(tmp_path, name: str) -> dict:
+    """A worker's environment as the runner makes it: its own TMPDIR
+    (launch.fresh_tmpdir, under ``tmp_path`` here) and a kept compile cache."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    use_compile_cache(env, tmp_path / "cache")
+    env["TMPDIR"] = str(tmp_path / f"{TMPDIR_PREFIX}{name}")
+    os.mkdir(env["TMPDIR"])
+    return env
+
+
+@pytest.mark.slow
+def test_inductors_precompiled_headers_outlive_the_worker_in_its_compile_cache(tmp_path):
+    """A worker's torch.compile writes inductor's "global" precompiled headers
+    into the compile cache the next round's worker reads, not into its own
+    temporary directory, which goes with it."""
+    r = subprocess.run([sys.executable, "-c", TORCH_PROGRAM], env=_worker_env(tmp_path, "r0"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    kept = tmp_path / "cache" / "inductor-globals"
+    assert r.stdout.split("headers")[1].strip() == str(kept)
+    assert list((kept / "precompiled_headers").glob("*.gch")), "no header was precompiled there"
+
+
+def test_keep_inductor_globals_links_only_a_workers_own_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    from fwcompare.frameworks.torch.backend import keep_inductor_globals
+
+    env = _worker_env(tmp_path, "w")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", env["TORCHINDUCTOR_CACHE_DIR"])
+    monkeypatch.setattr(tempfile, "tempdir", env["TMPDIR"])
+    link = keep_inductor_globals()
+    assert link is not None and os.path.islink(link)
+    assert os.path.realpath(link) == str(tmp_path / "cache" / "inductor-globals")
+    assert keep_inductor_globals() is None  # already there: left as it is
+
+    other = tmp_path / "someones-tmp"  # a temporary directory that is not a worker's own
+    other.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(other))
+    assert keep_inductor_globals() is None and not any(other.iterdir())
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # no compile cache: nothing to follow
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / f"{TMPDIR_PREFIX}x"))
+    assert keep_inductor_globals() is None

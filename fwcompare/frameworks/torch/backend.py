@@ -1,10 +1,13 @@
 """PyTorch backend."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 import transformers
 
+from ...protocol import TMPDIR_PREFIX
 from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn, head_output,
                looks_like_oom, tf32_note, module_backend)
 
@@ -25,8 +28,11 @@ def configure(threads: int, device: str, options: dict | None = None) -> None:
     memory for the next allocation (``memory.reuse_freed_memory``), as a
     caching allocator would: the rows' ``c_allocator`` says what took effect.
     Without the key (the memory study, which sets glibc itself; the gate; the
-    doctor) the C allocator is left as it is."""
+    doctor) the C allocator is left as it is. Inductor's caches outside its
+    cache directory follow the worker's compile cache
+    (:func:`keep_inductor_globals`)."""
     torch.set_num_threads(threads)
+    keep_inductor_globals()
     if device == "cpu" and (options or {}).get("torch_malloc") == "reuse":
         from ...memory import reuse_freed_memory
 
@@ -36,6 +42,43 @@ def configure(threads: int, device: str, options: dict | None = None) -> None:
             print("fwcompare: torch_malloc reuse not in effect: the C library took neither "
                   "of glibc's thresholds", file=sys.stderr, flush=True)
     transformers.AutoModel  # resolve the lazy import now, before the memory baseline
+
+
+def keep_inductor_globals() -> str | None:
+    """In a worker with its own temporary directory (``launch.fresh_tmpdir``)
+    and a torch.compile cache (``TORCHINDUCTOR_CACHE_DIR``), make the directory
+    that inductor keeps "global" a link into that cache; returns the link made,
+    or None where nothing was done (no cache, a temporary directory that is not
+    a worker's own, or one that already holds it).
+
+    Inductor puts its precompiled C++ headers in ``default_cache_dir()``, the
+    system temporary directory's ``torchinductor_<user>``, not in
+    ``TORCHINDUCTOR_CACHE_DIR`` ("these headers need to be global, rather than
+    ignored by fresh_inductor_cache": ``torch._inductor.codecache._HEADER_DIR``,
+    pytorch/pytorch#144002). A worker's temporary directory is its own and
+    goes with it, so every worker compiled those headers again even where its
+    compiled graphs came from round 0's cache: a round after the first spent
+    9.5-9.8 s on torch.compile's first call at batch 1 against 3.0 s for a
+    process that keeps the headers (DistilBERT, 2-core AMD EPYC, 2026-11-28;
+    py-spy put the difference in ``_precompile_header``'s g++). Linked, the
+    headers share the compile cache's life: round 0 builds them cold, as a new
+    user's first compile does, and later rounds read them, as they read its
+    graphs."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not cache:
+        return None
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # an older PyTorch: nothing of the kind to keep
+        return None
+    link = default_cache_dir()
+    if (not os.path.basename(os.path.dirname(link)).startswith(TMPDIR_PREFIX)
+            or os.path.lexists(link)):
+        return None
+    target = os.path.join(cache, "inductor-globals")
+    os.makedirs(target, exist_ok=True)
+    os.symlink(target, link)
+    return link
 
 
 def set_precision(dtype: str, device: str) -> None:
