@@ -51,10 +51,11 @@ from fwcompare import studies
 from fwcompare.cell import CellPlan
 from fwcompare.env import hardware_line, manifest
 from fwcompare.paths import OUTPUTS, PARAMS
-from fwcompare.results import Columns, load_results
+from fwcompare.results import load_results
 from fwcompare.schema import read_yaml
 from fwcompare.spec import Axis
 from fwcompare.stats import CellSamples, geomean_ratio_ci, look_confidence, variance_prior
+from fwcompare.studies.base import with_axis
 from fwcompare.tables import samples_by_cell
 
 TWIN = Axis("twin", "plain", label=" {twin}")
@@ -105,23 +106,15 @@ def twins_of(base):
     restricted to CELLS' one, each in the four twins."""
     fw, mode, b, s = CELLS[base.name]
 
-    class Twins(type(base)):
-        name = f"{base.name}_twins"
-        axes = (*base.axes, TWIN)
-        columns = base.columns + Columns(figures=("twin_delay_s",))
+    def twins(c):
+        return SLOWDOWN if (c.framework, c.mode, c.batch_size, c.seq_len) == (fw, mode, b, s) else ()
 
-        def cells(self, params):
-            return [dataclasses.replace(c, axes={**dict(c.axes), "twin": t})
-                    for c in super().cells(params)
-                    if (c.framework, c.mode, c.batch_size, c.seq_len) == (fw, mode, b, s)
-                    for t in SLOWDOWN]
+    def plan(make, spec):
+        p, share = make(), SLOWDOWN[spec.twin]
+        return slowed(p, share) if share and not p.skip else p
 
-        def plan(self, ctx, spec):
-            plan = super().plan(ctx, spec)
-            share = SLOWDOWN[spec.twin]
-            return slowed(plan, share) if share and not plan.skip else plan
-
-    return Twins()
+    return with_axis(base, TWIN, twins, __name__, plan, figures=("twin_delay_s",),
+                     name=f"{base.name}_twins")
 
 
 # what a worker process imports this file for (studies.load finds them by name)

@@ -13,8 +13,8 @@ from fwcompare.spec import Axis, RunSpec, shape_text
 from fwcompare.studies.base import Study
 
 
-def cell(study="toy_axes", **more):
-    return RunSpec(study=study, model="m", framework="torch", mode="eager", device="cpu",
+def cell(study="toy_axes", framework="torch", **more):
+    return RunSpec(study=study, model="m", framework=framework, mode="eager", device="cpu",
                    dtype="float32", batch_size=2, seq_len=8, threads=1, **more)
 
 
@@ -121,3 +121,52 @@ def test_a_jobs_cell_with_an_axis_no_registered_study_declares_is_refused(toy):
         assert RunSpec.from_dict(d) == cell()  # a results row: other columns are left
     finally:
         studies.register(toy)
+
+
+class ToyCells(Study):
+    """Two cells, and a plan that says which it was given."""
+
+    name = "toy_cells"
+
+    def cells(self, params):
+        return [cell(study=self.name, framework=fw) for fw in ("torch", "jax")]
+
+    def plan(self, ctx, spec):
+        return f"plan of {spec.framework}"
+
+
+def test_with_axis_adds_a_variant_axis_to_a_study_in_the_callers_module():
+    """What a benchmark measures beside a study (its twins, its allocators): each
+    cell in the values the axis gives it, none dropping it; the new axis' plans
+    made from the study's own; workers find it in the caller's file."""
+    from pathlib import Path
+
+    from fwcompare.studies.base import module_file, with_axis
+
+    seen = []
+
+    def plan(make, spec):
+        seen.append(spec.framework)
+        return f"{make()} in {spec.copies}"
+
+    axis = Axis("copies", 1, label=" x{copies}")
+    study = with_axis(ToyCells(), axis, lambda c: (1, 2) if c.framework == "torch" else (),
+                      __name__, plan, figures=("copy_s",))
+    studies.register(study)
+    try:
+        assert study.name == "toy_cells_copies" and study.axes[-1] == axis
+        assert "copy_s" in study.columns.figures
+        got = study.cells({})
+        assert [(c.framework, c.copies) for c in got] == [("torch", 1), ("torch", 2)]
+        assert got[0].cell_id != got[1].cell_id
+        assert study.plan(None, got[1]) == "plan of torch in 2" and seen == ["torch"]
+        assert Path(module_file(study)) == Path(__file__).resolve()
+    finally:
+        studies.unregister(study.name)
+    plain = studies.register(with_axis(ToyCells(), axis, lambda c: (1,), __name__,
+                                       name="toy_cells_plain"))
+    try:
+        assert plain.name == "toy_cells_plain"
+        assert plain.plan(None, plain.cells({})[0]) == "plan of torch"
+    finally:
+        studies.unregister(plain.name)

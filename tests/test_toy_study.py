@@ -11,7 +11,7 @@ from fwcompare import params, run_study, studies, tables
 from fwcompare.cell import CellPlan
 from fwcompare.params import TIMING, Param, grid_params, one_of, positive, replace_param
 from fwcompare.spec import Axis
-from fwcompare.studies.base import Study
+from fwcompare.studies.base import Study, with_axis
 
 pytestmark = pytest.mark.slow  # it starts worker processes
 
@@ -81,20 +81,18 @@ class ToyStudy(Study):
                         provenance={"mode_setup": f"np.{spec.mode}"})
 
 
-class TwinToy(ToyStudy):
-    """The toy with a variant axis of its own: each cell twice, as twins a and
-    b that differ in that axis only (as the error-rate benchmark's twins)."""
-
-    name = "toy_matmul_twins"
-    axes = (Axis("twin", "a", label=" {twin}"),)
-
-    def cells(self, params):
-        return [dataclasses.replace(c, axes={"twin": t}) for c in super().cells(params)
-                for t in ("a", "b")]
-
-
 STUDY = ToyStudy()  # what a worker process imports this file for
-TWINS = TwinToy()
+
+
+def _twin_plan(make, spec):
+    plan = make()
+    return dataclasses.replace(plan, provenance={"mode_setup": f"np.{spec.mode} ({spec.twin})"})
+
+
+# The toy with a variant axis of its own: each cell twice, as twins a and b that
+# differ in that axis only (as the error-rate benchmark's twins).
+TWINS = with_axis(STUDY, Axis("twin", "a", label=" {twin}"), lambda c: ("a", "b"), __name__,
+                  _twin_plan, name="toy_matmul_twins")
 OTHER = ToyStudy()  # a second study, for the round passes of several studies
 OTHER.name = "toy_matmul_other"
 
@@ -496,3 +494,6 @@ def test_variants_that_differ_in_an_axis_alone_are_lanes_of_their_own(tmp_path, 
     jobs = {f.name.split("-toy")[0] for f in (tmp_path / "results" / "work" / "jobs")
             .glob("numpy-*.json")}
     assert jobs == {"numpy-matmul", "numpy-matmul-b", "numpy-einsum", "numpy-einsum-b"}, jobs
+    # each twin's plan came through the axis' own hook (studies.base.with_axis), in its worker
+    assert set(df["mode_setup"]) == {f"np.{m} ({t})" for m in ("matmul", "einsum")
+                                     for t in ("a", "b")}, df["mode_setup"]

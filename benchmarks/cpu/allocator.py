@@ -47,10 +47,11 @@ import fwcompare
 from fwcompare import memory, studies
 from fwcompare.env import hardware_line, manifest
 from fwcompare.paths import OUTPUTS, PARAMS
-from fwcompare.results import Columns, load_results
+from fwcompare.results import load_results
 from fwcompare.schema import read_yaml
 from fwcompare.spec import Axis
 from fwcompare.stats import geomean_ratio_ci, rounds_median_ci
+from fwcompare.studies.base import with_axis
 from fwcompare.tables import samples_by_cell
 
 MALLOC = Axis("malloc", "glibc", label=" malloc={malloc}")
@@ -80,26 +81,19 @@ def counting_faults(plan):
 
 
 def allocators_of(base):
-    """The training study with the ``malloc`` axis: PyTorch eager in both
+    """The study ``base`` with the ``malloc`` axis: PyTorch eager in both
     variants, the other frameworks as they are."""
 
-    class Allocators(type(base)):
-        name = f"{base.name}_malloc"
-        axes = (*base.axes, MALLOC)
-        columns = base.columns + Columns(figures=("faults_per_call",))
+    def allocators(c):
+        return ("glibc", "reuse") if c.framework == "torch" else ("glibc",)
 
-        def cells(self, params):
-            return [dataclasses.replace(c, axes={**dict(c.axes), "malloc": m})
-                    for c in super().cells(params)
-                    for m in (("glibc", "reuse") if c.framework == "torch" else ("glibc",))]
+    def plan(make, spec):  # the thresholds set before the model is built
+        if spec.malloc == "reuse" and not memory.reuse_freed_memory():
+            raise RuntimeError("glibc's mallopt refused the thresholds")
+        p = make()
+        return p if p.skip else counting_faults(p)
 
-        def plan(self, ctx, spec):
-            if spec.malloc == "reuse" and not memory.reuse_freed_memory():
-                raise RuntimeError("glibc's mallopt refused the thresholds")
-            plan = super().plan(ctx, spec)
-            return plan if plan.skip else counting_faults(plan)
-
-    return Allocators()
+    return with_axis(base, MALLOC, allocators, __name__, plan, figures=("faults_per_call",))
 
 
 # what a worker process imports this file for (studies.load finds them by name)

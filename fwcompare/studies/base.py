@@ -42,6 +42,7 @@ how cells share processes; worker-side hooks say what one cell is.
 """
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -275,6 +276,37 @@ class Study:
 
     def plan(self, ctx: "WorkerContext", spec: RunSpec) -> "CellPlan":
         raise NotImplementedError(f"{type(self).__name__} does not say how to measure a cell")
+
+
+def with_axis(base: Study, axis: Axis, values, module: str, plan=None,
+              figures: tuple[str, ...] = (), name: str = "") -> Study:
+    """``base`` with one cell axis more, named ``name`` (``<base>_<axis>``): how
+    a benchmark measures variants that a study does not have (``benchmarks/error_rates.py``'s
+    twins, ``benchmarks/cpu/allocator.py``'s allocators). ``values(cell)``: the
+    axis' values that ``base``'s cell takes (each a cell of its own; none
+    leaves the cell out). ``plan(make, spec)``: a cell's plan in its value, where
+    ``make()`` builds ``base``'s (default: ``base``'s as it is). ``figures``: the
+    result columns those plans add. ``module``: the caller's ``__name__``,
+    whose file a worker process imports to find the study (:func:`module_file`):
+    hold the study at its top level there."""
+
+    class WithAxis(type(base)):
+        axes = (*base.axes, axis)
+        columns = base.columns + Columns(figures=tuple(figures))
+
+        def cells(self, params):
+            return [dataclasses.replace(c, axes={**dict(c.axes), axis.name: v})
+                    for c in super().cells(params) for v in values(c)]
+
+        def plan(self, ctx, spec):
+            def make():
+                return super(WithAxis, self).plan(ctx, spec)
+            return make() if plan is None else plan(make, spec)
+
+    WithAxis.name = name or f"{base.name}_{axis.name}"
+    WithAxis.__module__ = module
+    WithAxis.__qualname__ = WithAxis.__name__ = f"{type(base).__name__}With{axis.name.title()}"
+    return WithAxis()
 
 
 def module_file(study: Study) -> str:
