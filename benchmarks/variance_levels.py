@@ -35,7 +35,6 @@ Usage: .venv/bin/python benchmarks/variance_levels.py REPORT [REPORT ...]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -48,6 +47,7 @@ import fwcompare
 from fwcompare import claims as claims_mod
 from fwcompare.env import hardware_line, manifest
 from fwcompare.judging import claim_samples
+from fwcompare.results import time_breakdowns
 from fwcompare.stats import Levels, median_se_factor, t_quantile, variance_levels
 
 TURN_PHASES = ("timing samples", "settle between blocks")
@@ -60,8 +60,8 @@ def level_costs(study_dir: Path, samples: pd.DataFrame) -> tuple[float, float]:
     """(seconds of a round besides its turns, seconds of a turn) of one set,
     averaged over a study's sets from its time breakdown; NaN without one."""
     spent = {}
-    for f in (study_dir / "results").glob("time_breakdown_*.json"):
-        for phase, s in json.loads(f.read_text()).items():
+    for run in time_breakdowns(study_dir / "results").values():
+        for phase, s in run.items():
             spent[phase] = spent.get(phase, 0.0) + s
     if samples.empty or not spent:
         return math.nan, math.nan

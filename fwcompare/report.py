@@ -39,7 +39,7 @@ from .host import BUSY_HOST, host_load
 from .params import (ParamsError, describe_overrides, overridden_profile, overrides_by_study,
                      read_yaml, with_overrides)
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
-from .results import ResultStore
+from .results import ResultStore, time_breakdowns
 from .peak import PHASE as PEAK_PHASE
 from .studies import STUDIES
 
@@ -339,8 +339,7 @@ def time_breakdown(out_root: Path, times: dict[str, float], total: float,
         phases[name] = phases.get(name, 0.0) + seconds
     for study, seconds in times.items():
         runner_total = 0.0
-        for f in sorted((out_root / study / "results").glob("time_breakdown_*.json")):
-            run = json.loads(f.read_text())
+        for run in time_breakdowns(out_root / study / "results").values():
             total_of_run = run.pop("total", 0.0)
             runner_total += total_of_run
             for name, sec in run.items():

@@ -377,3 +377,15 @@ def record_run(store_dir: Path, task: str, run_id: str, cells: int, seconds: flo
                {"run_id": run_id, "cells": cells, "seconds": round(seconds, 3),
                 "device": device, "cpu_model": cpu_model,
                 "date": time.strftime("%Y-%m-%d")})
+
+
+# Where each run of a task spent its time, seconds per phase and its ``total``
+# (the runner writes it; the report's time breakdown and benchmarks read it).
+BREAKDOWN = "time_breakdown_{task}.json"
+
+
+def time_breakdowns(store_dir: Path) -> dict[str, dict[str, float]]:
+    """The stored time breakdowns of one study's results folder, by task."""
+    prefix, suffix = BREAKDOWN.split("{task}")
+    return {f.name[len(prefix):-len(suffix)]: json.loads(f.read_text())
+            for f in sorted(Path(store_dir).glob(BREAKDOWN.format(task="*")))}

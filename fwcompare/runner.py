@@ -54,7 +54,7 @@ from .launch import (describe_exit, fresh_compile_cache, fresh_tmpdir, last_erro
                      log_tail, use_compile_cache)
 from .schema import timing_config
 from .paths import ROOT
-from .results import ResultStore, make_row, record_run
+from .results import BREAKDOWN, ResultStore, make_row, record_run
 from .schedules import sequential
 from .spec import RunSpec
 from .studies.base import Study, module_file
@@ -562,7 +562,7 @@ class Runner:
             measured = self.passes.cells[self.task] = (self.passes.cells.get(self.task, 0)
                                                        + self.done - self.done_before)
             if not idle:
-                write_json(self.store.dir / f"time_breakdown_{self.task}.json", self.phases)
+                write_json(self.store.dir / BREAKDOWN.format(task=self.task), self.phases)
             if measured:  # a run that measured nothing keeps the last record
                 record_run(self.store.dir, self.task, self.run_id, measured,
                            self.phases["total"], self.params["device"],

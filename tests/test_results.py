@@ -148,3 +148,15 @@ def test_samples_know_the_turns_they_were_taken_in():
     assert old.groupby("cell_id")["turns"].first()["a"] == old.groupby(
         "cell_id")["turns"].first()["b"]
     assert with_turns(samples.iloc[:0], rows).empty
+
+
+def test_time_breakdowns_are_read_by_task_as_the_runner_wrote_them(tmp_path):
+    from fwcompare.atomic import write_json
+    from fwcompare.results import BREAKDOWN, time_breakdowns
+
+    write_json(tmp_path / BREAKDOWN.format(task="train"), {"timing samples": 2.0, "total": 3.0})
+    write_json(tmp_path / BREAKDOWN.format(task="largest_batch"), {"total": 1.5})
+    write_json(tmp_path / "last_run_train.json", {"seconds": 3.0})  # not a breakdown
+    assert time_breakdowns(tmp_path) == {"largest_batch": {"total": 1.5},
+                                         "train": {"timing samples": 2.0, "total": 3.0}}
+    assert time_breakdowns(tmp_path / "absent") == {}
