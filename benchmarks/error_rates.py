@@ -107,7 +107,8 @@ def twins_of(base):
     fw, mode, b, s = CELLS[base.name]
 
     def twins(c):
-        return SLOWDOWN if (c.framework, c.mode, c.batch_size, c.seq_len) == (fw, mode, b, s) else ()
+        picked = (c.framework, c.mode, c.batch_size, c.seq_len) == (fw, mode, b, s)
+        return SLOWDOWN if picked else ()
 
     def plan(make, spec):
         p, share = make(), SLOWDOWN[spec.twin]

@@ -497,7 +497,7 @@ def merge(out: Path | str, shard_dirs: list[Path | str]) -> Merged:
     ShardError, with every problem named and nothing written, when they do
     not make one run."""
     from . import studies  # noqa: F401 (registers the cell axes a row's spec is read with)
-    from .results import BREAKDOWN, ResultStore
+    from .results import BREAKDOWN, RECORD, ResultStore
 
     if not shard_dirs:
         raise ShardError("merge: no shard folders given")
@@ -532,9 +532,9 @@ def merge(out: Path | str, shard_dirs: list[Path | str]) -> Merged:
         names = sorted({p.name for f in folders for p in f.store.glob("*.json")})
         for name in names:
             files = [f.store / name for f in folders if (f.store / name).is_file()]
-            if name.startswith(BREAKDOWN.split("{")[0]):  # seconds per phase, all machines together
+            if name.startswith(BREAKDOWN.split("{task}")[0]):  # seconds per phase, all machines
                 write_json(tmp / name, _sum_json(files, None))
-            elif name.startswith("last_run_"):  # estimate.py: seconds per measurement
+            elif name.startswith(RECORD.split("{task}")[0]):  # estimate.py: seconds per measurement
                 write_json(tmp / name, _sum_json(files, ("cells", "seconds")))
         write_json(tmp / MERGED_FILE, [
             {"shard": f"{f.info['shard']}/{f.info['count']}", "folder": str(f.given.resolve()),

@@ -118,3 +118,21 @@ def test_keep_inductor_globals_links_only_a_workers_own_temporary_directory(tmp_
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # no compile cache: nothing to follow
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / f"{TMPDIR_PREFIX}x"))
     assert keep_inductor_globals() is None
+
+
+def test_keep_inductor_globals_with_a_relative_cache_and_a_rank_that_linked_first(
+        tmp_path, monkeypatch):
+    import tempfile
+
+    from fwcompare.frameworks.torch.backend import keep_inductor_globals
+
+    env = _worker_env(tmp_path, "w")
+    monkeypatch.chdir(tmp_path)  # `run --out myrun`: the cache named from the worker's cwd
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "cache")
+    monkeypatch.setattr(tempfile, "tempdir", env["TMPDIR"])
+    link = keep_inductor_globals()
+    assert os.path.realpath(link) == str(tmp_path / "cache" / "inductor-globals")
+    assert os.path.isdir(link), "the link dangles"
+    # another rank of the launch saw no link and made it between the check and the symlink
+    monkeypatch.setattr(os.path, "lexists", lambda p: False)
+    assert keep_inductor_globals() is None and os.path.isdir(link)

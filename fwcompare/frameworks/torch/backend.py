@@ -53,17 +53,23 @@ def keep_inductor_globals() -> str | None:
 
     Inductor puts its precompiled C++ headers in ``default_cache_dir()``, the
     system temporary directory's ``torchinductor_<user>``, not in
-    ``TORCHINDUCTOR_CACHE_DIR`` ("these headers need to be global, rather than
-    ignored by fresh_inductor_cache": ``torch._inductor.codecache._HEADER_DIR``,
-    pytorch/pytorch#144002). A worker's temporary directory is its own and
-    goes with it, so every worker compiled those headers again even where its
-    compiled graphs came from round 0's cache: a round after the first spent
-    9.5-9.8 s on torch.compile's first call at batch 1 against 3.0 s for a
-    process that keeps the headers (DistilBERT, 2-core AMD EPYC, 2026-11-28;
-    py-spy put the difference in ``_precompile_header``'s g++). Linked, the
-    headers share the compile cache's life: round 0 builds them cold, as a new
-    user's first compile does, and later rounds read them, as they read its
-    graphs."""
+    ``TORCHINDUCTOR_CACHE_DIR``: they are global by design, kept even by a fresh
+    cache (``torch._inductor.codecache._HEADER_DIR``, pytorch/pytorch#144002).
+    A worker's temporary directory is its own and goes with it, so every worker
+    compiled those headers again even where its compiled graphs came from round
+    0's cache: torch.compile's first call at 1 x 64 took 6.8-7.3 s in rounds 1
+    and 2 of the acceleration study's quick run, 2.4 s with the link
+    (DistilBERT, 2-core AMD EPYC, commits 3d04b90 and 8bd6853, 2026-11-28:
+    docs/measurements.md; py-spy put the difference in
+    ``_precompile_header``'s g++). Linked, the headers share the compile
+    cache's life: round 0 builds them cold, as a new user's first compile
+    does, and later rounds read them, as they read its graphs.
+
+    Inductor reads the place once, when ``torch._inductor.codecache`` is first
+    imported: this must run before (a worker imports it with its first
+    compile; the fork server's preload does not import it). The ranks of one
+    launch share a temporary directory and configure at once: the one that
+    links second finds the link made."""
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if not cache:
         return None
@@ -75,9 +81,13 @@ def keep_inductor_globals() -> str | None:
     if (not os.path.basename(os.path.dirname(link)).startswith(TMPDIR_PREFIX)
             or os.path.lexists(link)):
         return None
-    target = os.path.join(cache, "inductor-globals")
+    # absolute: a link's relative target is read from the link's own folder
+    target = os.path.abspath(os.path.join(cache, "inductor-globals"))
     os.makedirs(target, exist_ok=True)
-    os.symlink(target, link)
+    try:
+        os.symlink(target, link)
+    except FileExistsError:  # another rank of the launch linked it first
+        return None
     return link
 
 
