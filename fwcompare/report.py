@@ -229,6 +229,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
                                     log=None if progress else _failures_only)
     for study in failed:  # its notebook runs it again and keeps the error
         print(f"{study}: the measurement failed; its notebook runs it again", file=sys.stderr)
+    # Where the measuring went, read now: a notebook that measures a failed cell
+    # again writes its own run's breakdown over the measurement's.
+    measured_runs = {study: time_breakdowns(out_root / study / "results") for study in times}
     # 2. The notebooks (tables, figures, HTML), a few at a time: they only read
     # what step 1 stored, so measuring is over when they share the CPU. 3. The
     # scorecard judges whatever results are stored: beside them, first (the
@@ -270,7 +273,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
             parts.append(f"scorecard {_mmss(summary_s)}")
         say("times: " + ", ".join(parts) + f"; report {_mmss(time.perf_counter() - t_all)}")
         breakdown = time_breakdown(out_root, times, time.perf_counter() - t_all,
-                                   notebooks_s + summary_s)
+                                   notebooks_s + summary_s, runs=measured_runs)
         breakdown.to_csv(out_root / "time_breakdown.csv", index=False)
         say(format_breakdown(breakdown))
         say(host_line(out_root, list(times)))
@@ -328,18 +331,22 @@ NOTEBOOK_PHASE = "notebooks (kernel, tables, figures, HTML)"
 
 
 def time_breakdown(out_root: Path, times: dict[str, float], total: float,
-                   notebooks_s: float = 0.0) -> pd.DataFrame:
+                   notebooks_s: float = 0.0,
+                   runs: dict[str, dict[str, dict[str, float]]] | None = None) -> pd.DataFrame:
     """Where a report's time went: the runners' phases of every study that
-    ran (results/time_breakdown_<task>.json), the rest of each study's
-    measuring, the notebooks (``notebooks_s``, wall time: several run at
-    once) and the report's own work."""
+    ran (``runs``: ``results.time_breakdowns`` of each study as its measuring
+    left them; default: as stored now), the rest of each study's measuring,
+    the notebooks (``notebooks_s``, wall time: several run at once) and the
+    report's own work."""
     phases: dict[str, float] = {}
 
     def add(name: str, seconds: float) -> None:
         phases[name] = phases.get(name, 0.0) + seconds
     for study, seconds in times.items():
         runner_total = 0.0
-        for run in time_breakdowns(out_root / study / "results").values():
+        study_runs = (runs[study] if runs is not None
+                      else time_breakdowns(out_root / study / "results"))
+        for run in map(dict, study_runs.values()):
             total_of_run = run.pop("total", 0.0)
             runner_total += total_of_run
             for name, sec in run.items():

@@ -89,3 +89,44 @@ def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_time_breakdown_keeps_the_measurements_over_a_notebooks_retry(tmp_path,
+                                                                           monkeypatch):
+    """A study's notebook that measures a failed cell again writes its own run's
+    time breakdown over the measurement's: the report's breakdown is the
+    measurement's (it once counted a distributed study's launches as "study,
+    other" so)."""
+    import json
+
+    import pandas as pd
+
+    from fwcompare.atomic import write_json
+    from fwcompare.results import BREAKDOWN
+
+    out = tmp_path / "out" / "smoke"
+    stored = out / "inference_sweep" / "results" / BREAKDOWN.format(task="inference")
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("profile = 'x'\noutput_dir = ''",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell(  # the retry's run: one cell, 2 s
+                    f"import json\nopen({str(stored)!r}, 'w').write(json.dumps("
+                    "{'timing samples': 1.0, 'total': 2.0}))")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, nbdir / "inference_sweep.ipynb")
+    monkeypatch.setattr(report, "NOTEBOOKS", nbdir)
+
+    def measure(runs, **kw):
+        write_json(stored, {"timing samples": 80.0, "total": 100.0})
+        return {"inference_sweep": 100.0}, {}
+    monkeypatch.setattr(report, "run_studies", measure)
+    with pytest.raises(report.ReportError):  # the scorecard's notebook is not in nbdir
+        report.build("smoke", out_root=tmp_path / "out", studies=["inference_sweep"])
+    assert json.loads(stored.read_text())["total"] == 2.0  # the notebook wrote over it
+    phases = pd.read_csv(out / "time_breakdown.csv").set_index("phase")["seconds"]
+    assert phases["timing samples"] == 80.0
+    assert phases["runner, other (process exits, scheduling)"] == 20.0
+    assert phases["study, other (params, plan, loading results)"] == 0.0
