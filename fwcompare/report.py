@@ -395,7 +395,12 @@ def host_line(out_root: Path, studies: list[str]) -> str:
 
 
 def _mmss(seconds: float) -> str:
-    return f"{int(seconds // 60)}:{seconds % 60:04.1f}" if seconds >= 60 else f"{seconds:.1f} s"
+    """Minutes and seconds to a tenth, rounded before they split (299.96 s is
+    5:00.0, not 4:60.0)."""
+    if round(seconds, 1) < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds, 1), 60)
+    return f"{int(minutes)}:{rest:04.1f}"
 
 
 def _unchanged(name: str, out: Path, digest: str) -> bool:

@@ -130,3 +130,11 @@ def test_the_time_breakdown_keeps_the_measurements_over_a_notebooks_retry(tmp_pa
     assert phases["timing samples"] == 80.0
     assert phases["runner, other (process exits, scheduling)"] == 20.0
     assert phases["study, other (params, plan, loading results)"] == 0.0
+
+
+def test_report_times_round_before_they_split_into_minutes():
+    # a quick report printed "distributed 4:60.0" for 299.96 s
+    assert report._mmss(299.96) == "5:00.0"
+    assert report._mmss(59.96) == "1:00.0"
+    assert report._mmss(59.94) == "59.9 s"
+    assert report._mmss(1656.1) == "27:36.1"
