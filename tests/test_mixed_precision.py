@@ -122,3 +122,31 @@ def test_torch_float16_training_scales_the_loss(tmp_path):
         assert math.isnan(scale) if dtype == "float32" else scale == 2.0 ** 16
     assert np.isfinite(losses["float16"]).all()
     assert losses["float16"][0] == pytest.approx(losses["float32"][0], rel=1e-2)
+
+
+@pytest.mark.parametrize("initial, skips", [(2.0 ** 40, True), (2.0 ** 10, False)])
+def test_jax_float16_training_skips_a_step_whose_gradients_overflow(tmp_path, monkeypatch,
+                                                                    initial, skips):
+    """jmp's dynamic loss scale in JAX's jitted step: a loss scaled past
+    float16's range overflows the gradients, and the step keeps its
+    parameters (the same batch gives the same loss again) and halves the
+    scale; a scale in range updates them and keeps the scale."""
+    from fwcompare import models
+    from fwcompare.frameworks.jax import backend as jb
+
+    monkeypatch.setattr(jb, "INITIAL_LOSS_SCALE", initial)
+    wdir = models.weights_dir("tiny-bert", 0, cache=tmp_path, head="seq_cls")
+    opt = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+           "weight_decay": 0.0}
+    ids = np.random.default_rng(0).integers(5, 1000, size=(2, 16))
+    step = jb.make_train_step(jb.load(wdir, "cpu", "seq_cls", "float16"), "jit", "cpu", opt,
+                              "seq_cls", dtype="float16")
+    batch = jb.make_batch(ids, np.array([0, 1]), "cpu")
+    losses = [float(step(batch)) for _ in range(3)]
+    assert np.isfinite(losses).all()
+    if skips:
+        assert losses[0] == losses[1] == losses[2]
+        assert step.loss_scale() == initial / 8
+    else:
+        assert losses[2] < losses[1] < losses[0]
+        assert step.loss_scale() == initial

@@ -268,14 +268,20 @@ def _train_function(model, opt: dict, head: str, accumulation_steps: int = 1,
             total = total / accumulation_steps
         if reduce is not None:
             grads, total = reduce(grads, total)
-        updates, new_opt = tx.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-        if scaled:  # skip the update when the gradients overflowed
-            finite = jmp.all_finite(grads)
-            scale = scale.adjust(finite)
-            new_params, new_opt = jmp.select_tree(finite, (new_params, new_opt),
-                                                  (params, opt_state))
-        return new_params, new_opt, scale, total
+
+        def update(_):
+            updates, new_opt = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), new_opt
+
+        if not scaled:
+            return *update(None), scale, total
+        # A step whose gradients overflowed keeps the old parameters and state
+        # (a branch, as optax.apply_if_finite does, not jmp.select_tree of new
+        # and old: that keeps both alive, and MiniLM's float16 step on a 2-core
+        # Xeon compiled in 18.1 s and ran in 180 ms, against 5.8 s and 125 ms).
+        finite = jmp.all_finite(grads)
+        new_params, new_opt = jax.lax.cond(finite, update, lambda _: (params, opt_state), None)
+        return new_params, new_opt, scale.adjust(finite), total
     return tx, train
 
 
