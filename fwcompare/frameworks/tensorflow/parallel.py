@@ -57,7 +57,7 @@ class Mirrored(Engine):
         auto = auto_class("TF", weights_dir, head)
         with strategy.scope():
             self.model = model = be._from_pretrained(auto, weights_dir)
-            optimizer = be._adamw(opt)
+            optimizer = be._adamw(opt, model.trainable_variables)
         variables = model.trainable_variables
         world = self.world
 
@@ -215,7 +215,7 @@ class ParameterServer(Engine):
         auto = auto_class("TF", weights_dir, head)
         with strategy.scope():
             self.model = model = be._from_pretrained(auto, weights_dir)
-            optimizer = be._adamw(opt)
+            optimizer = be._adamw(opt, model.trainable_variables)
             accum = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
                                  name=f"accum_{i}") for i, v in enumerate(model.trainable_variables)]
         variables = model.trainable_variables
