@@ -135,11 +135,17 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # (6 layers, 200 steps) took 72 and 84 s against Trainer's 6 s (about 140 s a
 # base-sized model); on the 2-core Xeon's quick reports Keras fit's run of MiniLM
 # (6 layers) 17.8 s and the Flax loop's 6.9 s against Trainer's 4.3 s (about 16 s).
+# A data-parallel launch (``Study.launch_key``) beyond its sampling: its processes,
+# rendezvous, builds, first step (TensorFlow's traced cold in every launch), agreement
+# steps, timed all-reduce, memory pass, and steps slower than max_time_s (min_iters):
+# the quick report of f85354c on the 2-core Xeon without AMX flags (2026-11-28), 11
+# launches of distilbert (6 layers) in 273 s, about 42 s each at base size; not measured
+# on GPUs (one GPU runs none), where the CPU's figure stands.
 FIXED_S = {
     "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3,
-            "prepare": 10.0, "process": 4.6, "run_compiles": 140.0},
+            "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0},
     "cpu": {"start": 10.0, "build": 3.0, "traced": 8.0, "cached": 2.0, "eager": 0.5,
-            "prepare": 2.0, "process": 8.6, "run_compiles": 16.0},
+            "prepare": 2.0, "process": 8.6, "run_compiles": 16.0, "launch": 40.0},
 }
 
 
@@ -190,9 +196,12 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     from its compile cache), an eager call's otherwise. With ``study``, also
     the references each (model, task) prepares, the fresh processes a cell
     starts beyond its lane (``Study.processes``: a largest-batch search's
-    tries, which stand for the cell's own build and first call), and a whole
-    run's process and cold compiles in every round (``Study.whole_run``).
-    Returns the seconds and a line naming the parts."""
+    tries, which stand for the cell's own build and first call), a whole
+    run's process and cold compiles in every round (``Study.whole_run``), and
+    a launch's processes, build, cold compile, agreement steps, timed
+    all-reduce and memory pass (``Study.launch_key``: its cells' builds and
+    first calls are the launch's). Returns the seconds and a line naming the
+    parts."""
     if not todo:
         return 0.0, "nothing to run"
     cost = FIXED_S.get(device, FIXED_S["cpu"])
@@ -200,7 +209,9 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     extra = {c: study.processes(c) if study is not None else 0 for c in todo}
     runs = [c for c in todo if study is not None and study.whole_run(c)]
     compiling = [c for c in runs if _traces(c)]  # cold in every round
-    alone = set(runs)
+    launch = {c: study.launch_key(c) if study is not None else None for c in todo}
+    launches = {k: scale[c.spec.model] for c, k in launch.items() if k is not None}
+    alone = set(runs) | {c for c, k in launch.items() if k is not None}
     own = [c for c in todo if not extra[c] and c not in alone]  # a lane's worker runs them
     variants = {(*_variant(c), c.round) for c in own}
     first_round = {}
@@ -218,6 +229,7 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     seconds += sum(cost["process"] * n * scale[c.spec.model] for c, n in extra.items())
     seconds += sum(cost["process"] * scale[c.spec.model] for c in runs)
     seconds += sum(cost["run_compiles"] * scale[c.spec.model] for c in compiling)
+    seconds += sum(cost["launch"] * size for size in launches.values())
     pairs = {(c.spec.model, c.spec.task) for c in todo} if study is not None else set()
     seconds += sum(cost["prepare"] * scale[m] for m, _ in pairs)
     more = (f", {len(pairs)} reference set{'s' if len(pairs) != 1 else ''} prepared"
@@ -225,6 +237,8 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     if runs:
         more += (f", {len(runs)} whole run{'s' if len(runs) != 1 else ''} "
                  f"({len(compiling)} compiling cold)")
+    if launches:
+        more += f", {len(launches)} launch{'es' if len(launches) != 1 else ''}"
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
                      f"{kinds['traced']} compiles, {kinds['cached']} cached and "
                      f"{kinds['eager']} eager first calls{more} ({device} figures of "

@@ -142,3 +142,29 @@ def test_a_whole_run_costs_its_process_and_cold_compiles_in_every_round(tmp_path
     est = estimate(study, dict(p, loaders={}, fed={}, rounds_for="all"), tmp_path)
     assert est.planned == 9
     assert est.low_seconds == est.seconds == pytest.approx(seconds)
+
+
+def test_a_launch_costs_its_processes_build_and_cold_compile_in_every_round():
+    """A distributed cell runs in a launch of fresh processes of its own (one
+    per engine, worker count and round): the estimate counts each launch once,
+    at its model's size, and no lane's build or first call for its cells;
+    their sampling stays."""
+    from fwcompare.estimate import FIXED_S, _size, fixed_costs
+    from fwcompare.job import CellRef
+    from fwcompare.runner import planned_cells
+
+    study = STUDIES["distributed"]
+    p = load_file(PARAMS / "distributed" / "quick.yaml", "distributed")
+    specs = study.cells(p)
+    todo = planned_cells(study, p, specs, {"torch/eager", "torch/ddp-fp16",
+                                           "tensorflow/graph", "tensorflow/ps"})
+    keys = {study.launch_key(c) for c in todo}
+    assert len(todo) == len(keys) == 11  # 7 launches in round 0, 4 in round 1
+    cost, scale = FIXED_S["cpu"], _size(specs[0].model)
+    seconds, text = fixed_costs(todo, "cpu", study)
+    assert seconds == pytest.approx(cost["start"] + cost["prepare"] * scale
+                                    + 11 * cost["launch"] * scale)
+    assert "0 builds, 0 compiles, 0 cached and 0 eager first calls" in text
+    assert text.count("11 launches") == 1
+    # a study whose cells run in its lanes' workers has no launches
+    assert STUDIES["training"].launch_key(todo[0]) is None

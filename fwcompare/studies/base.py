@@ -182,6 +182,15 @@ class Study:
         (``estimate.fixed_costs``): none by default."""
         return 0
 
+    def launch_key(self, ref):
+        """For a study whose cells run in launches of fresh processes of their
+        own (distributed: one per engine, worker count and round), what a
+        launch shares (its cells have the same key), as a run without an
+        earlier one to learn from expects them (``estimate.fixed_costs``:
+        each launch starts its processes, builds its model and compiles cold);
+        None (the default): the cell runs in its lane's worker."""
+        return None
+
     def whole_run(self, ref) -> bool:
         """Whether a cell is a whole run in a fresh process of its own that
         compiles cold in every round (``estimate.fixed_costs`` counts its start

@@ -209,6 +209,11 @@ class Distributed(Study):
         profile, 2026-11-27: round 2's four such launches took 54 of its 139 s.)"""
         return spec.scaling != "strong" or spec.workers == max(params["workers"])
 
+    def launch_key(self, ref):
+        """One launch per engine, worker count and round (``groups``)."""
+        s = ref.spec
+        return (s.model, s.framework, s.mode, s.workers, ref.round)
+
     def machine_problem(self, params):
         """On GPUs a rank takes a GPU of its own (NCCL refuses two ranks on one
         device): a host with fewer GPUs than its most ranks runs none of the
