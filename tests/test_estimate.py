@@ -150,7 +150,6 @@ def test_a_launch_costs_its_processes_build_and_cold_compile_in_every_round():
     at its model's size, and no lane's build or first call for its cells;
     their sampling stays."""
     from fwcompare.estimate import FIXED_S, _size, fixed_costs
-    from fwcompare.job import CellRef
     from fwcompare.runner import planned_cells
 
     study = STUDIES["distributed"]
