@@ -139,8 +139,8 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # rendezvous, builds, first step (TensorFlow's traced cold in every launch), agreement
 # steps, timed all-reduce, memory pass, and steps slower than max_time_s (min_iters):
 # the quick report of f85354c on the 2-core Xeon without AMX flags (2026-11-28), 11
-# launches of distilbert (6 layers) in 273 s, about 42 s each at base size; not measured
-# on GPUs (one GPU runs none), where the CPU's figure stands.
+# launches of distilbert (6 layers) in 273 s: 40 s each at base size puts the estimate's
+# upper end there. Not measured on GPUs (one GPU runs none): the CPU's figure stands.
 FIXED_S = {
     "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3,
             "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0},
