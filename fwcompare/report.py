@@ -315,7 +315,7 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     return (f"estimate for the report of {what}: {_mmss(low + after[0])} to "
             f"{_mmss(high + after[1])}: measurements {span}"
             + (f" ({', '.join(bare)}: no earlier run here, so from its parts: sampling, "
-               "imports, builds, first calls, references, tries and whole runs" if bare
+               "imports, builds, first calls, references, tries, whole runs and launches" if bare
                else " (each study's last run here")
             + (f"; up to {_mmss(extra)} of extra rounds for doubtful claims)" if extra
                else ")")

@@ -84,8 +84,9 @@ def main() -> None:
                                  capture_output=True, text=True, check=True).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"{variant:6}  first call {r['first_s']:6.2f} s  step {r['step_s'] * 1e3:6.1f} ms "
-                  f"(median of {a.steps})  loss scale {r['loss_scale']:g}", flush=True)
+            print(f"{variant:6}  first call {r['first_s']:6.2f} s  step "
+                  f"{r['step_s'] * 1e3:6.1f} ms (median of {a.steps})  loss scale "
+                  f"{r['loss_scale']:g}", flush=True)
     med = {}
     for variant in VARIANTS:
         got = [r for r in rows if r["variant"] == variant]
@@ -95,8 +96,8 @@ def main() -> None:
               f"[{span['first_s'][0]:.2f}, {span['first_s'][1]:.2f}], step "
               f"{med[variant]['step_s'] * 1e3:.1f} ms [{span['step_s'][0] * 1e3:.1f}, "
               f"{span['step_s'][1] * 1e3:.1f}] (median and range of {len(got)} processes)")
-    print(f"select / branch: first call {med['select']['first_s'] / med['branch']['first_s']:.2f}x, "
-          f"step {med['select']['step_s'] / med['branch']['step_s']:.3f}x")
+    ratio = {k: med["select"][k] / med["branch"][k] for k in ("first_s", "step_s")}
+    print(f"select / branch: first call {ratio['first_s']:.2f}x, step {ratio['step_s']:.3f}x")
 
 
 if __name__ == "__main__":
