@@ -315,8 +315,8 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     return (f"estimate for the report of {what}: {_mmss(low + after[0])} to "
             f"{_mmss(high + after[1])}: measurements {span}"
             + (f" ({', '.join(bare)}: no earlier run here, so from its parts: sampling, "
-               "imports, builds, first calls, references, tries, whole runs and launches" if bare
-               else " (each study's last run here")
+               "imports, builds, first calls, references, tries, whole runs and launches"
+               if bare else " (each study's last run here")
             + (f"; up to {_mmss(extra)} of extra rounds for doubtful claims)" if extra
                else ")")
             + f", then notebooks and scorecard {_mmss(after[0])} to {_mmss(after[1])}")

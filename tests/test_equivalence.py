@@ -367,9 +367,9 @@ def test_tensorflow_traces_the_same_graph_without_autograph(tmp_path, monkeypatc
 def test_a_tensorflow_training_step_traces_once(tmp_path, monkeypatch, dtype, steps):
     """The optimizer's slots are made before the step's tf.function first
     runs: made inside it, at the first ``apply_gradients``, they made
-    tf.function trace the whole step a second time (its first call 6.2-7.0 s
-    against 3.7-3.9 s for MiniLM). Plain, float16 (the loss-scale optimizer
-    around AdamW) and an accumulation loop; and the step trains."""
+    tf.function trace the whole step a second time (methodology.md). Plain,
+    float16 (the loss-scale optimizer around AdamW) and an accumulation loop;
+    and the step trains."""
     import tensorflow as tf
 
     backend = get_backend("tensorflow")
