@@ -57,8 +57,8 @@ class Mirrored(Engine):
         auto = auto_class("TF", weights_dir, head)
         with strategy.scope():
             self.model = model = be._from_pretrained(auto, weights_dir)
-            optimizer = be._adamw(opt, model.trainable_variables)
-        variables = model.trainable_variables
+            variables = model.trainable_variables
+            optimizer = be._adamw(opt, variables)
         world = self.world
 
         def replica_step(ids, labels):
@@ -215,10 +215,10 @@ class ParameterServer(Engine):
         auto = auto_class("TF", weights_dir, head)
         with strategy.scope():
             self.model = model = be._from_pretrained(auto, weights_dir)
-            optimizer = be._adamw(opt, model.trainable_variables)
+            variables = model.trainable_variables
+            optimizer = be._adamw(opt, variables)
             accum = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
-                                 name=f"accum_{i}") for i, v in enumerate(model.trainable_variables)]
-        variables = model.trainable_variables
+                                 name=f"accum_{i}") for i, v in enumerate(variables)]
         world = self.world
 
         def push(ids, labels):
