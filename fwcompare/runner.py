@@ -147,7 +147,8 @@ def planned_cells(study: Study, params: dict, specs: list[RunSpec],
     ``claimed``: the variants a claim compares in this study, which the
     caller reads from the claims, ``claims.claimed_variants``, less the cells
     of them no claim reads: ``Study.repeats``). ``more``: that many
-    extra rounds after the params' (a doubtful claim's, ``run_studies``)."""
+    extra rounds after the params' (a doubtful claim's, ``run_studies``).
+    A cell takes the first ``Study.rounds_of`` of the params' rounds."""
     again = specs
     if params["rounds_for"] != "all":
         if claimed is None:
@@ -155,7 +156,8 @@ def planned_cells(study: Study, params: dict, specs: list[RunSpec],
                              f"claimed variants")
         again = [s for s in again if is_claimed(s, claimed) and study.repeats(s, params, claimed)]
     return [CellRef(s, r) for r in range(params["rounds"] + more)
-            for s in (specs if r == 0 else again)]
+            for s in (specs if r == 0 else again)
+            if r >= params["rounds"] or r < study.rounds_of(s, params)]
 
 
 class Passes:

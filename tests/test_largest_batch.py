@@ -106,7 +106,7 @@ def search_spec():
 
 def test_rounds_search_again_seeded_with_rows_of_their_own():
     spec = search_spec()
-    runner = FakeRunner({0: 70, 1: 70, 2: 66})
+    runner = FakeRunner({0: 70, 1: 70, 2: 66, 4: 66})
     memory.search(runner, spec.model, CellRef(spec, 0))
     first = dict(runner.rows)
     row0 = runner.rows[(spec.cell_id, 0)]
@@ -134,6 +134,12 @@ def test_rounds_search_again_seeded_with_rows_of_their_own():
     row2 = runner.rows[(spec.cell_id, 2)]
     assert (row2["largest_batch"], row2["oom_batch"]) == (66, 67)
     assert row2["fit_tries"] == len(tries2) <= 6
+
+    # an extra round after rounds it did not take (fit_rounds) starts from the
+    # latest search there was: round 2's
+    memory.search(runner, spec.model, CellRef(spec, 4))
+    assert [b for r, b in runner.made if r == 4][:2] == [66, 67]
+    assert "first tries: round 2's 66 and 67" in runner.rows[(spec.cell_id, 4)]["error"]
 
 
 class GpuRunner(FakeRunner):
@@ -204,10 +210,12 @@ def test_every_try_compiles_cold_in_every_round(tmp_path):
     assert (cache / "xla").is_dir()  # a technique's cells keep theirs
 
 
-def test_the_claims_searches_take_every_round_and_others_one():
-    """Quick params (rounds 3, rounds_for claims): pytorch-oom-first's two
-    searches (torch and tensorflow plain) search in every round; a search no
-    claim compares (a forward pass) in round 0 only."""
+def test_the_claims_searches_take_their_rounds_and_others_one():
+    """Quick params (rounds 3, fit_rounds 2, rounds_for claims):
+    pytorch-oom-first's two searches (torch and tensorflow plain) search in
+    rounds 0 and 1, and again in an extra round for a doubtful claim, while
+    the checkpointing claim's cells take all three; a search no claim
+    compares (a forward pass) in round 0 only."""
     from collections import Counter
 
     from fwcompare.claims import claimed_for, claimed_variants
@@ -223,8 +231,27 @@ def test_the_claims_searches_take_every_round_and_others_one():
                             claimed_for("memory", p))
     rounds = Counter((c.spec.framework, c.spec.mode) for c in planned
                      if c.spec.task == memory.SEARCH)
-    assert rounds[("torch", "plain")] == rounds[("tensorflow", "plain")] == p["rounds"] == 3
+    assert rounds[("torch", "plain")] == rounds[("tensorflow", "plain")] == p["fit_rounds"] == 2
     assert rounds[("torch", "forward")] == 1
+    assert {c.round for c in planned if c.spec.task == memory.SEARCH} == {0, 1}
+    timed = {c.round for c in planned if c.spec.task == "train" and c.spec.mode == "checkpointing"}
+    assert timed == set(range(p["rounds"])) == {0, 1, 2}
+    # an extra round comes after every cell's own: the searches take it too
+    more = planned_cells(STUDIES["memory"], p, STUDIES["memory"].cells(p),
+                         claimed_for("memory", p), more=1)
+    assert {c.round for c in more if c.spec.task == memory.SEARCH} == {0, 1, 3}
+    # every round, as before fit_rounds, where it is not set
+    p0 = params.validate("memory", {**p.to_dict(), "fit_rounds": 0})
+    planned = planned_cells(STUDIES["memory"], p0, STUDIES["memory"].cells(p0),
+                            claimed_for("memory", p0))
+    assert {c.round for c in planned if c.spec.task == memory.SEARCH} == {0, 1, 2}
+
+
+def test_fit_rounds_beyond_the_rounds_is_refused():
+    with pytest.raises(ValueError, match="key 'fit_rounds': at most rounds \\(3\\), got 4"):
+        params.validate("memory", {"rounds": 3, "fit_rounds": 4})
+    with pytest.raises(ValueError, match="fit_rounds"):
+        params.validate("memory", {"fit_rounds": -1})
 
 
 # -- the claim's figure from the rounds ---------------------------------------------------

@@ -261,6 +261,13 @@ class Study:
         the others to round 0."""
         return True
 
+    def rounds_of(self, spec: RunSpec, params: "Params") -> int:
+        """How many of the params' ``rounds`` a cell takes (those ``repeats``
+        and ``rounds_for`` leave it): all by default; a study may give a kind
+        of cell fewer of its own (memory: ``fit_rounds``, its searches). The
+        extra rounds for a doubtful claim come after every cell's."""
+        return params["rounds"]
+
     def failure_figures(self, params: dict, ref) -> dict:
         """Figures of a row the parent writes for a cell no worker finished
         (crashed, stopped, timed out): what the study knows without the worker.

@@ -25,8 +25,9 @@ Two tasks:
   tries, then bisects; the search's own row carries the largest batch that
   fit, its peak, and the smallest batch that did not. A limit moves between
   fresh processes by a few batches, so a search a claim compares searches
-  again in the rounds after the first, its first tries the previous round's
-  bracket (two tries where the limit holds).
+  again in the rounds after the first (the first ``fit_rounds`` of them),
+  its first tries the previous search's bracket (two tries where the limit
+  holds).
 
 The study's parts: ``techniques`` (the techniques, the tasks and units every
 part shares), ``worker`` (a try's process and its budget guard), ``largest_batch``
@@ -109,6 +110,7 @@ class Memory(Study):
             "fit_budget_gib": Param("float", 2.0, "memory a try may use, in GiB: on a CPU its resident memory over the process's before the model was loaded (below the machine's memory); on a GPU 0, the device's memory", lambda v: None if v >= 0 else f"must be >= 0, got {v!r}"),
             "fit_max_batch": Param("int", 256, "the largest batch a search tries (a search whose every try fits says so)", positive),
             "fit_steps": Param("int", 2, "calls of a try after its first (the first compiles)", positive),
+            "fit_rounds": Param("int", 0, "how many of the rounds a largest-batch search takes (0: every one; at least 2 for an interval between processes)", lambda v: None if v >= 0 else f"must be >= 0, got {v!r}"),
             "fit_precision": Param("float", 0.0, "how close a search brackets the limit: it stops once the smallest failing batch is at most this fraction above the largest fitting one (0: exact, to the step)", lambda v: None if 0 <= v < 1 else f"must be in [0, 1), got {v!r}"),
             **TIMING,
         }
@@ -126,6 +128,9 @@ class Memory(Study):
                         problems.append(f"key {key!r}: {fw} {m} splits a batch into {k} "
                                         f"micro-batches; {what} {', '.join(map(str, bad))} "
                                         f"do not split")
+        if params["fit_rounds"] > params["rounds"]:
+            problems.append(f"key 'fit_rounds': at most rounds ({params['rounds']}), got "
+                            f"{params['fit_rounds']}")
         budget = params["fit_budget_gib"]
         if params["device"] == "gpu" and budget:
             problems.append("key 'fit_budget_gib': on a GPU the budget is the device's "
@@ -201,6 +206,11 @@ class Memory(Study):
         return is_claimed(spec, named) or any(
             is_claimed(dataclasses.replace(spec, mode=m), claimed)
             for m in params["modes"].get(spec.framework, ()) if m != PLAIN)
+
+    def rounds_of(self, spec, params):
+        if spec.task == SEARCH and params["fit_rounds"]:
+            return params["fit_rounds"]
+        return params["rounds"]
 
     def schedule(self, params, task):
         return "sequential" if task == SEARCH else super().schedule(params, task)

@@ -178,7 +178,7 @@ def device_aim(device: str | None) -> float | None:
 def search(runner, model: str, ref: CellRef) -> None:
     """One largest-batch search: tries (fresh processes, rows of their own,
     task ``fit``, in the search's round) until the limit is bracketed, then
-    the search's row. In a round after the first, the previous round's
+    the search's row. In a round after the first, the previous search's
     bracket seeds it (``next_batch``): a limit that holds costs two tries,
     and the rounds' limits give the figure its spread between processes. A
     try a resumed run already made is read back, not made again."""
@@ -187,7 +187,11 @@ def search(runner, model: str, ref: CellRef) -> None:
     budget = runner.params["fit_budget_gib"] * GIB or None
     aim = budget or device_aim(runner.params["device"])
     precision = runner.params["fit_precision"]
-    seeds = previous_bracket(runner.store.row(spec.cell_id, ref.round - 1)) if ref.round else ()
+    # the latest search before this one (an extra round for a doubtful claim
+    # may come after rounds the search did not take: fit_rounds)
+    before = next(((r, row) for r in range(ref.round - 1, -1, -1)
+                   if (row := runner.store.row(spec.cell_id, r)) is not None), (None, None))
+    seeds = previous_bracket(before[1])
     tried: dict[int, tuple[bool, float]] = {}
     rows: dict[int, dict] = {}
     while (b := next_batch(tried, step, cap, aim, precision, seeds)) is not None:
@@ -218,7 +222,7 @@ def search(runner, model: str, ref: CellRef) -> None:
     note = (f"largest batch {largest}" + (f", batch {bad[0]} out of memory" if bad else
                                           f": every try fit, up to fit_max_batch {cap}")
             if ok else f"even batch {step} does not fit") + (
-        f" (first tries: round {ref.round - 1}'s {' and '.join(map(str, seeds))})"
+        f" (first tries: round {before[0]}'s {' and '.join(map(str, seeds))})"
         if seeds else "")
     _finish(runner, ref, "ok", note, figures)  # the note stays on the row
 
