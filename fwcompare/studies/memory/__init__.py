@@ -210,7 +210,7 @@ class Memory(Study):
     def rounds_of(self, spec, params):
         if spec.task == SEARCH and params["fit_rounds"]:
             return params["fit_rounds"]
-        return params["rounds"]
+        return super().rounds_of(spec, params)
 
     def schedule(self, params, task):
         return "sequential" if task == SEARCH else super().schedule(params, task)
