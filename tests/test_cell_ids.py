@@ -1,6 +1,8 @@
 """Cell ids are the resume keys of every stored result: a change to the code
 must not change them. tests/data/cell_ids.json holds the ids every params file
-gave before the redesign of issue 47 (tools/behaviour_snapshot.py made it)."""
+gave before the redesign of issue 47 (tools/behaviour_snapshot.py made it). A params
+file that drops cells drops their ids there; the others must stay as they were
+(2026-11-28: generation's quick profile without torch static-compile)."""
 import json
 from pathlib import Path
 
