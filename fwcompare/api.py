@@ -137,9 +137,10 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
     import traceback
 
     from .atomic import write_json
-    from .claims import MORE_ROUNDS_FILE, doubtful
+    from .claims import MORE_ROUNDS_FILE, claimed_for, doubtful
     from .params import study_named
     from .results import ResultStore
+    from .runner import planned_cells
 
     limit = {study: params["more_rounds"] for study, (params, _) in runs.items()}
     taking = dict(limit)  # 0 once a study's extra rounds have ended (budget, failure)
@@ -165,11 +166,13 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
         for study, claims in wanted.items():
             params, out = runs[study]
             ids = {i for cells in claims.values() for i in cells}
-            # every (cell, round) this round needs that is not stored (a cell a round behind
+            st = study_named(study)
+            cells = [c for c in st.cells(params) if c.cell_id in ids]
+            # every (cell, round) this round plans that is not stored (a cell a round behind
             # catches up), at the study's seconds per cell; none known: none started
             done = ResultStore(Path(out) / "results").finished()
-            missing = sum((i, r) not in done for i in ids
-                          for r in range(params["rounds"] + extra))
+            missing = sum((c.spec.cell_id, c.round) not in done for c in
+                          planned_cells(st, params, cells, claimed_for(study, params), extra))
             rate = per_cell.get(study, max(per_cell.values(), default=math.inf))
             cost = rate * missing
             if cost > left:
@@ -180,7 +183,6 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
                     f"would take about {cost:.0f} s and {left:.0f} s are left of {budget:.0f} s")
                 continue
             log(f"{study}: extra round {extra} of {len(ids)} cells for {', '.join(claims)}")
-            cells = [c for c in study_named(study).cells(params) if c.cell_id in ids]
             t0 = time.perf_counter()
             try:
                 _measure(study, params, profile, Path(out), progress, cells=cells,
