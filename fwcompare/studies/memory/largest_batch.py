@@ -189,9 +189,10 @@ def search(runner, model: str, ref: CellRef) -> None:
     precision = runner.params["fit_precision"]
     # the latest search before this one (an extra round for a doubtful claim
     # may come after rounds the search did not take: fit_rounds)
-    before = next(((r, row) for r in range(ref.round - 1, -1, -1)
-                   if (row := runner.store.row(spec.cell_id, r)) is not None), (None, None))
-    seeds = previous_bracket(before[1])
+    seed_round, seed_row = next(((r, row) for r in range(ref.round - 1, -1, -1)
+                                 if (row := runner.store.row(spec.cell_id, r)) is not None),
+                                (None, None))
+    seeds = previous_bracket(seed_row)
     tried: dict[int, tuple[bool, float]] = {}
     rows: dict[int, dict] = {}
     while (b := next_batch(tried, step, cap, aim, precision, seeds)) is not None:
@@ -222,7 +223,7 @@ def search(runner, model: str, ref: CellRef) -> None:
     note = (f"largest batch {largest}" + (f", batch {bad[0]} out of memory" if bad else
                                           f": every try fit, up to fit_max_batch {cap}")
             if ok else f"even batch {step} does not fit") + (
-        f" (first tries: round {before[0]}'s {' and '.join(map(str, seeds))})"
+        f" (first tries: round {seed_round}'s {' and '.join(map(str, seeds))})"
         if seeds else "")
     _finish(runner, ref, "ok", note, figures)  # the note stays on the row
 
