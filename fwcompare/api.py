@@ -60,7 +60,7 @@ def _measure(study: str, params: dict | None, profile: str, out: Path, progress:
 
 
 def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
-                log=None) -> tuple[dict[str, float], dict[str, str]]:
+                log=None, until: float | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """Measure several studies (``runs``: study -> (params, output folder)) in
     round passes: round 0 of every study, then round 1 of those with a second
     round, and so on. A study's rounds are then minutes apart, with the other
@@ -69,9 +69,10 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
     every round of one, and the between-round part of each interval sees it.
     Weights, exports and compile caches are made in the first pass and kept
     for the next. Then the timed claims still in doubt get extra rounds
-    (:func:`more_rounds`). ``log(text)`` gets the progress lines (default:
-    stderr). Returns the seconds spent per study and, per study whose
-    measuring raised, the traceback (its later passes are skipped)."""
+    (:func:`more_rounds`; ``until``: the ``time.monotonic()`` by which they
+    end). ``log(text)`` gets the progress lines (default: stderr). Returns
+    the seconds spent per study and, per study whose measuring raised, the
+    traceback (its later passes are skipped)."""
     import shutil
     import sys
     import time
@@ -110,7 +111,7 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
                 log(f"{study}: measured in {took:.1f} s")
         more_rounds({s: v for s, v in runs.items() if s not in failed}, profile=profile,
                     servers=servers, progress=progress, log=log, passes=passes,
-                    per_cell=per_cell, times=times)
+                    per_cell=per_cell, times=times, until=until)
     finally:  # the compile caches kept between passes and extra rounds
         for _, out in runs.values():
             shutil.rmtree(Path(out) / "results" / "work" / "compile", ignore_errors=True)
@@ -118,17 +119,20 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
 
 
 def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passes: dict,
-                per_cell: dict[str, float], times: dict[str, float]) -> None:
+                per_cell: dict[str, float], times: dict[str, float],
+                until: float | None = None) -> None:
     """Extra rounds where a verdict is in doubt (``run_studies``' last step):
     while some timed claim is inconclusive from two or more rounds and
     ``judging.stop_reason`` finds no reason to stop, its cells (only those)
     get one more round, in fresh processes and interleaved as before, every
     study's in turn; then the claims are looked at again. It ends when no
     claim is in doubt, each study's ``more_rounds`` are taken, or the pooled
-    budget (the studies' ``more_rounds_s``) would be overrun: a round is
-    started only where its estimate (seconds per cell of the study's last
-    round pass, times the (cell, round)s it needs) fits what is left; with
-    no such estimate none is started. What it did goes to each study's
+    budget (the studies' ``more_rounds_s``) or the report's own (``until``, a
+    ``time.monotonic()``: the report's time budget less what its notebooks
+    take after the measuring) would be overrun: a round is started only
+    where its estimate (seconds per cell of the study's last round pass,
+    times the (cell, round)s it needs) fits what is left of both; with no
+    such estimate none is started. What it did goes to each study's
     ``results/more_rounds.json`` after every step, which the scorecard reads
     to say why a claim stopped. Judging that fails ends the extra rounds (the
     report goes on; its scorecard shows the failure)."""
@@ -175,12 +179,18 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
                           planned_cells(st, params, cells, claimed_for(study, params), extra))
             rate = per_cell.get(study, max(per_cell.values(), default=math.inf))
             cost = rate * missing
-            if cost > left:
+            room = left if until is None else min(left, until - time.monotonic())
+            if cost > room:
                 record[study]["skipped"] += list(claims)
+                if room < left:  # the report's own budget, not the pool, is what ran out
+                    record[study]["why"] = (
+                        f"the report's time budget had no room for this claim's next round "
+                        f"(about {cost:.0f} s; {max(room, 0):.0f} s left before its notebooks)")
                 taking[study] = 0
                 keep(study)
                 log(f"{study}: extra round {extra} for {', '.join(claims)} not started: it "
-                    f"would take about {cost:.0f} s and {left:.0f} s are left of {budget:.0f} s")
+                    f"would take about {cost:.0f} s and {max(room, 0):.0f} s are left of "
+                    + (f"{budget:.0f} s" if room == left else "the report's time budget"))
                 continue
             log(f"{study}: extra round {extra} of {len(ids)} cells for {', '.join(claims)}")
             t0 = time.perf_counter()

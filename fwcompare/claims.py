@@ -270,12 +270,14 @@ MORE_ROUNDS_FILE = "more_rounds.json"  # in a study's results: what the extra ro
 
 def skipped_note(data: StudyData, claim: Claim) -> str:
     """Why a claim that could take another round did not: the report's time
-    for extra rounds was spent, or no report's extra rounds ran at all."""
+    for extra rounds was spent, or its time budget was (``why``, written by
+    ``api.more_rounds``), or no report's extra rounds ran at all."""
     path = data.dir / "results" / MORE_ROUNDS_FILE
     record = json.loads(path.read_text()) if path.is_file() else {}
     if claim.id in record.get("skipped", []):
-        return ("the report's time for extra rounds was spent before this claim's next round "
-                f"(budget {record.get('budget_s', 0):.0f} s)")
+        return record.get("why") or (
+            "the report's time for extra rounds was spent before this claim's next round "
+            f"(budget {record.get('budget_s', 0):.0f} s)")
     return "" if record else "no extra rounds were taken (a report takes them: fwcompare report)"
 
 

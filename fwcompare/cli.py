@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import __version__
 from .doctor import DoctorError
-from .params import LIST_FLAGS, ParamsError, load_file
+from .params import LIST_FLAGS, REPORT_BUDGET_S, ParamsError, load_file
 from .paths import OUTPUTS, PARAMS, CheckoutError, require_checkout
 from .frameworks import FRAMEWORKS
 
@@ -273,7 +273,8 @@ def _cmd_report(args) -> int:
     try:
         index = build(args.profile, out_root=args.out, fresh=args.fresh,
                       studies=args.study or None, overrides=_overrides(args),
-                      progress=not args.quiet)
+                      progress=not args.quiet,
+                      budget_s=None if args.budget is None else args.budget * 60)
     except ReportError as exc:
         print(f"fwcompare: {exc}", file=sys.stderr)
         return FAILED
@@ -462,6 +463,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this study (repeatable)")
     p.add_argument("--fresh", action="store_true",
                    help="archive earlier results and measure every cell again")
+    p.add_argument("--budget", type=float, metavar="MINUTES",
+                   help="the report's time budget: extra rounds for doubtful claims start "
+                   "only where they fit in it, the notebooks' time after them (default: the "
+                   "profile's, " + ", ".join(f"{k} {v / 60:g}" for k, v in
+                                             REPORT_BUDGET_S.items())
+                   + ", where no params are overridden; 0: none, only the studies' "
+                   "more_rounds_s)")
     _add_overrides(p, "Each applies to every chosen study whose params have that key.")
     return ap
 

@@ -23,6 +23,12 @@ from .schema import (PRECISION_HINT, TIMING, Param, ParamsError, all_of, check_m
 # profile LAB, so its results go to outputs/lab/<study>, never to a report's.
 RUNTIME_KEYS = {"profile": LAB, "output_dir": ""}
 
+# The time a profile's whole report is sized to, from its first line to its index
+# (README: the quick report's 20 minutes on the 2-core Xeon it was sized on; the gpu
+# report's 10 on one H100): its extra rounds for doubtful claims start only where they
+# fit in it with the notebooks' time after them (``fwcompare report --budget``).
+REPORT_BUDGET_S = {"quick": 20 * 60.0, "gpu": 10 * 60.0}
+
 
 def study_named(study: str):
     """The registered study of that name, or ParamsError naming the known ones."""

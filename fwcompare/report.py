@@ -36,8 +36,8 @@ from . import claims, doctor, env, frameworks, load_results, models, run_studies
 from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
-from .params import (ParamsError, describe_overrides, overridden_profile, overrides_by_study,
-                     read_yaml, with_overrides)
+from .params import (REPORT_BUDGET_S, ParamsError, describe_overrides, overridden_profile,
+                     overrides_by_study, read_yaml, with_overrides)
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore, time_breakdowns
 from .peak import PHASE as PEAK_PHASE
@@ -171,12 +171,15 @@ def run_notebook(study: str, profile: str, params: dict, out: Path,
 
 def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = False,
           studies: list[str] | None = None, overrides: dict | None = None,
-          progress: bool = True) -> Path:
+          progress: bool = True, budget_s: float | None = None) -> Path:
     """The report of ``profile`` (``studies``: a subset), into
     ``out_root/<profile>``; with ``overrides`` (the command line's params,
     :func:`params.overrides_by_study`) into ``out_root/<profile>-<hash>``
     (:func:`params.overridden_profile`). ``progress``: False prints only
-    failures and where the report is."""
+    failures and where the report is. ``budget_s``: the report's time
+    budget, which its extra rounds do not overrun (default: the profile's,
+    ``params.REPORT_BUDGET_S``, where no override changes what it measures; 0: none)."""
+    t_begin = time.monotonic()
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if progress else (
         lambda *a, **k: None)
     overrides = overrides or {}
@@ -221,12 +224,15 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         for study, _ in stale:
             ResultStore(out_root / study / "results").archive()
     measured = {study: (typed[study], out_root / study) for study, _ in stale}
+    if budget_s is None:
+        budget_s = None if overrides else REPORT_BUDGET_S.get(profile)
+    until = (t_begin + budget_s - after_measuring(len(stale))[1]) if budget_s else None
     if stale:
-        say(total_estimate(measured))
+        say(total_estimate(measured, budget_s))
     with ForkServers(out_root / ".forkservers") as servers:
         times, failed = run_studies(measured,
                                     profile=label, servers=servers, progress=progress,
-                                    log=None if progress else _failures_only)
+                                    log=None if progress else _failures_only, until=until)
     for study in failed:  # its notebook runs it again and keeps the error
         print(f"{study}: the measurement failed; its notebook runs it again", file=sys.stderr)
     # Where the measuring went, read now: a notebook that measures a failed cell
@@ -284,15 +290,13 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     return index
 
 
-def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
+def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None = None) -> str:
     """One line before a report measures: the sum of its studies' estimates
     (``estimate.estimate``: each study's last run here, else its parts:
     sampling, imports, builds and first calls, ``estimate.fixed_costs``), and
     what their notebooks and the scorecard take after them
-    (``estimate.NOTEBOOK_S``, ``estimate.SCORECARD_S``)."""
-    import math
-
-    from .estimate import NOTEBOOK_S, SCORECARD_S, estimate
+    (:func:`after_measuring`); and the report's time budget, if it has one."""
+    from .estimate import estimate
 
     ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))
             for name, (params, out) in studies.items()]
@@ -304,11 +308,7 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
     extra = sum(p["more_rounds_s"] for p, _ in studies.values()
                 if "more_rounds" in p and p["more_rounds"] > 0)
     high += extra
-    # the studies' notebooks, notebook_jobs() at a time, the scorecard's first
-    # among them: no less than it alone, the notebooks' waves, or the work shared out
-    jobs, k = notebook_jobs(), len(ests)
-    after = [max(s, math.ceil(k / jobs) * n, (k * n + s) / jobs) if ests else s
-             for n, s in zip(NOTEBOOK_S, SCORECARD_S)]
+    after = after_measuring(len(ests))
     bare = [e.study for e in ests if e.low_seconds is not None]
     span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
     what = f"{len(ests)} stud{'y' if len(ests) == 1 else 'ies'}"
@@ -319,7 +319,24 @@ def total_estimate(studies: dict[str, tuple[dict, Path]]) -> str:
                if bare else " (each study's last run here")
             + (f"; up to {_mmss(extra)} of extra rounds for doubtful claims)" if extra
                else ")")
-            + f", then notebooks and scorecard {_mmss(after[0])} to {_mmss(after[1])}")
+            + f", then notebooks and scorecard {_mmss(after[0])} to {_mmss(after[1])}"
+            + (f"; its time budget {budget_s / 60:g} minutes: extra rounds only where they "
+               "fit in it" if budget_s and extra else ""))
+
+
+def after_measuring(k: int) -> tuple[float, float]:
+    """What the notebooks of ``k`` studies and the scorecard take after the
+    measuring, low and high (``estimate.NOTEBOOK_S``, ``estimate.SCORECARD_S``):
+    ``notebook_jobs()`` at a time, the scorecard's first among them, so no less
+    than it alone, the notebooks' waves, or the work shared out."""
+    import math
+
+    from .estimate import NOTEBOOK_S, SCORECARD_S
+
+    jobs = notebook_jobs()
+    low, high = (max(s, math.ceil(k / jobs) * n, (k * n + s) / jobs) if k else s
+                 for n, s in zip(NOTEBOOK_S, SCORECARD_S))
+    return low, high
 
 
 # Phases that produce figures (the rest is overhead: process starts, model builds...).

@@ -189,3 +189,7 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     assert (f"up to {report._mmss(quick['more_rounds_s'])} of extra rounds for doubtful "
             "claims), then notebooks") in line, line
     assert "extra rounds" not in none
+    # a report's time budget (quick's 20 minutes) bounds them: the line says so
+    assert report.total_estimate({"inference_sweep": (quick, tmp_path / "inference_sweep")},
+                                 1200.0).endswith(
+        "; its time budget 20 minutes: extra rounds only where they fit in it"), line

@@ -236,6 +236,35 @@ def test_one_validation_per_entry_in_a_quick_report(monkeypatch, tmp_path):
     assert seen == ["training"]
 
 
+def test_a_profiles_report_keeps_its_extra_rounds_inside_its_time_budget(tmp_path, monkeypatch):
+    """The quick report hands its measuring a deadline for the extra rounds:
+    its time budget (params.REPORT_BUDGET_S) from its first line, less what
+    its notebooks take after it (report.after_measuring, high); `--budget`
+    sets another; none with `--budget 0` or for one's own question, whose
+    size the profile's budget does not know (nothing is measured here)."""
+    from fwcompare import cli, report
+
+    got = []
+
+    def measuring(runs, *, until=None, **kwargs):
+        got.append((until, len(runs)))
+        return {}, {}
+    monkeypatch.setattr(report, "run_studies", measuring)
+    monkeypatch.setattr(report, "run_notebooks", lambda jobs, failures, progress: {})
+    for budget, argv in ((params.REPORT_BUDGET_S["quick"], []), (300.0, ["--budget", "5"])):
+        t0 = time.monotonic()
+        assert cli.main(["report", "--profile", "quick", "--fresh", "--out",
+                         str(tmp_path / str(budget)), *argv]) == 0
+        t1 = time.monotonic()
+        until, k = got.pop()
+        room = budget - report.after_measuring(k)[1]
+        assert k == len(STUDIES) and t0 + room <= until <= t1 + room, (until - t0, room)
+    for argv in (["--budget", "0"], ["--set", "rounds=2"]):
+        assert cli.main(["report", "--profile", "quick", "--fresh", "--out",
+                         str(tmp_path / argv[-1]), *argv]) == 0
+        assert got.pop()[0] is None, argv
+
+
 def test_yaml_merge_keys_are_no_duplicates_and_the_command_line_may_fill_an_empty_file(tmp_path):
     f = tmp_path / "inference_sweep" / "mine.yaml"
     f.parent.mkdir()

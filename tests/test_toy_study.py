@@ -413,10 +413,11 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
     """``run_studies``' extra rounds (issue 48): a timed claim whose interval
     holds a band edge gets more rounds of the cells its figure used, and of
     no other; the scorecard then judges it at the look's confidence and says
-    so. Where the report's budget cannot pay for a round, the claim's note
-    says that instead."""
+    so. Where the report's budget cannot pay for a round, or its time
+    budget has no room for one, the claim's note says that instead."""
     import json
     import math
+    import time
 
     from fwcompare import api, claims, load_results, run_studies
     from fwcompare.forkserver import ForkServers
@@ -459,7 +460,18 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
         assert record["skipped"] == [claim.id] and record["rounds"] == []
         row = claims.evaluate(claim, StudyData(out))[0]
         assert row["verdict"] == "inconclusive" and "time for extra rounds was spent" in row["note"]
-        # 2. time enough: extra rounds of the claim's two cells, looked at after each
+        # 2. time in the pool but none left in the report's own budget (``until``): none
+        # is taken either, and the note names the report's budget
+        api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
+                        log=lines.append, passes={toy.name: Passes()},
+                        per_cell={toy.name: 1.0}, times={toy.name: 0.0},
+                        until=time.monotonic() + 0.5)
+        record = json.loads((out / "results" / "more_rounds.json").read_text())
+        assert record["skipped"] == [claim.id] and record["rounds"] == []
+        row = claims.evaluate(claim, StudyData(out))[0]
+        assert row["verdict"] == "inconclusive" and "time budget had no room" in row["note"], (
+            row["note"])
+        # 3. time enough: extra rounds of the claim's two cells, looked at after each
         api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
                         log=lines.append, passes={toy.name: Passes()},
                         per_cell={toy.name: 1.0}, times={toy.name: 0.0})
