@@ -240,14 +240,19 @@ def _gate_text(args) -> str:
         f"--fail-below {args.fail_below:g}" if args.fail_below is not None else "") if t)
 
 
-def _positive_float(text: str) -> float:
+def _positive_float(text: str, zero: bool = False) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if not (v >= 0 if zero else v > 0) or v == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be {'zero or more' if zero else 'positive'} and finite, got {text}")
     return v
+
+
+def _minutes(text: str) -> float:
+    return _positive_float(text, zero=True)
 
 
 def _cmd_export(args) -> int:
@@ -463,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this study (repeatable)")
     p.add_argument("--fresh", action="store_true",
                    help="archive earlier results and measure every cell again")
-    p.add_argument("--budget", type=float, metavar="MINUTES",
+    p.add_argument("--budget", type=_minutes, metavar="MINUTES",
                    help="the report's time budget: extra rounds for doubtful claims start "
                    "only where they fit in it, the notebooks' time after them (default: the "
                    "profile's, " + ", ".join(f"{k} {v / 60:g}" for k, v in

@@ -119,6 +119,12 @@ def test_report_overrides_checked_for_every_study_before_anything_runs(capsys, t
     assert cli.main([*base, "--batch-sizes", "2", "--seq-lens", "-8"]) == cli.BAD_INPUT
     err = capsys.readouterr().err
     assert "params/inference_sweep/smoke.yaml" in err and "key 'seq_lens'" in err, err
+    for budget in ("-5", "inf", "soon"):  # the report's time budget, in minutes
+        with pytest.raises(SystemExit) as stop:
+            cli.main([*base, "--budget", budget])
+        assert stop.value.code == cli.BAD_INPUT
+        err = capsys.readouterr().err
+        assert "argument --budget: " in err and budget in err, err
     assert not any(tmp_path.iterdir())
 
 
