@@ -373,6 +373,7 @@ def test_fsdp_trains_as_ddp_with_less_memory_per_rank(tmp_path, ports_used):
     assert ddp > state * 0.9 and fsdp < ddp - state * 0.3, (ddp, fsdp)
     assert (df["rank_mem_min_bytes"] <= df["rank_mem_bytes"]).all()
     assert df["mem_method"].str.startswith("cpu_rss_held_after_a_step").all()
+    _other_work_metered(df)
     summary = tables.summarize(res.results, res.samples)
     engines = study.engine_table(summary, res.samples).set_index("mode")
     assert engines.loc["fsdp", "mem_ratio"] == pytest.approx(fsdp / ddp)
@@ -386,6 +387,17 @@ def test_fsdp_trains_as_ddp_with_less_memory_per_rank(tmp_path, ports_used):
     row, _ = claims.evaluate(compress, data)  # no ddp-fp16 launch here
     assert row["verdict"] == "not measured here" and "torch/ddp-fp16" in row["note"]
     assert not _ranks_alive(tmp_path)
+
+
+def _other_work_metered(df) -> None:
+    """Each launch's row says what else the machine did while rank 0 sampled
+    (host.HostMeter), with every process of the launch counted as its own:
+    its other ranks (or the cluster's workers and parameter server) keep the
+    second core busy, so a meter that missed them would read about half the
+    machine (0.5 on 2 cores) as other work; nothing else runs in a test."""
+    host = df[["host_other_cpu", "host_steal"]]
+    assert host.notna().all().all() and host.ge(0).all().all(), host
+    assert (df["host_other_cpu"] < 0.3).all(), host
 
 
 @pytest.mark.slow
@@ -410,8 +422,9 @@ def test_parameter_server_trains_as_mirrored_strategy(tmp_path, ports_used):
     assert (df["allreduce_s"] > 0).all() and (df["median_s"] > 0).all()
     assert df.loc["ps", "mem_method"].startswith("cpu_rss_after_a_step_over_task_start")
     assert 0 < df.loc["ps", "rank_mem_min_bytes"] <= df.loc["ps", "rank_mem_bytes"]
+    _other_work_metered(df)
     # a log per process: the prepare job, two ring workers, the cluster's four
-    assert sorted(map(len, _rank_pids(tmp_path).values())) == [1] * 7
+    assert sorted(map(len, _rank_pids(tmp_path).values())) == [1] * 7, _rank_pids(tmp_path)
     summary = tables.summarize(res.results, res.samples)
     engines = study.engine_table(summary, res.samples).set_index("mode")
     ratio = df.loc["graph", "median_s"] / df.loc["ps", "median_s"]
@@ -422,6 +435,8 @@ def test_parameter_server_trains_as_mirrored_strategy(tmp_path, ports_used):
     assert row["value"] == engines.loc["ps", "speedup"]
     # one launch of each: one process per variant, which decides nothing
     assert row["rounds"] == 1 and row["verdict"] == "inconclusive" and "one process" in row["note"]
+    assert row["host_load"] == pytest.approx(float(
+        (df["host_other_cpu"] + df["host_steal"]).max()))  # the busier launch's
     assert not _ranks_alive(tmp_path)
     assert len(ports_used) == 4 + 2 and all(launch.port_is_free(q) for q in ports_used)
 

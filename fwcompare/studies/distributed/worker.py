@@ -143,10 +143,15 @@ class Rank:
         return loss, time.perf_counter() - t0
 
     def time_steps(self, batch, first: float | None = None, made: list[float] = ()):
-        """(first step seconds, samples, stopping rule) by the protocol above;
-        ``first``: the first step already taken on this batch (the agreement's),
-        ``made``: the seconds of the steps taken after it (they count as
-        warm-up steps: the warm-up makes only what they leave)."""
+        """(first step seconds, samples, stopping rule, other work) by the
+        protocol above; ``first``: the first step already taken on this batch
+        (the agreement's), ``made``: the seconds of the steps taken after it
+        (they count as warm-up steps: the warm-up makes only what they leave).
+        Other work: what the machine did besides the launch while rank 0
+        sampled (``host.HostMeter``; the launch's own processes are its
+        parent's, the launcher's or the fork server's, children), as the
+        interleaved and sequential schedules record it for their cells."""
+        from ...host import HostMeter
         from ...timing import StoppingRule
 
         cfg, dp = self.cfg, self.dp
@@ -164,6 +169,9 @@ class Rank:
         self.spent("warm-up and block size", time.perf_counter() - t0)
         rule = StoppingRule(cfg)
         samples = []
+        meter, own = (HostMeter() if self.rank0 else None), [os.getppid()]
+        if meter:
+            meter.start(own)
         start = prev = time.perf_counter()
         stop = False
         while True:
@@ -176,7 +184,7 @@ class Rank:
             if self.rank0:
                 stop = rule.done(samples, now - start)
         self.spent("timing samples", time.perf_counter() - start)
-        return first, samples, rule
+        return first, samples, rule, (meter.stop(own) if meter else {})
 
     def spent(self, phase: str, seconds: float) -> None:
         """Tell the parent where rank 0's time went (its time breakdown)."""
@@ -202,7 +210,8 @@ class Rank:
         batch = self.data(ids, train_labels(self.job.seed, ids, self.job.head))
         taken = self.first_call if self.first_call and self.first_call[0] == ref.key else None
         first, made = taken[1:] if taken else (None, ())
-        first, samples, rule = self.time_steps(batch, first, made)
+        first, samples, rule, host = self.time_steps(batch, first, made)
+        figures.update(host)
         t0 = time.perf_counter()
         comm = dp.allreduce_grads_s(p["allreduce_repeats"])
         self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
