@@ -182,7 +182,8 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
             room = left if until is None else min(left, until - time.monotonic())
             if cost > room:
                 record[study]["skipped"] += list(claims)
-                if room < left:  # the report's own budget, not the pool, is what ran out
+                ours = room < left  # the report's own budget, not the pool, is what ran out
+                if ours:
                     record[study]["why"] = (
                         f"the report's time budget had no room for this claim's next round "
                         f"(about {cost:.0f} s; {max(room, 0):.0f} s left before its notebooks)")
@@ -190,7 +191,7 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
                 keep(study)
                 log(f"{study}: extra round {extra} for {', '.join(claims)} not started: it "
                     f"would take about {cost:.0f} s and {max(room, 0):.0f} s are left of "
-                    + (f"{budget:.0f} s" if room == left else "the report's time budget"))
+                    + ("the report's time budget" if ours else f"{budget:.0f} s"))
                 continue
             log(f"{study}: extra round {extra} of {len(ids)} cells for {', '.join(claims)}")
             t0 = time.perf_counter()
