@@ -224,6 +224,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         for study, _ in stale:
             ResultStore(out_root / study / "results").archive()
     measured = {study: (typed[study], out_root / study) for study, _ in stale}
+    # The breakdowns stored before measuring: a task with nothing left to measure
+    # keeps an earlier report's, which is not this report's time.
+    earlier = {study: time_breakdowns(out_root / study / "results") for study in measured}
     if budget_s is None:
         budget_s = None if overrides else REPORT_BUDGET_S.get(profile)
     until = (t_begin + budget_s - after_measuring(len(stale))[1]) if budget_s else None
@@ -237,7 +240,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         print(f"{study}: the measurement failed; its notebook runs it again", file=sys.stderr)
     # Where the measuring went, read now: a notebook that measures a failed cell
     # again writes its own run's breakdown over the measurement's.
-    measured_runs = {study: time_breakdowns(out_root / study / "results") for study in times}
+    measured_runs = {study: {task: run for task, run in
+                             time_breakdowns(out_root / study / "results").items()
+                             if run != earlier.get(study, {}).get(task)} for study in times}
     # 2. The notebooks (tables, figures, HTML), a few at a time: they only read
     # what step 1 stored, so measuring is over when they share the CPU. 3. The
     # scorecard judges whatever results are stored: beside them, first (the

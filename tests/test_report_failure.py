@@ -132,6 +132,42 @@ def test_the_time_breakdown_keeps_the_measurements_over_a_notebooks_retry(tmp_pa
     assert phases["study, other (params, plan, loading results)"] == 0.0
 
 
+def test_the_time_breakdown_leaves_out_an_earlier_reports_measuring(tmp_path, monkeypatch):
+    """A report whose cells were all measured before (no --fresh, params
+    unchanged) measures nothing: the breakdowns stored by the earlier report
+    are not this report's time (its phases once came to 346% of a 1:53 report)."""
+    import pandas as pd
+
+    from fwcompare.atomic import write_json
+    from fwcompare.results import BREAKDOWN
+
+    out = tmp_path / "out" / "smoke"
+    results = out / "inference_sweep" / "results"
+    write_json(results / BREAKDOWN.format(task="inference"),  # the earlier report's
+               {"timing samples": 80.0, "total": 100.0})
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("profile = 'x'\noutput_dir = ''",
+                                          metadata={"tags": ["parameters"]})]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, nbdir / "inference_sweep.ipynb")
+    monkeypatch.setattr(report, "NOTEBOOKS", nbdir)
+
+    def measure(runs, **kw):  # this report's: one task measured again, one with nothing left
+        write_json(results / BREAKDOWN.format(task="train"),
+                   {"timing samples": 3.0, "total": 4.0})
+        return {"inference_sweep": 5.0}, {}
+    monkeypatch.setattr(report, "run_studies", measure)
+    with pytest.raises(report.ReportError):  # the scorecard's notebook is not in nbdir
+        report.build("smoke", out_root=tmp_path / "out", studies=["inference_sweep"])
+    phases = pd.read_csv(out / "time_breakdown.csv").set_index("phase")
+    assert phases.loc["timing samples", "seconds"] == 3.0
+    assert phases.loc["runner, other (process exits, scheduling)", "seconds"] == 1.0
+    assert phases.loc["study, other (params, plan, loading results)", "seconds"] == 1.0
+
+
 def test_report_times_round_before_they_split_into_minutes():
     # a quick report printed "distributed 4:60.0" for 299.96 s
     assert report._mmss(299.96) == "5:00.0"
