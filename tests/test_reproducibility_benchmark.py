@@ -30,7 +30,8 @@ def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path)
     # y's 0.70 lies outside a's [0.80, 1.05] and 0.90 outside b's [0.65, 0.75]
     assert ("claims judged in every run: 2; verdict changed: 1; run pairs flipping "
             "supported <-> contradicted: 0; a run's interval covers another run's value: "
-            "2 of 4 (50%)") in r.stdout, r.stdout
+            "2 of 4 (50%); calibrated intervals with nothing moving between runs: about 3.2 "
+            "(81%)") in r.stdout, r.stdout
     # a card named otherwise in the same folder, from before rows had host_load
     doc = json.loads(b.read_text())
     for row in doc["claims"]:
@@ -44,3 +45,32 @@ def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path)
     one = subprocess.run([sys.executable, "benchmarks/reproducibility.py", "--scorecards",
                           str(a)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert one.returncode == 2 and "two or more" in one.stderr
+
+
+def _reproducibility():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import reproducibility
+    finally:
+        sys.path.pop(0)
+    return reproducibility
+
+
+def test_calibrated_intervals_of_one_width_hold_each_others_values_83_percent_of_the_time():
+    """The yardstick beside a coverage count: a run's calibrated 95% interval
+    holds another run's value of the same quantity with probability
+    2 Phi(1.96 / sqrt 2) - 1 = 0.834, since that value has an error of its own;
+    checked against constructed runs too."""
+    import numpy as np
+
+    cover = _reproducibility().no_drift_cover
+    a = {"value": 1.0, "ci_low": np.exp(-0.05), "ci_high": np.exp(0.05)}
+    assert abs(cover(a, dict(a, value=1.1)) - 0.834) < 0.001
+    assert abs(cover(a, {"value": 1.0, "ci_low": np.nan, "ci_high": np.nan}) - 0.834) < 0.001
+    narrow = {"value": 1.0, "ci_low": np.exp(-0.005), "ci_high": np.exp(0.005)}
+    assert cover(a, narrow) > 0.94 and cover(narrow, a) < 0.2  # a precise b lands inside a
+    assert cover(dict(a, ci_low=1.0, ci_high=1.0), narrow) == 0.0  # zero width holds nothing
+    rng = np.random.default_rng(0)  # two runs, their figures normal in the log, sd 0.05/1.96
+    x = rng.normal(0, 0.05 / 1.96, (2, 20000))
+    held = np.mean(np.abs(x[1] - x[0]) <= 0.05)
+    assert abs(held - 0.834) < 0.01
