@@ -177,7 +177,8 @@ def main() -> None:
         ap.error("--pairs must be at least 1")
     if a.logs:
         runs = [dict(parse_log(p.read_text()), role="baseline" if i % 2 == 0 else "candidate",
-                     commit=p.stem) for i, p in enumerate(a.logs)]
+                     commit=p.parent.name if p.stem == "report" else p.stem)
+                for i, p in enumerate(a.logs)]
         print(summarize(runs, reference_s))
         return
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # ends like Ctrl-C
