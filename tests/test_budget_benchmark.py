@@ -65,3 +65,52 @@ def test_the_pairs_ratio_and_what_it_makes_of_the_reference(tmp_path):
     assert "in the candidate only: end_to_end 3:48.9, notebooks and scorecard 1:08.2" in r.stdout
     assert "makes the candidate's 16:21.8 (1 pair(s); without its extra rounds 15:59.9)" \
         in r.stdout  # 0.818 and 0.800 of 20:00
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_ctrl_c_ends_the_running_report_and_its_workers(tmp_path):
+    """The benchmark runs each report in a session of its own (Ctrl-C in the
+    terminal does not reach it); stopped, it ends that session: the report
+    (here a stand-in for ``python -m fwcompare``) and the workers it started."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "tree" / "fwcompare"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(tmp_path / 'worker.pid')!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(300)\n")
+    script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+              "import budget\nfrom pathlib import Path\n"
+              f"t = Path({str(tmp_path)!r})\n"
+              "budget.run_report(t / 'tree', 'quick', t / 'out', t / 'report.log')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    pid_file = tmp_path / "worker.pid"
+    try:
+        end = time.monotonic() + 60
+        while not (pid_file.is_file() and pid_file.read_text()):
+            assert proc.poll() is None and time.monotonic() < end, "the report did not start"
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        assert _running(worker)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=90) != 0
+        end = time.monotonic() + 15
+        while _running(worker) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _running(worker), "the report's worker outlived the benchmark"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
