@@ -85,7 +85,8 @@ def summarize(runs: list[dict], reference_s: float) -> str:
     ratios (median over pairs), and what the ratios make of ``reference_s``."""
     import statistics
 
-    out = ["| run | commit | report | extra rounds | other work |", "| --- | --- | --- | --- | --- |"]
+    out = ["| run | commit | report | extra rounds | other work |",
+           "| --- | --- | --- | --- | --- |"]
     for i, r in enumerate(runs):
         out.append(f"| {i + 1} ({r['role']}) | {r['commit']} | {mmss(r['report_s'])} | "
                    f"{r['extra_rounds']} ({r['extra_s']:.1f} s; {r['extra_skipped']} not "
@@ -98,7 +99,8 @@ def summarize(runs: list[dict], reference_s: float) -> str:
     out += ["", "| pair | candidate / baseline | without the candidate's extra rounds |",
             "| --- | --- | --- |"]
     out += [f"| {k + 1} | {r:.3f} | {s:.3f} |" for k, (r, s) in enumerate(zip(ratios, base))]
-    names = [n for n in pairs[0][1]["parts"] if all(n in a["parts"] for a, _ in pairs)]
+    names = [n for n in pairs[0][1]["parts"]
+             if all(n in a["parts"] and n in b["parts"] for a, b in pairs)]
     out += ["", "| part | baseline | candidate | ratio (median over pairs) |",
             "| --- | --- | --- | --- |"]
     for n in names:
@@ -107,9 +109,11 @@ def summarize(runs: list[dict], reference_s: float) -> str:
         r = statistics.median(p[1]["parts"][n] / p[0]["parts"][n] for p in pairs)
         out.append(f"| {n} | {mmss(a)} | {mmss(b)} | {r:.3f} |")
     new = sorted(n for n in pairs[0][1]["parts"] if n not in names)
-    if new:
-        out.append("\nin the candidate only: " + ", ".join(
-            f"{n} {mmss(statistics.median(b['parts'][n] for _, b in pairs))}" for n in new))
+    if new:  # a study the baseline lacks (or a part named otherwise)
+        took = {n: statistics.median(b["parts"][n] for _, b in pairs if n in b["parts"])
+                for n in new}
+        out.append("\nin the candidate only: " + ", ".join(f"{n} {mmss(s)}"
+                                                          for n, s in took.items()))
     lo, hi = min(ratios), max(ratios)
     out.append(f"\nthe baseline's {mmss(reference_s)} on the reference machine makes the "
                f"candidate's {mmss(lo * reference_s)}" + (
