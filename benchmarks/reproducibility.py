@@ -139,19 +139,20 @@ def scorecard_files(files: list[Path]) -> list[pd.DataFrame]:
         ["id", "value", "ci_low", "ci_high", "verdict", "note", "host_load"]] for c in cards]
 
 
-def _half_width(r) -> float:
-    """An interval's half-width in the log of its figure (a ratio's intervals
-    are even there), or in the figure itself where a bound is not positive."""
+def _half_width(r, log: bool) -> float:
+    """An interval's half-width, in the log of its figure (a ratio's intervals
+    are even there) or in the figure itself; NaN without an interval."""
     lo, hi = r["ci_low"], r["ci_high"]
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return math.nan
-    return (math.log(hi) - math.log(lo)) / 2 if lo > 0 else (hi - lo) / 2
+    return (math.log(hi) - math.log(lo)) / 2 if log else (hi - lo) / 2
 
 
 def no_drift_cover(a, b) -> float:
     """The chance that run ``a``'s 95% interval holds run ``b``'s value when
     both measured the same quantity, nothing moved between them and each
-    interval is calibrated (its half-width 1.96 sd of its figure, normal):
+    interval is calibrated (its half-width 1.96 sd of its figure, normal; in
+    the figure's log where both intervals are positive):
     2 Phi(1.96 ha / sqrt(ha^2 + hb^2)) - 1; ``b`` without an interval is
     taken as wide as ``a``'s. Two intervals of one width: 0.834, not 0.95,
     since b's value carries its own error too (with Student's t on few
@@ -159,7 +160,8 @@ def no_drift_cover(a, b) -> float:
     2, 0.93 on 1)."""
     from scipy.stats import norm
 
-    ha, hb = _half_width(a), _half_width(b)
+    log = all(not math.isfinite(r["ci_low"]) or r["ci_low"] > 0 for r in (a, b))
+    ha, hb = _half_width(a, log), _half_width(b, log)
     if not math.isfinite(hb):
         hb = ha
     if ha + hb == 0:
