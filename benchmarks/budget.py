@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fwcompare.report import _mmss as mmss  # the report's own form of a time
+
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = ("time_breakdown.csv", "summary/scorecard.json")
 
@@ -72,11 +74,6 @@ def parse_log(text: str) -> dict:
     return {"parts": parts, "report_s": seconds(report), "extra_s": sum(extra),
             "extra_rounds": len(extra), "extra_skipped": skipped,
             "other_work": max(other) / 100 if other else math.nan}
-
-
-def mmss(s: float) -> str:
-    minutes, rest = divmod(round(s, 1), 60)
-    return f"{int(minutes)}:{rest:04.1f}"
 
 
 def summarize(runs: list[dict], reference_s: float) -> str:

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 import fwcompare
 from fwcompare import claims as claims_mod
@@ -158,8 +159,6 @@ def no_drift_cover(a, b) -> float:
     since b's value carries its own error too (with Student's t on few
     degrees of freedom it is higher: P(|t_df| < t_df,0.975 / sqrt 2), 0.91 on
     2, 0.93 on 1)."""
-    from scipy.stats import norm
-
     log = all(not math.isfinite(r["ci_low"]) or r["ci_low"] > 0 for r in (a, b))
     ha, hb = _half_width(a, log), _half_width(b, log)
     if not math.isfinite(hb):

@@ -27,6 +27,27 @@ def children_alive() -> list[psutil.Process]:
     return psutil.Process().children(recursive=True)
 
 
+def benchmark(name: str):
+    """The module of ``benchmarks/<name>.py`` (a script, not a package: imported by path)."""
+    import importlib.util
+
+    from fwcompare.paths import ROOT
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.fixture
 def no_orphans():
     """After the test: no worker, rank or launcher of it left running."""

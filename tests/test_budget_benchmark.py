@@ -3,6 +3,8 @@ commit's, back to back on one machine, read from the reports' own logs."""
 import subprocess
 import sys
 
+from conftest import benchmark, running
+
 from fwcompare.paths import ROOT
 
 # The two forms of the report's last lines (debf5ae's, then today's).
@@ -23,12 +25,7 @@ other work while cells were sampled (...): inference_sweep 0%, training 0%, memo
 
 
 def _parse(text):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import budget
-    finally:
-        sys.path.pop(0)
-    return budget.parse_log(text)
+    return benchmark("budget").parse_log(text)
 
 
 def test_a_reports_log_gives_its_parts_extra_rounds_and_total():
@@ -67,14 +64,6 @@ def test_the_pairs_ratio_and_what_it_makes_of_the_reference(tmp_path):
         in r.stdout  # 0.818 and 0.800 of 20:00
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_ctrl_c_ends_the_running_report_and_its_workers(tmp_path):
     """The benchmark runs each report in a session of its own (Ctrl-C in the
     terminal does not reach it); stopped, it ends that session: the report
@@ -104,13 +93,13 @@ def test_ctrl_c_ends_the_running_report_and_its_workers(tmp_path):
             assert proc.poll() is None and time.monotonic() < end, "the report did not start"
             time.sleep(0.1)
         worker = int(pid_file.read_text())
-        assert _running(worker)
+        assert running(worker)
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=90) != 0
         end = time.monotonic() + 15
-        while _running(worker) and time.monotonic() < end:
+        while running(worker) and time.monotonic() < end:
             time.sleep(0.1)
-        assert not _running(worker), "the report's worker outlived the benchmark"
+        assert not running(worker), "the report's worker outlived the benchmark"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -2,6 +2,7 @@
 report says so with a non-zero exit instead of stopping silently."""
 import nbformat
 import pytest
+from conftest import running
 
 from fwcompare import report
 
@@ -27,14 +28,6 @@ def test_failed_study_is_reported_not_lost(tmp_path, monkeypatch):
     index = (out / "index.html").read_text()
     assert "This study failed" in index and "inference_sweep.failed.ipynb" in index
     assert not (out / "inference_sweep" / ".inputs").exists()  # will run again next time
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
@@ -76,13 +69,13 @@ def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
             assert proc.poll() is None and time.monotonic() < end, "the notebooks did not start"
             time.sleep(0.2)
         kernels = [int(p.read_text()) for p in pids]
-        assert all(_running(k) for k in kernels)  # both at once
+        assert all(running(k) for k in kernels)  # both at once
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) != 0
         end = time.monotonic() + 15
-        while any(_running(k) for k in kernels) and time.monotonic() < end:
+        while any(running(k) for k in kernels) and time.monotonic() < end:
             time.sleep(0.2)
-        assert not any(_running(k) for k in kernels), "a kernel outlived the report"
+        assert not any(running(k) for k in kernels), "a kernel outlived the report"
         for n in "ab":  # papermill kept each partial notebook; none was stamped done
             assert (tmp_path / n / f"{n}.failed.ipynb").is_file()
             assert not (tmp_path / n / ".inputs").exists()

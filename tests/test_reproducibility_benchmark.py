@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+from conftest import benchmark
+
 from fwcompare.paths import ROOT
 
 
@@ -47,15 +49,6 @@ def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path)
     assert one.returncode == 2 and "two or more" in one.stderr
 
 
-def _reproducibility():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import reproducibility
-    finally:
-        sys.path.pop(0)
-    return reproducibility
-
-
 def test_calibrated_intervals_of_one_width_hold_each_others_values_83_percent_of_the_time():
     """The yardstick beside a coverage count: a run's calibrated 95% interval
     holds another run's value of the same quantity with probability
@@ -63,7 +56,7 @@ def test_calibrated_intervals_of_one_width_hold_each_others_values_83_percent_of
     checked against constructed runs too."""
     import numpy as np
 
-    cover = _reproducibility().no_drift_cover
+    cover = benchmark("reproducibility").no_drift_cover
     a = {"value": 1.0, "ci_low": np.exp(-0.05), "ci_high": np.exp(0.05)}
     assert abs(cover(a, dict(a, value=1.1)) - 0.834) < 0.001
     assert abs(cover(a, {"value": 1.0, "ci_low": np.nan, "ci_high": np.nan}) - 0.834) < 0.001
