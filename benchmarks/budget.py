@@ -68,7 +68,8 @@ def parse_log(text: str) -> dict:
     parts = {name: seconds(t) for name, t in re.findall(r"([a-z_]+(?: and [a-z_]+)?) " + TIME,
                                                        head)}
     extra = [float(s) for s in re.findall(r": extra round \d+ took (\d+\.\d) s", text)]
-    skipped = len(re.findall(r": extra round \d+ for .* not started", text))
+    skipped = len(re.findall(r": extra round \d+ for .* not started", text)) + len(
+        re.findall(r"^extra rounds: none started", text, re.M))  # the budget spent first
     other = [float(p) for p in re.findall(r"(\d+)%", next(
         (ln for ln in text.splitlines() if ln.startswith("other work while")), ""))]
     return {"parts": parts, "report_s": seconds(report), "extra_s": sum(extra),

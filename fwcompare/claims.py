@@ -271,10 +271,12 @@ MORE_ROUNDS_FILE = "more_rounds.json"  # in a study's results: what the extra ro
 def skipped_note(data: StudyData, claim: Claim) -> str:
     """Why a claim that could take another round did not: the report's time
     for extra rounds was spent, or its time budget was (``why``, written by
-    ``api.more_rounds``), or no report's extra rounds ran at all."""
+    ``api.more_rounds``; ``budget_spent``: spent before any claim was
+    judged for one, so every claim that could take one was stopped by it), or
+    no report's extra rounds ran at all."""
     path = data.dir / "results" / MORE_ROUNDS_FILE
     record = json.loads(path.read_text()) if path.is_file() else {}
-    if claim.id in record.get("skipped", []):
+    if claim.id in record.get("skipped", []) or record.get("budget_spent"):
         return record.get("why") or (
             "the report's time for extra rounds was spent before this claim's next round "
             f"(budget {record.get('budget_s', 0):.0f} s)")

@@ -39,6 +39,10 @@ def test_a_reports_log_gives_its_parts_extra_rounds_and_total():
                             "end_to_end": 228.9, "notebooks and scorecard": 68.2}
     assert new["report_s"] == 23 * 60 + 33.2
     assert (new["extra_rounds"], new["extra_s"], new["extra_skipped"]) == (1, 31.5, 1)
+    # a report whose budget was spent before any claim was judged for a round
+    spent = _parse("extra rounds: none started: the report's time budget was spent while it "
+                   "measured\n" + OLD)
+    assert (spent["extra_rounds"], spent["extra_skipped"]) == (0, 1)
 
 
 def test_an_unfinished_report_is_refused():

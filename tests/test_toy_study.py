@@ -471,7 +471,24 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
         row = claims.evaluate(claim, StudyData(out))[0]
         assert row["verdict"] == "inconclusive" and "time budget had no room" in row["note"], (
             row["note"])
-        # 3. time enough: extra rounds of the claim's two cells, looked at after each
+        # 3. the report's time budget already spent when its measuring ends: no claim
+        # is judged for a round (5-10 s in a quick report), and the note names the budget
+        judge = claims.doubtful
+
+        def judged(outs):
+            raise AssertionError("judged with no time left")
+        monkeypatch.setattr(claims, "doubtful", judged)
+        api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
+                        log=lines.append, passes={toy.name: Passes()},
+                        per_cell={toy.name: 1.0}, times={toy.name: 0.0},
+                        until=time.monotonic() - 1)
+        monkeypatch.setattr(claims, "doubtful", judge)
+        record = json.loads((out / "results" / "more_rounds.json").read_text())
+        assert record["budget_spent"] and record["skipped"] == record["rounds"] == []
+        row = claims.evaluate(claim, StudyData(out))[0]
+        assert row["verdict"] == "inconclusive" and (
+            "time budget was spent before its extra rounds" in row["note"]), row["note"]
+        # 4. time enough: extra rounds of the claim's two cells, looked at after each
         api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
                         log=lines.append, passes={toy.name: Passes()},
                         per_cell={toy.name: 1.0}, times={toy.name: 0.0})
