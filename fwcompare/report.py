@@ -451,9 +451,6 @@ def notebook_jobs() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
-_FAILED = "fwcompare-notebook-failed: "
-
-
 def _failures_only(text: str) -> None:
     """``run_studies``' log under ``-q``: a failed study's traceback, nothing else
     (its progress lines go to ``log`` whatever ``progress`` says: a test reads them)."""
@@ -463,79 +460,122 @@ def _failures_only(text: str) -> None:
 
 def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str],
                   progress: bool = True) -> dict[str, float]:
-    """Execute and render ``jobs``, :func:`notebook_jobs` at a time, each in a
-    process of its own (``python -m fwcompare.report``, its output in
-    ``<out>/.notebook.log``); a failure is recorded in ``failures``, never
-    raised. Returns each succeeded job's seconds. On an interrupt or error
-    here, the running ones are told to stop (SIGTERM: papermill shuts its
-    kernel down), then killed."""
-    pending, running, took = list(jobs), {}, {}
+    """Execute and render ``jobs``, :func:`notebook_jobs` at a time, in as many
+    notebook processes (``python -m fwcompare.report``, each in a session of
+    its own): each imports papermill and nbconvert once and takes the jobs it
+    is handed one after another, every notebook in a fresh kernel, its output
+    in ``<out>/.notebook.log``. A process per notebook paid those imports,
+    Python's start and nbconvert's templates (3.5-4.5 s of a 2-core AMD EPYC)
+    for every notebook of a report, ten in a quick one. A failure is recorded
+    in ``failures``, never raised; a process that dies takes only its own job
+    with it (a fresh one takes the rest). Returns each succeeded job's seconds.
+    On an interrupt or error here, the processes are told to stop (SIGTERM:
+    papermill shuts its kernel down), then killed."""
+    import queue
+    import threading
+
+    pending, took = list(jobs), {}
+    results: queue.Queue = queue.Queue()
+    procs: list[subprocess.Popen] = []
+    busy: dict[int, tuple[NotebookJob, float]] = {}  # process index -> its job, since when
     if jobs:
         ensure_kernel()  # once, here: the processes would race to register it
+
+    def start() -> int:
+        proc = subprocess.Popen([sys.executable, "-m", "fwcompare.report"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, cwd=ROOT, text=True,
+                                start_new_session=True)  # stopped by us, not by Ctrl-C
+        procs.append(proc)
+        i = len(procs) - 1
+
+        def read() -> None:
+            for line in proc.stdout:
+                results.put((i, line))
+            results.put((i, None))
+        threading.Thread(target=read, daemon=True).start()
+        return i
+
+    def hand(i: int) -> None:
+        job = pending.pop(0)
+        job.out.mkdir(parents=True, exist_ok=True)
+        if progress:
+            print(f"{job.name}: running {Path(job.notebook).name} (profile {job.profile})",
+                  file=sys.stderr)
+        busy[i] = (job, time.perf_counter())
+        procs[i].stdin.write(json.dumps({**dataclasses.asdict(job), "out": str(job.out),
+                                         "params_file": str(job.params_file)}) + "\n")
+        procs[i].stdin.flush()
+
+    def failed(job: NotebookJob, why: str) -> None:
+        failures[job.name] = why
+        where = (job.out / f"{job.name}.failed.ipynb" if (job.out / f"{job.name}.failed.ipynb")
+                 .exists() else job.out / ".notebook.log")
+        print(f"{job.name}: FAILED ({why}); see {where}", file=sys.stderr)
+
     try:
-        while pending or running:
-            while pending and len(running) < notebook_jobs():
-                job = pending.pop(0)
-                job.out.mkdir(parents=True, exist_ok=True)
-                log = open(job.out / ".notebook.log", "w")
+        for _ in range(min(notebook_jobs(), len(jobs))):
+            hand(start())
+        last: dict[int, str] = {}  # a process's last words outside a job (its start)
+        while busy:
+            try:
+                i, line = results.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                said = json.loads(line) if line is not None else None
+            except json.JSONDecodeError:
+                said = None
+            if line is not None and not isinstance(said, dict):
+                last[i] = line.strip() or last.get(i, "")
+                continue
+            if i not in busy:  # an idle process ended: nothing lost
+                continue
+            job, t0 = busy.pop(i)
+            if said is None:  # the process ended with its job unfinished
+                code = procs[i].wait()
+                log = job.out / ".notebook.log"
+                text = log.read_text(errors="replace") if log.is_file() else ""
+                failed(job, f"the notebook's process ended with code {code}: "
+                       + (" ".join(text.strip().splitlines()[-1:]) or last.get(i, "")))
+                if pending:
+                    hand(start())
+                continue
+            if said["ok"]:
+                took[job.name] = time.perf_counter() - t0
                 if progress:
-                    print(f"{job.name}: running {Path(job.notebook).name} "
-                          f"(profile {job.profile})", file=sys.stderr)
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "fwcompare.report", json.dumps(
-                        {**dataclasses.asdict(job), "out": str(job.out),
-                         "params_file": str(job.params_file)})],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                    start_new_session=True)  # stopped by us, not by the terminal's Ctrl-C
-                running[job.name] = (job, proc, log, time.perf_counter())
-            time.sleep(0.1)
-            for name, (job, proc, log, t0) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                del running[name]
-                log.close()
-                text = (job.out / ".notebook.log").read_text(errors="replace")
-                if proc.returncode == 0:
-                    took[name] = time.perf_counter() - t0
-                    if progress:
-                        print(f"{name}: done in {_mmss(took[name])}", file=sys.stderr)
-                    continue
-                said = [ln[len(_FAILED):] for ln in text.splitlines() if ln.startswith(_FAILED)]
-                failures[name] = said[-1] if said else (
-                    f"the notebook's process ended with code {proc.returncode}: "
-                    + " ".join(text.strip().splitlines()[-1:]))
-                where = (job.out / f"{name}.failed.ipynb" if (job.out / f"{name}.failed.ipynb")
-                         .exists() else job.out / ".notebook.log")
-                print(f"{name}: FAILED ({failures[name]}); see {where}", file=sys.stderr)
+                    print(f"{job.name}: done in {_mmss(took[job.name])}", file=sys.stderr)
+            else:
+                failed(job, said["failure"])
+            if pending:
+                hand(i)
     finally:
-        for _, proc, log, _ in running.values():
+        for proc in procs:  # idle: end of input; still busy (an interrupt): SIGTERM
             if proc.poll() is None:
-                proc.terminate()
-        for _, proc, log, _ in running.values():
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        for i in busy:
+            if procs[i].poll() is None:
+                procs[i].terminate()
+        for proc in procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 kill_group(proc.pid)
                 proc.wait()
-            log.close()
     return took
 
 
-def _notebook_main(spec: str) -> int:
-    """A notebook process (:func:`run_notebooks`): execute, render, stamp."""
-    def stop(*_):  # SIGTERM from the report: papermill's cleanup shuts the kernel down
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, stop)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    job = json.loads(spec)
-    job = NotebookJob(**{**job, "out": Path(job["out"]), "params_file": Path(job["params_file"])})
+def _notebook_job(job: NotebookJob) -> str:
+    """One job of a notebook process: execute, render, stamp. "" when it
+    succeeded, else why it failed (one line)."""
     try:
         executed = run_notebook(job.name, job.profile, job.params, job.out, job.notebook)
     except Exception as exc:  # one failed study never loses the others
         last_line = (str(exc).strip().splitlines() or [""])[-1]
-        print(f"{_FAILED}{type(exc).__name__}: {last_line}", flush=True)
-        return 1
+        return f"{type(exc).__name__}: {last_line}"
     _render_html(executed, job.out / f"{job.name}.html")
     if job.name == SUMMARY:
         shutil.copyfile(job.params_file, job.out / job.params_file.name)
@@ -545,6 +585,34 @@ def _notebook_main(spec: str) -> int:
         write_text(job.out / "params.yaml", f"# {job.params_file} with the command line's "
                    f"overrides\n" + yaml.safe_dump(job.params, sort_keys=False))
     (job.out / ".inputs").write_text(job.digest)
+    return ""
+
+
+def _notebook_process() -> int:
+    """A notebook process (:func:`run_notebooks`): a job per line of its
+    stdin, one at a time; for each, a line of JSON on its stdout (``ok``,
+    ``failure``), while everything the job prints, papermill's log of its
+    cells and the kernel's output included, goes to the job's
+    ``.notebook.log``. It ends at the end of its input."""
+    def stop(*_):  # SIGTERM from the report: papermill's cleanup shuts the kernel down
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    answer = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)  # not inherited
+    for line in sys.stdin:
+        job = json.loads(line)
+        job = NotebookJob(**{**job, "out": Path(job["out"]),
+                             "params_file": Path(job["params_file"])})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with open(job.out / ".notebook.log", "w") as log:  # fds 1 and 2: a kernel's too
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            why = _notebook_job(job)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        answer.write(json.dumps({"ok": not why, "failure": why}) + "\n")
     return 0
 
 
@@ -736,4 +804,4 @@ failed cells are marked, not dropped. Index written {html.escape(manifest['times
 
 
 if __name__ == "__main__":
-    sys.exit(_notebook_main(sys.argv[1]))
+    sys.exit(_notebook_process())

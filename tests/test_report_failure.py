@@ -167,3 +167,41 @@ def test_report_times_round_before_they_split_into_minutes():
     assert report._mmss(59.96) == "1:00.0"
     assert report._mmss(59.94) == "59.9 s"
     assert report._mmss(1656.1) == "27:36.1"
+
+
+def test_notebook_processes_take_job_after_job_and_one_that_dies_loses_its_own(tmp_path):
+    """The notebooks run in a few processes that each take job after job (their
+    imports once: 3.5-4.5 s a notebook before); a process that dies loses only
+    the notebook it ran, and a fresh one takes the rest."""
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    names = [f"n{i}" for i in range(report.notebook_jobs() + 2)]  # more than the processes
+    for name in names:
+        nb = nbformat.v4.new_notebook()
+        body = ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)" if name == "n0" else
+                f"import os\nopen({str(tmp_path / name)!r} + '.ppid', 'w')"
+                ".write(str(os.getppid()))")
+        nb.cells = [nbformat.v4.new_code_cell("profile = 'x'\noutput_dir = ''",
+                                              metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(body)]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+        nbformat.write(nb, nbdir / f"{name}.ipynb")
+    (tmp_path / "p.yaml").write_text("{}\n")
+    failures = {}
+    took = report.run_notebooks(
+        [report.NotebookJob(n, "x", tmp_path / n, "digest", {},
+                            str(nbdir / f"{n}.ipynb"), tmp_path / "p.yaml") for n in names],
+        failures, progress=False)
+    rest = names[1:]
+    assert set(took) == set(rest) and list(failures) == ["n0"], failures
+    assert "the notebook's process ended with code -9" in failures["n0"]
+    assert not (tmp_path / "n0" / ".inputs").exists()
+    for n in rest:
+        assert (tmp_path / n / ".inputs").read_text() == "digest"
+        assert (tmp_path / n / f"{n}.html").is_file()
+    # a kernel's parent is its notebook process: the rest ran in the processes left
+    # and the one that replaced the dead one, fewer than the notebooks
+    parents = {(tmp_path / f"{n}.ppid").read_text() for n in rest}
+    assert len(parents) < len(rest), parents
+    assert not any(running(int(p)) for p in parents), "a notebook process outlived its jobs"
