@@ -125,7 +125,8 @@ def scaling_efficiency(table: pd.DataFrame, manifest: dict):
 
     rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
     if rest.empty:
-        return no_data("scaling efficiency needs two worker counts")
+        return no_data("scaling efficiency needs two worker counts (params key workers: the "
+                       "quick profile launches 2 only; smoke and full scale from 1)")
     fig, axes, draws = _bars_by_workers(rest, "scaling efficiency")
     for draw in draws:
         _ratio_bars(*draw, "efficiency", "{:.0%}", 1.15, 1.1)
