@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 import urllib.parse
 from pathlib import Path
 
@@ -503,9 +504,14 @@ def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str],
             print(f"{job.name}: running {Path(job.notebook).name} (profile {job.profile})",
                   file=sys.stderr)
         busy[i] = (job, time.perf_counter())
-        procs[i].stdin.write(json.dumps({**dataclasses.asdict(job), "out": str(job.out),
-                                         "params_file": str(job.params_file)}) + "\n")
-        procs[i].stdin.flush()
+        try:
+            procs[i].stdin.write(json.dumps({**dataclasses.asdict(job), "out": str(job.out),
+                                             "params_file": str(job.params_file)}) + "\n")
+            procs[i].stdin.flush()
+        except OSError:  # it ended while idle: a fresh one takes the job
+            del busy[i]
+            pending.insert(0, job)
+            hand(start())
 
     def failed(job: NotebookJob, why: str) -> None:
         failures[job.name] = why
@@ -570,12 +576,18 @@ def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str],
 
 def _notebook_job(job: NotebookJob) -> str:
     """One job of a notebook process: execute, render, stamp. "" when it
-    succeeded, else why it failed (one line)."""
+    succeeded, else why it failed (one line; the traceback in its log)."""
     try:
-        executed = run_notebook(job.name, job.profile, job.params, job.out, job.notebook)
+        _execute_and_render(job)
     except Exception as exc:  # one failed study never loses the others
+        traceback.print_exc()
         last_line = (str(exc).strip().splitlines() or [""])[-1]
         return f"{type(exc).__name__}: {last_line}"
+    return ""
+
+
+def _execute_and_render(job: NotebookJob) -> None:
+    executed = run_notebook(job.name, job.profile, job.params, job.out, job.notebook)
     _render_html(executed, job.out / f"{job.name}.html")
     if job.name == SUMMARY:
         shutil.copyfile(job.params_file, job.out / job.params_file.name)
@@ -585,7 +597,6 @@ def _notebook_job(job: NotebookJob) -> str:
         write_text(job.out / "params.yaml", f"# {job.params_file} with the command line's "
                    f"overrides\n" + yaml.safe_dump(job.params, sort_keys=False))
     (job.out / ".inputs").write_text(job.digest)
-    return ""
 
 
 def _notebook_process() -> int:
