@@ -171,7 +171,7 @@ def test_report_times_round_before_they_split_into_minutes():
 
 def test_notebook_processes_take_job_after_job_and_one_that_dies_loses_its_own(tmp_path):
     """The notebooks run in a few processes that each take job after job (their
-    imports once: 3.5-4.5 s a notebook before); a process that dies loses only
+    imports once: about 3 s a notebook before); a process that dies loses only
     the notebook it ran, and a fresh one takes the rest."""
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
