@@ -635,3 +635,83 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     assert (rows["rank_mem_bytes"] > 0).all() and rows["mem_method"].str.endswith(
         "per rank").all()
     assert (rows["status"] == "ok").all()
+
+
+def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass(
+        tmp_path, monkeypatch):
+    """The all-reduce timed alone and each rank's memory are one measurement
+    per cell, as every study's memory pass is: a cell's later round (a
+    second launch, issue 48) takes neither when an earlier round of it
+    measured, and the report reads them from that round; a cell whose
+    earlier round failed takes both."""
+    from fwcompare import gate as gate_mod
+    from fwcompare.job import CELLS, PREPARE, CellRef
+    from fwcompare.runner import Runner
+    from fwcompare.studies.distributed import STUDY, Rank
+    from fwcompare.tables import summarize
+
+    params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01, max_time_s=0.1,
+                                               warmup_s=0.0, warmup_iters=1), "workers": [1]})
+    runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
+    specs = STUDY.cells(params)
+    weak = next(s for s in specs if s.scaling == "weak")
+    strong = next(s for s in specs if s.scaling == "strong")
+    gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
+
+    class CountingDP(Engine):  # one rank of one; counts what a cell asks of it
+        rank, world, setup = 0, 1, "counted"
+
+        def __init__(self, losses):
+            self.loss, self.steps, self.comm = iter(losses), 0, 0
+
+        def batch(self, ids, labels):
+            return ids
+
+        def step(self, batch):
+            self.steps += 1
+            return next(self.loss, 0.5)
+
+        def allreduce_sum(self, value):
+            return value
+
+        def max_weight_diff(self):
+            return 0.0
+
+        def allreduce_grads_s(self, repeats):
+            self.comm += 1
+            return [1e-4] * repeats
+
+    def launch(refs):  # one launch (a Rank) over these cells
+        job = runner.job(CELLS, "tiny-bert", "torch", refs)
+        dp = CountingDP(gate_mod.Gate(job.gate_path).reference)
+        rank = Rank(job, dp, load_s=0.0)
+        known, problems = rank.agreement()
+        comm, steps = [], []
+        for ref in refs:
+            before = (dp.comm, dp.steps)
+            rank.cell(ref, known, problems)
+            comm.append(dp.comm - before[0])
+            steps.append(dp.steps - before[1])
+        return rank, comm, steps
+
+    rank, comm, _ = launch([CellRef(strong, 0)])  # round 0 of the strong cell only
+    assert comm == [1]
+    # round 1: the strong cell measured in round 0, the weak one never did
+    rank, comm, steps = launch([CellRef(strong, 1), CellRef(weak, 1)])
+    assert comm == [0, 1]
+    rows = rank.store.load().set_index(["scaling", "round"])
+    assert rows.loc[("strong", 1), "status"] == "ok"
+    assert math.isnan(rows.loc[("strong", 1), "rank_mem_bytes"])
+    assert math.isnan(rows.loc[("strong", 1), "allreduce_s"])
+    assert rows.loc[("strong", 1), "mem_method"].startswith("none")
+    assert rows.loc[("strong", 0), "rank_mem_bytes"] > 0
+    assert rows.loc[("weak", 1), "rank_mem_bytes"] > 0
+    assert rows.loc[("weak", 1), "allreduce_s"] > 0
+    # strong in round 1: the samples and the step that ended them, no memory step
+    n = int(rows.loc[("strong", 1), "n_samples"])
+    assert steps[0] == n + 1
+    # the report's figures of the strong cell are round 0's, its timing both rounds'
+    summary = summarize(rank.store.load(), rank.store.load_samples()).set_index("scaling")
+    assert summary.loc["strong", "rounds"] == 2
+    assert summary.loc["strong", "rank_mem_bytes"] == rows.loc[("strong", 0), "rank_mem_bytes"]
+    assert summary.loc["strong", "allreduce_s"] == rows.loc[("strong", 0), "allreduce_s"]

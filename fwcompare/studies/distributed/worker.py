@@ -15,6 +15,7 @@ from ...cell import CellResult, derived_figures, release_freed_heap, write_row
 from ...gate import TrainSettings
 from ...job import CellRef, Job
 from ...protocol import GATE, SPENT, START, emit
+from ...results import MEASURED
 from ...spec import RunSpec
 
 
@@ -212,13 +213,21 @@ class Rank:
         first, made = taken[1:] if taken else (None, ())
         first, samples, rule, host = self.time_steps(batch, first, made)
         figures.update(host)
-        t0 = time.perf_counter()
-        comm = dp.allreduce_grads_s(p["allreduce_repeats"])
-        self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
+        # The all-reduce timed alone and each rank's memory: once per cell, in
+        # its first round that measured (the report reads that round's row:
+        # tables.summarize); rank 0 knows, and every rank follows it (both are
+        # collective).
+        once = dp.allreduce_sum(0.0 if self.rank0 and self.measured_before(ref) else 1.0) > 0
+        comm, per_rank, mem_method = [math.nan], [math.nan] * dp.world, ""
+        if once:
+            t0 = time.perf_counter()
+            comm = dp.allreduce_grads_s(p["allreduce_repeats"])
+            self.spent("timing samples", time.perf_counter() - t0)  # the all-reduce's
         spread = dp.max_weight_diff()
-        t0 = time.perf_counter()
-        per_rank, mem_method = self.memory(batch)
-        self.spent("memory passes", time.perf_counter() - t0)
+        if once:
+            t0 = time.perf_counter()
+            per_rank, mem_method = self.memory(batch)
+            self.spent("memory passes", time.perf_counter() - t0)
         if not self.rank0:
             return
         flops = 3 * models.forward_flops(self.info, spec.batch_size, spec.seq_len)
@@ -231,7 +240,7 @@ class Rank:
                        weight_max_abs_diff=math.nan if spread is None else spread,
                        allreduce_s=allreduce_s, allreduce_share=allreduce_s / figures["median_s"],
                        rank_mem_bytes=max(per_rank), rank_mem_min_bytes=min(per_rank))
-        self.provenance["mem_method"] = mem_method
+        self.provenance["mem_method"] = mem_method or "none: an earlier round's row has it"
         notes = [problems] if problems else []
         if spread is not None and not spread <= p["weight_tol"]:
             notes.append(f"weights differ across ranks by {spread:.3g} after the cell "
@@ -241,6 +250,12 @@ class Rank:
             notes.append(f"did not converge: CI half-width {rule.rel_ci:.1%} of the median "
                          f"after {self.cfg.max_time_s:g} s")
         self.finish(ref, CellResult(status, "; ".join(notes), figures, samples))
+
+    def measured_before(self, ref: CellRef) -> bool:
+        """Whether an earlier round of this cell stored a measured row (rank
+        0's store): its all-reduce and memory figures are the cell's."""
+        return any((row := self.store.row(ref.spec.cell_id, r)) is not None
+                   and row["status"] in MEASURED for r in range(ref.round))
 
     def memory(self, batch) -> tuple[list[float], str]:
         """Each rank's memory over one more training step, in a pass after the
