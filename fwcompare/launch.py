@@ -186,6 +186,11 @@ class Launch:
     Its ranks run their cells on their own: the runner only listens."""
 
     autonomous = True
+    # What the runner reads of any worker it watches (runner.Worker's): a
+    # launch's ranks are never stopped for a budget of the runner's own, so
+    # none; without it a rank killed by SIGKILL ended the whole study run
+    # (AttributeError in Runner.after_stop, CI of 2026-11-29).
+    stop_note = ""
 
     def __init__(self, job, job_dir: Path, name: str, env: dict, *, framework: str,
                  workers: int, hosts: list[str], node_rank: int = 0, master_port: int = 0,

@@ -715,3 +715,19 @@ def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass
     assert summary.loc["strong", "rounds"] == 2
     assert summary.loc["strong", "rank_mem_bytes"] == rows.loc[("strong", 0), "rank_mem_bytes"]
     assert summary.loc["strong", "allreduce_s"] == rows.loc[("strong", 0), "allreduce_s"]
+
+
+def test_a_launch_has_every_class_attribute_the_runner_reads_of_a_worker():
+    """The runner watches a launch as it watches a served worker: a launch
+    whose reported process ended by SIGKILL (a rank the teardown killed
+    before its parameter server's SIGSEGV landed) made ``Runner.after_stop``
+    read ``stop_note`` of it, and the missing attribute ended the whole study
+    run (CI, 2026-11-29) instead of failing that cell."""
+    from fwcompare.launch import Launch
+    from fwcompare.runner import Worker
+
+    shared = [k for k, v in vars(Worker).items()
+              if not k.startswith("_") and not callable(v) and not isinstance(v, property)]
+    assert "stop_note" in shared
+    assert [k for k in shared if not hasattr(Launch, k)] == []
+    assert Launch.stop_note == ""
