@@ -220,11 +220,8 @@ def failed(backend, exc: BaseException, plan: CellPlan | None = None) -> CellRes
 def _memory_stored(store, cell_id: str, before: int) -> bool:
     """Whether a round of the cell before round ``before`` stored its peak
     memory (a round 0 that failed did not: the next round measures it)."""
-    for r in range(before):
-        row = store.row(cell_id, r)
-        if row is not None and (row.get("peak_mem_bytes") or 0) > 0:
-            return True
-    return False
+    return store.stored_before(cell_id, before,
+                               lambda row: (row.get("peak_mem_bytes") or 0) > 0)
 
 
 def serve(study, job: Job) -> None:

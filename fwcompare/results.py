@@ -298,6 +298,13 @@ class ResultStore:
         path = self.cells_dir / f"{cell_id}-r{round}.parquet"
         return pd.read_parquet(path).iloc[0].to_dict() if path.is_file() else None
 
+    def stored_before(self, cell_id: str, before: int, holds) -> bool:
+        """Whether a stored row of the cell in a round before ``before``
+        satisfies ``holds(row)``: a figure taken once per cell, in its first
+        round that took it (a memory pass, a launch's all-reduce alone)."""
+        return any((row := self.row(cell_id, r)) is not None and holds(row)
+                   for r in range(before))
+
     def finished(self) -> set[tuple[str, int]]:
         """(cell_id, round) of cells a resumed run keeps."""
         df = self.load()

@@ -566,6 +566,50 @@ def test_a_closing_barrier_that_a_peer_left_first_ends_the_rank_cleanly(capsys):
     assert "a peer left first (ConnectionError)" in capsys.readouterr().err
 
 
+class OneRank(Engine):
+    """A fake engine: one rank of one, counting its steps per batch shape and
+    its all-reduces timed alone."""
+
+    rank, world, setup = 0, 1, "one fake rank"
+
+    def __init__(self, losses):
+        self.loss, self.comm = iter(losses), 0
+        self.steps: dict[tuple, int] = {}
+
+    def batch(self, ids, labels):
+        return ids
+
+    def step(self, batch):
+        self.steps[batch.shape] = self.steps.get(batch.shape, 0) + 1
+        return next(self.loss, 0.5)
+
+    def allreduce_sum(self, value):
+        return value
+
+    def max_weight_diff(self):
+        return 0.0
+
+    def allreduce_grads_s(self, repeats):
+        self.comm += 1
+        return [1e-4] * repeats
+
+
+def _one_rank_study(tmp_path, max_time_s: float):
+    """The distributed study's smoke cells for one PyTorch rank, timed briefly:
+    its runner, with the gate prepared."""
+    from fwcompare import gate as gate_mod
+    from fwcompare.job import PREPARE
+    from fwcompare.runner import Runner
+    from fwcompare.studies.distributed import STUDY
+
+    params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01,
+                                               max_time_s=max_time_s, warmup_s=0.0,
+                                               warmup_iters=1), "workers": [1]})
+    runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
+    gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
+    return runner
+
+
 def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_batch(
         tmp_path, monkeypatch, capsys):
     """The gate batch is strong scaling's global batch at the cells' length:
@@ -576,43 +620,26 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     import time
 
     from fwcompare import gate as gate_mod
-    from fwcompare.job import CELLS, PREPARE, CellRef
-    from fwcompare.runner import Runner
+    from fwcompare.job import CELLS, CellRef
     from fwcompare.studies.distributed import STUDY, Rank
 
-    params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01, max_time_s=0.2,
-                                               warmup_s=0.0, warmup_iters=1), "workers": [1]})
-    runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
-    cells = [CellRef(spec, 0) for spec in STUDY.cells(params)]
+    runner = _one_rank_study(tmp_path, max_time_s=0.2)
+    cells = [CellRef(spec, 0) for spec in STUDY.cells(runner.params)]
     assert {(c.spec.scaling, c.spec.batch_size) for c in cells} == {("weak", 2), ("strong", 4)}
-    gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
     job = runner.job(CELLS, "tiny-bert", "torch", cells)
 
-    class TracedDP(Engine):  # one rank of one, whose step traces once per shape
-        rank, world, setup = 0, 1, "a step traced per shape"
+    class TracedDP(OneRank):  # whose step traces once per shape
+        setup = "a step traced per shape"
 
         def __init__(self):
-            self.traced, self.loss = [], iter(gate_mod.Gate(job.gate_path).reference)
-            self.steps: dict[tuple, int] = {}
-
-        def batch(self, ids, labels):
-            return ids
+            super().__init__(gate_mod.Gate(job.gate_path).reference)
+            self.traced = []
 
         def step(self, batch):
-            self.steps[batch.shape] = self.steps.get(batch.shape, 0) + 1
             if batch.shape not in self.traced:
                 self.traced.append(batch.shape)
                 time.sleep(0.3)
-            return next(self.loss, 0.5)
-
-        def allreduce_sum(self, value):
-            return value
-
-        def max_weight_diff(self):
-            return 0.0
-
-        def allreduce_grads_s(self, repeats):
-            return [1e-4] * repeats
+            return super().step(batch)
 
     dp = TracedDP()
     rank = Rank(job, dp, load_s=0.0)
@@ -645,53 +672,26 @@ def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass
     measured, and the report reads them from that round; a cell whose
     earlier round failed takes both."""
     from fwcompare import gate as gate_mod
-    from fwcompare.job import CELLS, PREPARE, CellRef
-    from fwcompare.runner import Runner
+    from fwcompare.job import CELLS, CellRef
     from fwcompare.studies.distributed import STUDY, Rank
     from fwcompare.tables import summarize
 
-    params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01, max_time_s=0.1,
-                                               warmup_s=0.0, warmup_iters=1), "workers": [1]})
-    runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
-    specs = STUDY.cells(params)
+    runner = _one_rank_study(tmp_path, max_time_s=0.1)
+    specs = STUDY.cells(runner.params)
     weak = next(s for s in specs if s.scaling == "weak")
     strong = next(s for s in specs if s.scaling == "strong")
-    gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
-
-    class CountingDP(Engine):  # one rank of one; counts what a cell asks of it
-        rank, world, setup = 0, 1, "counted"
-
-        def __init__(self, losses):
-            self.loss, self.steps, self.comm = iter(losses), 0, 0
-
-        def batch(self, ids, labels):
-            return ids
-
-        def step(self, batch):
-            self.steps += 1
-            return next(self.loss, 0.5)
-
-        def allreduce_sum(self, value):
-            return value
-
-        def max_weight_diff(self):
-            return 0.0
-
-        def allreduce_grads_s(self, repeats):
-            self.comm += 1
-            return [1e-4] * repeats
 
     def launch(refs):  # one launch (a Rank) over these cells
         job = runner.job(CELLS, "tiny-bert", "torch", refs)
-        dp = CountingDP(gate_mod.Gate(job.gate_path).reference)
+        dp = OneRank(gate_mod.Gate(job.gate_path).reference)
         rank = Rank(job, dp, load_s=0.0)
         known, problems = rank.agreement()
         comm, steps = [], []
         for ref in refs:
-            before = (dp.comm, dp.steps)
+            before = (dp.comm, sum(dp.steps.values()))
             rank.cell(ref, known, problems)
             comm.append(dp.comm - before[0])
-            steps.append(dp.steps - before[1])
+            steps.append(sum(dp.steps.values()) - before[1])
         return rank, comm, steps
 
     rank, comm, _ = launch([CellRef(strong, 0)])  # round 0 of the strong cell only

@@ -254,8 +254,8 @@ class Rank:
     def measured_before(self, ref: CellRef) -> bool:
         """Whether an earlier round of this cell stored a measured row (rank
         0's store): its all-reduce and memory figures are the cell's."""
-        return any((row := self.store.row(ref.spec.cell_id, r)) is not None
-                   and row["status"] in MEASURED for r in range(ref.round))
+        return self.store.stored_before(ref.spec.cell_id, ref.round,
+                                        lambda row: row["status"] in MEASURED)
 
     def memory(self, batch) -> tuple[list[float], str]:
         """Each rank's memory over one more training step, in a pass after the
