@@ -295,13 +295,20 @@ def test_crashed_rank_and_diverged_weights(tmp_path, monkeypatch, ports_used):
 
 @pytest.mark.slow
 def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
-    monkeypatch.setenv("FWCOMPARE_FAULT", "hang@1:tensorflow/graph weak x2")
+    """Rank 1 hangs in the weak cell: a timeout, and the strong cell runs in a
+    fresh launch, where rank 1's weights are shifted: MultiWorkerMirrored's
+    cross-rank check (its weights gathered in buckets) catches it."""
+    monkeypatch.setenv("FWCOMPARE_FAULT", "hang@1:tensorflow/graph weak x2,"
+                                          "desync@1:tensorflow/graph strong x2")
     res = fwcompare.run_study("distributed", _smoke(["tensorflow"], cell_timeout_s=15.0),
                               output_dir=tmp_path, progress=False)
     df = res.results.set_index("scaling")
     assert df.loc["weak", "status"] == "timeout"
     assert "cell_timeout_s" in df.loc["weak", "error"]
-    assert df.loc["strong", "status"] == "ok"
+    assert df.loc["strong", "status"] == "not_equivalent"
+    assert df.loc["strong", "weight_max_abs_diff"] == pytest.approx(1e-3, rel=0.05)
+    assert "weights differ across ranks" in df.loc["strong", "error"]
+    assert df.loc["strong", "median_s"] > 0
     # TensorFlow's ranks are forked too (by the TensorFlow fork server; a fresh
     # interpreter's parent would be this process), each with a log of its own.
     ranks = [p for name, ps in _rank_pids(tmp_path).items() if "-x2-" in name for p in ps]
@@ -311,6 +318,21 @@ def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
     assert len(ports_used) == 4 and all(launch.port_is_free(p) for p in ports_used)
     stored = json.loads((tmp_path / "results" / "params.json").read_text())
     assert stored["cell_timeout_s"] == 15.0
+
+
+def test_the_spread_check_gathers_weights_in_bounded_buckets_in_order():
+    from fwcompare.frameworks.tensorflow.parallel import _buckets
+
+    class W:
+        def __init__(self, *shape):
+            self.shape = shape
+
+    ws = [W(3, 2), W(4), W(20), W(1), W(5), W(2, 2)]
+    got = _buckets(ws, 10)
+    assert [[w.shape for w in b] for b in got] == [[(3, 2), (4,)], [(20,)],
+                                                   [(1,), (5,), (2, 2)]]
+    assert [w for b in got for w in b] == ws  # every weight once, in order
+    assert _buckets([], 10) == []
 
 
 @pytest.mark.slow
