@@ -1,5 +1,9 @@
-"""The deployment study's pieces: the sentence-pair check, params, and an
-export process that dies (the smoke report runs every path end to end)."""
+"""The deployment study's pieces: the sentence-pair check, params, an
+export process that dies, and a step two export processes share (the smoke
+report runs every path end to end)."""
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -63,3 +67,58 @@ def test_an_export_process_that_dies_costs_its_path_only(tmp_path, monkeypatch, 
     assert "exit code 3" in rows.loc["torchscript", "error"]
     assert rows.loc["eager", "status"] == "ok" and rows.loc["dynamic-int8", "status"] == "ok"
     assert rows.loc["dynamic-int8", "artifact_bytes"] > 0
+
+
+def _slow_step(where, tmp, log, out):
+    """A process of an export stage asking for a step that takes 1 s to make."""
+    import json
+
+    from fwcompare.frameworks.export import shared_step
+
+    def make(d):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(1.0)
+        (d / "model").mkdir()
+        (d / "model" / "weights").write_text("made once")
+        return d / "model"
+    path, seconds, made, waited = shared_step(where, make, tmp)
+    out.write_text(json.dumps(dict(path=str(path), seconds=seconds, made=made, waited=waited)))
+
+
+def test_a_step_two_export_processes_ask_for_at_once_is_made_once(tmp_path, monkeypatch):
+    """The SavedModel under the TFLite paths of two export processes: whoever
+    asks first makes it; the other waits, then reads it where it was moved,
+    and is told how long it waited (its export time leaves that out)."""
+    import json
+    import multiprocessing
+
+    from fwcompare.frameworks.export import SHARED_STEPS_ENV, Exporter
+
+    shared, tmp = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir(), tmp.mkdir()
+    where, log = shared / "Exporter-savedmodel", tmp_path / "makers"
+    outs = [tmp_path / f"out{i}.json" for i in range(2)]
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_slow_step, args=(where, tmp, log, o)) for o in outs]
+    for p in procs:
+        p.start()
+        time.sleep(0.2)  # the second asks while the first makes it
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    got = [json.loads(o.read_text()) for o in outs]
+    assert len(log.read_text().split()) == 1  # made once
+    assert sorted(g["made"] for g in got) == [False, True]
+    assert got[0]["path"] == got[1]["path"] == str(where / "model")
+    assert (where / "model" / "weights").read_text() == "made once"
+    assert all(g["seconds"] >= 1.0 for g in got)  # the maker's time, told to both
+    waiter = next(g for g in got if not g["made"])
+    assert 0.5 < waiter["waited"] < got[0]["seconds"] + 1.0
+    # An exporter of this stage reuses it: the step's seconds, none waited.
+    monkeypatch.setenv(SHARED_STEPS_ENV, str(shared))
+    ex = object.__new__(Exporter)
+    ex.steps, ex.reused_s, ex.tmp = {}, 0.0, tmp
+    assert ex.step("savedmodel", lambda d: 1 / 0) == where / "model"
+    assert ex.reused_s == pytest.approx(got[0]["seconds"], abs=0.05)
+    assert len(log.read_text().split()) == 1

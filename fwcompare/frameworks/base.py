@@ -58,8 +58,8 @@ class DeployPath:
     precision: str = "float32"
     artifact: str = ""
     # The export process it shares with its framework's other paths (""), or
-    # one of its own: a path that builds on no other's step and is slow to
-    # export runs beside them when ``export_jobs`` allows.
+    # another named one: slow paths run beside the others when
+    # ``export_jobs`` allows, a step they share made once (``Exporter.step``).
     process: str = ""
 
 

@@ -4,10 +4,16 @@ artifact path), the runtime base, and the converter's words. Light: numpy
 only; the frameworks and converters are imported where used."""
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
+
+# The folder where the export processes of one export stage share their
+# steps (``Exporter.step``); unset, each process makes its own.
+SHARED_STEPS_ENV = "FWCOMPARE_EXPORT_STEPS"
 
 
 class ExportUnsupported(Exception):
@@ -85,17 +91,60 @@ class Exporter:
         return getattr(self, "export_" + mode.replace("-", "_"))(out)
 
     def step(self, name: str, make) -> Path:
-        """A shared step's output (``make(dir) -> path``), made once per process."""
+        """A shared step's output (``make(dir) -> path``), made once per
+        process, and once per export stage where its processes share a
+        folder (:data:`SHARED_STEPS_ENV`; :func:`shared_step`): a path in
+        another process reuses it as one in this process would. Its seconds
+        are added to each path that reuses it (``reused_s``); the time this
+        process waited for another to make it is taken off, for its export
+        time counts from its own start."""
         import tempfile
 
-        if name in self.steps:
-            path, seconds = self.steps[name]
-            self.reused_s += seconds
+        if name not in self.steps:
+            shared = os.environ.get(SHARED_STEPS_ENV)
+            if shared:
+                path, seconds, made, waited = shared_step(
+                    Path(shared) / f"{type(self).__name__}-{name}", make, self.tmp)
+                self.steps[name] = (path, seconds)
+                if made:
+                    return path
+                self.reused_s += seconds - waited
+                return path
+            t0 = time.perf_counter()
+            path = make(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.tmp)))
+            self.steps[name] = (path, time.perf_counter() - t0)
             return path
-        t0 = time.perf_counter()
-        path = make(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.tmp)))
-        self.steps[name] = (path, time.perf_counter() - t0)
+        path, seconds = self.steps[name]
+        self.reused_s += seconds
         return path
+
+
+def shared_step(where: Path, make, tmp: Path) -> tuple[Path, float, bool, float]:
+    """A step made once by whichever process asks first (``make(dir) ->
+    path`` in a folder of ``tmp``, then moved whole to ``where``, on the same
+    file system); a process that asks while it is being made waits for it
+    (flock: a maker that dies releases it, and the next one makes it).
+    Returns (its path, the seconds it took to make, whether this process made
+    it, the seconds this process waited for it)."""
+    import fcntl
+    import tempfile
+
+    t0 = time.perf_counter()
+    with open(where.with_name(where.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = time.perf_counter() - t0
+        done = where / "step.json"
+        if done.is_file():
+            got = json.loads(done.read_text())
+            return where / got["path"], got["seconds"], False, waited
+        t0 = time.perf_counter()
+        d = Path(tempfile.mkdtemp(prefix=f"{where.name}-", dir=tmp))
+        path = make(d)
+        seconds = time.perf_counter() - t0
+        (d / "step.json").write_text(json.dumps({"path": str(path.relative_to(d)),
+                                                 "seconds": seconds}))
+        os.rename(d, where)  # whole or not at all
+        return where / path.relative_to(d), seconds, True, waited
 
 
 class Runtime:

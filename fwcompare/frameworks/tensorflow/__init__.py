@@ -37,9 +37,11 @@ FRAMEWORK = Framework(
         "tflite-float32": DeployPath("TFLiteConverter, no optimisation", "LiteRT", artifact="tflite"),
         "tflite-float16": DeployPath("TFLiteConverter, Optimize.DEFAULT, float16 weights", "LiteRT", "float16", "tflite"),
         "tflite-dynamic-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT (dynamic-range INT8 weights)", "LiteRT", "int8", "tflite"),
-        "tflite-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT, representative dataset, TFLITE_BUILTINS_INT8 only (full integer)", "LiteRT", "int8", "tflite"),
+        # full-integer TFLite and tf2onnx in a second export process: the
+        # SavedModel is shared (Exporter.step), the four conversions are not
+        "tflite-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT, representative dataset, TFLITE_BUILTINS_INT8 only (full integer)", "LiteRT", "int8", "tflite", process="second"),
         "tf2onnx": DeployPath("tf2onnx.convert.from_function", "ONNX Runtime", artifact="onnx",
-                              process="tf2onnx"),
+                              process="second"),
     },
     exporter="fwcompare.frameworks.tensorflow.export:TensorFlowExporter",
     runtimes={"savedmodel": "fwcompare.frameworks.tensorflow.export:SavedModel"},

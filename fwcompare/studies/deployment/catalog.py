@@ -27,9 +27,13 @@ def path_of(framework: str, mode: str) -> DeployPath:
     return PATHS[framework][mode]
 
 
+def model_dir(job) -> Path:
+    """Where a model's paths are exported: beside the gate files of the run."""
+    return Path(job.gate_dir).parent / "deploy" / job.model_key
+
+
 def artifact_dir(job, framework: str, mode: str) -> Path:
-    """Where a model's path is exported: beside the gate files of the run."""
-    return Path(job.gate_dir).parent / "deploy" / job.model_key / framework / mode
+    return model_dir(job) / framework / mode
 
 
 def sentences_path(job) -> Path:

@@ -16,9 +16,10 @@ import numpy as np
 
 from ... import models
 from ...cell import inject_fault
-from .catalog import (PATHS, SENTENCE_PAIRS, artifact_dir, pair_similarities, path_of, read_pairs,
-                      sentences_path)
-from .formats import CPU_ONLY, converter_message, converter_status, exporter_class
+from .catalog import (PATHS, SENTENCE_PAIRS, artifact_dir, model_dir, pair_similarities, path_of,
+                      read_pairs, sentences_path)
+from .formats import (CPU_ONLY, SHARED_STEPS_ENV, converter_message, converter_status,
+                      exporter_class)
 
 
 # -- export (prepare side: one process per framework) ---------------------------------
@@ -72,19 +73,27 @@ def export_all(job, threads: int) -> None:
     exporting ``error`` with its message, and a fresh one takes the rest.
     ``export_jobs`` processes export at once (each mostly one thread of
     Python and converter passes), the framework groups first in PATHS order."""
+    import shutil
+    import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
     groups: dict[tuple[str, str], list[str]] = {}
     for fw in PATHS:
         for m in export_modes(job, fw):
             groups.setdefault((fw, path_of(fw, m).process), []).append(m)
-    with ThreadPoolExecutor(max_workers=job.params["export_jobs"]) as pool:
-        for done in [pool.submit(_export_group, job, fw, name, modes, threads)
-                     for (fw, name), modes in groups.items()]:
-            done.result()
+    model_dir(job).mkdir(parents=True, exist_ok=True)
+    shared = tempfile.mkdtemp(prefix="shared-steps-", dir=model_dir(job))  # this stage's only
+    try:
+        with ThreadPoolExecutor(max_workers=job.params["export_jobs"]) as pool:
+            for done in [pool.submit(_export_group, job, fw, name, modes, threads, shared)
+                         for (fw, name), modes in groups.items()]:
+                done.result()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
-def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> None:
+def _export_group(job, fw: str, name: str, modes: list[str], threads: int,
+                  shared: str) -> None:
     """Paths of one framework that share an export process (see DeployPath.process)."""
     from ...launch import log_tail
     from ...frameworks import worker_env, worker_only
@@ -106,6 +115,7 @@ def _export_group(job, fw: str, name: str, modes: list[str], threads: int) -> No
             if name not in worker_only(fw):
                 env.pop(name, None)
         env["FWCOMPARE_EXPORT_MODES"] = ",".join(todo)
+        env[SHARED_STEPS_ENV] = shared
         with open(log, "a") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-c", "import sys; from fwcompare.studies.deployment.export "

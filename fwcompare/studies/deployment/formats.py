@@ -12,8 +12,8 @@ import numpy as np
 
 from ... import frameworks
 from ...cell import CellFailure
-from ...frameworks.export import (Exporter, ExportUnsupported, Runtime,  # noqa: F401
-                                  converter_message, converter_status)
+from ...frameworks.export import (SHARED_STEPS_ENV, Exporter, ExportUnsupported,  # noqa: F401
+                                  Runtime, converter_message, converter_status)
 
 
 # === runtimes of artifacts several frameworks make: ONNX Runtime, LiteRT ===========
