@@ -293,17 +293,39 @@ class Launch:
                 return
             time.sleep(0.2)
 
+    # How long the ends of a launch's processes may take to land after the
+    # first (``_culprit``): at least SETTLE_S, and up to SETTLE_MAX_S while
+    # no process has crashed by a signal of its own and some still run.
+    SETTLE_S, SETTLE_MAX_S = 1.0, 6.0
+
     def _culprit(self):
         """The process whose failure ends the launch, or None if none failed:
-        one killed by a signal first, as the others' errors follow from it (a
-        chief that lost its parameter server exits with an error). A forked
-        process's end comes from its fork server, maybe after that of a peer
-        it made fail: a second for every end to land."""
+        one that crashed (a signal other than SIGKILL: SIGSEGV, SIGABRT),
+        else one killed by SIGKILL (the kernel's out-of-memory killer, or a
+        teardown after a peer's end), else one that exited with an error, as
+        the others' errors follow from it (a chief that lost its parameter
+        server exits with an error; a worker whose peer crashed may be
+        killed). A forked process's end comes from its fork server, maybe
+        after that of a peer it made fail: ends land for ``SETTLE_S``, and
+        for up to ``SETTLE_MAX_S`` while none is a crash and some process
+        still runs (a crash's end landing after a peer's SIGKILL made the
+        cell out of memory instead of an error, CI of 2026-11-29)."""
         if not any(p.poll() not in (None, 0) for p in self.procs):
             return None
-        time.sleep(1.0)
-        bad = [p for p in self.procs if p.poll() not in (None, 0)]
-        return min(bad, key=lambda p: p.returncode >= 0)
+
+        def rank(p):  # lower first: a crash, SIGKILL, an error exit (in process order)
+            return 2 if p.returncode > 0 else 1 if p.returncode == -signal.SIGKILL else 0
+
+        start = time.monotonic()
+        while True:
+            time.sleep(0.1)
+            codes = [p.poll() for p in self.procs]
+            bad = sorted((p for p, rc in zip(self.procs, codes) if rc not in (None, 0)),
+                         key=rank)
+            waited = time.monotonic() - start
+            if waited >= self.SETTLE_S and (
+                    rank(bad[0]) == 0 or None not in codes or waited >= self.SETTLE_MAX_S):
+                return bad[0]
 
     @property
     def proc(self) -> subprocess.Popen:

@@ -574,6 +574,47 @@ def test_a_launch_whose_fork_server_is_gone_starts_fresh_processes(tmp_path):
     assert all(p.poll() is not None for p in w.procs)
 
 
+class Ends:
+    """A fake process of a launch that ends with ``code`` ``at`` seconds
+    after it is made (None: it runs on)."""
+
+    def __init__(self, code, at):
+        import time
+
+        self.code, self.at, self.t0, self.returncode = code, at, time.monotonic(), None
+
+    def poll(self):
+        import time
+
+        if self.at is not None and time.monotonic() - self.t0 >= self.at:
+            self.returncode = self.code
+        return self.returncode
+
+
+@pytest.mark.parametrize("ends, culprit, within", [
+    # a worker killed first, then the parameter server's crash lands (the CI case)
+    ([(-9, 0.0), (1, 0.3), (None, None), (-11, 1.6)], 3, (1.6, 3.0)),
+    # a crash that lands at once: no wait past the first second
+    ([(1, 0.0), (-11, 0.2), (None, None)], 1, (1.0, 1.5)),
+    # out of memory: SIGKILL alone, the rest hang; it is the culprit after the longest wait
+    ([(None, None), (-9, 0.0)], 1, (6.0, 7.0)),
+    # error exits only, every process ended: the first in order, after a second
+    ([(1, 0.0), (1, 0.1)], 0, (1.0, 1.5)),
+])
+def test_a_launch_names_the_crash_among_its_ends_even_when_it_lands_late(ends, culprit,
+                                                                          within):
+    import time
+
+    w = object.__new__(launch.Launch)
+    w.procs = [Ends(code, at) for code, at in ends]
+    t0 = time.monotonic()
+    assert w._culprit() is w.procs[culprit]
+    assert within[0] <= time.monotonic() - t0 < within[1]
+    none = object.__new__(launch.Launch)
+    none.procs = [Ends(0, 0.0), Ends(None, None)]
+    assert none._culprit() is None
+
+
 def test_a_closing_barrier_that_a_peer_left_first_ends_the_rank_cleanly(capsys):
     """TensorFlow's ring pulls buffers from peers: a peer that has its sum may
     leave before this rank pulls its last one. Every cell was done by then, so
