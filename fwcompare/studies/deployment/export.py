@@ -67,12 +67,13 @@ def export_modes(job, framework: str) -> list[str]:
 
 def export_all(job, threads: int) -> None:
     """Every artifact path of the job's model, one process per framework
-    (imports of one framework only; a path with a ``process`` of its own
-    apart); an artifact whose record matches its
-    :func:`export_key` is kept. A process that dies marks the path it was
-    exporting ``error`` with its message, and a fresh one takes the rest.
-    ``export_jobs`` processes export at once (each mostly one thread of
-    Python and converter passes), the framework groups first in PATHS order."""
+    (imports of one framework only; the paths of a named ``process`` in one
+    more, a step they share with the others made once: ``Exporter.step``);
+    an artifact whose record matches its :func:`export_key` is kept. A
+    process that dies marks the path it was exporting ``error`` with its
+    message, and a fresh one takes the rest. ``export_jobs`` processes
+    export at once (each mostly one thread of Python and converter passes),
+    the frameworks' own first in PATHS order, then the named ones."""
     import shutil
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
@@ -85,8 +86,10 @@ def export_all(job, threads: int) -> None:
     shared = tempfile.mkdtemp(prefix="shared-steps-", dir=model_dir(job))  # this stage's only
     try:
         with ThreadPoolExecutor(max_workers=job.params["export_jobs"]) as pool:
+            # the named processes last: the steps they share are made by then
             for done in [pool.submit(_export_group, job, fw, name, modes, threads, shared)
-                         for (fw, name), modes in groups.items()]:
+                         for (fw, name), modes in sorted(groups.items(),
+                                                         key=lambda g: g[0][1] != "")]:
                 done.result()
     finally:
         shutil.rmtree(shared, ignore_errors=True)
