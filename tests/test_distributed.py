@@ -629,6 +629,43 @@ def test_a_closing_barrier_that_a_peer_left_first_ends_the_rank_cleanly(capsys):
     assert "a peer left first (ConnectionError)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("mine, other, gathered", [
+    (0xDEADBEEF, 0xDEADBEEF, False),  # the same bytes: 0.0, nothing gathered
+    (0xDEADBEEF, 0xDEAFBEEF, True),  # the upper halves differ
+    (0xDEADBEEF, 0xDEADBEEE, True),  # the lower halves differ
+    (None, None, True),  # nothing replicated to digest: the engine's own answer
+])
+def test_the_weight_spread_is_zero_without_a_gather_where_the_ranks_digests_agree(
+        mine, other, gathered):
+    """Rank 0 of two: the other rank's parts of the three all-reduces are its
+    CRC-32's halves and its own verdict (the same as this rank's: with two
+    ranks, each half's sum is twice this rank's exactly when the halves match)."""
+    from fwcompare.studies.distributed.worker import weight_spread
+
+    class TwoRanks(Engine):
+        rank, world = 0, 2
+
+        def __init__(self):
+            self.gathers = 0
+            same = 1.0 if mine == other else 0.0
+            self.theirs = iter([] if other is None else [other >> 16, other & 0xFFFF, same])
+
+        def weights_crc(self):
+            return mine
+
+        def allreduce_sum(self, value):
+            return value + next(self.theirs)
+
+        def max_weight_diff(self):
+            self.gathers += 1
+            return 1e-3
+
+    dp = TwoRanks()
+    assert weight_spread(dp) == (1e-3 if gathered else 0.0)
+    assert dp.gathers == int(gathered)
+    assert next(dp.theirs, "all used") == "all used"
+
+
 class OneRank(Engine):
     """A fake engine: one rank of one, counting its steps per batch shape and
     its all-reduces timed alone."""

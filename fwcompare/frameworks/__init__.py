@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from .base import (Backend, DeployPath, Engine, Framework, Unsupported,  # noqa: F401
-                   looks_like_oom)
+                   crc32_of, looks_like_oom)
 from .jax import FRAMEWORK as _JAX
 from .tensorflow import FRAMEWORK as _TENSORFLOW
 from .torch import FRAMEWORK as _TORCH

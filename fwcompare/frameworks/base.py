@@ -248,6 +248,17 @@ class Backend(abc.ABC):
         raise Unsupported(f"{type(self).__name__} has no data-parallel engine")
 
 
+def crc32_of(arrays) -> int:
+    """CRC-32 of the bytes of NumPy ``arrays``, in order (zlib: 0.06 s for
+    distilbert's 265 MB, 2-core AMD EPYC)."""
+    import zlib
+
+    crc = 0
+    for a in arrays:
+        crc = zlib.crc32(np.ascontiguousarray(a).view(np.uint8), crc)
+    return crc
+
+
 class Engine:
     """A data-parallel engine, one per rank (``Backend.DataParallel``): ``rank``,
     ``world``, ``setup``, ``step(batch)``, ``allreduce_sum(x)``, ``perturb``,
@@ -261,6 +272,12 @@ class Engine:
     # a chief): their memory is read by ``task_memory`` and a fault is sent
     # to them by ``signal_task``.
     serves_tasks: bool = False
+
+    def weights_crc(self) -> int | None:
+        """CRC-32 of this rank's copy of the replicated weights (their bytes,
+        in order: ``crc32_of``), or None where no weight is replicated
+        (FSDP's shards, a parameter server's variables)."""
+        return None
 
     def task_memory(self, run):
         raise NotImplementedError(f"{type(self).__name__} has no serving tasks")

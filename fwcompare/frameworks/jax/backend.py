@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from ...atomic import write_atomic
-from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn, head_output,
-               looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
+from .. import (Engine, Unsupported, auto_class, check_precision, crc32_of, forward_fn,
+               head_output, looks_like_oom, native_copy, one_converter, tf32_note,
+               module_backend)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 # Initial dynamic loss scale for float16 training: jmp's documented default
@@ -515,6 +516,9 @@ class DataParallel(Engine):
     def _local_params(self) -> list[np.ndarray]:
         return [np.asarray(x.addressable_data(0)) for x in
                 _jax().tree_util.tree_leaves(self.params)]
+
+    def weights_crc(self) -> int:
+        return crc32_of(self._local_params())
 
     def max_weight_diff(self) -> float:
         """Largest |w_i - w_j| over every weight and every pair of processes:

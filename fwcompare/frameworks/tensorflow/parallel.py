@@ -11,7 +11,7 @@ import numpy as np
 
 import tensorflow as tf  # imported by the backend first (after triton, see there)
 
-from .. import Engine, Unsupported, auto_class
+from .. import Engine, Unsupported, auto_class, crc32_of
 
 
 # -- data-parallel training (the distributed study) -----------------------------
@@ -126,6 +126,9 @@ class Mirrored(Engine):
 
     def allreduce_sum(self, value: float) -> float:
         return float(self._local(self._sum(tf.constant(value, tf.float64))).numpy())
+
+    def weights_crc(self) -> int:
+        return crc32_of(self._local(v).numpy() for v in self.model.weights)
 
     def max_weight_diff(self) -> float:
         return float(self._local(self._spread()).numpy())

@@ -8,8 +8,8 @@ import torch
 import transformers
 
 from ...protocol import TMPDIR_PREFIX
-from .. import (Engine, Unsupported, auto_class, check_precision, forward_fn, head_output,
-               looks_like_oom, tf32_note, module_backend)
+from .. import (Engine, Unsupported, auto_class, check_precision, crc32_of, forward_fn,
+               head_output, looks_like_oom, tf32_note, module_backend)
 
 
 def _device(device: str) -> torch.device:
@@ -440,6 +440,13 @@ class DataParallel(Engine):
         t = torch.tensor([value], dtype=torch.float64, device=self.dev)
         self.dist.all_reduce(t)
         return float(t[0])
+
+    def weights_crc(self) -> int | None:
+        if self.sharded:
+            return None
+        with torch.no_grad():
+            return crc32_of(p.detach().reshape(-1).view(torch.uint8).cpu().numpy()
+                            for p in self.model.parameters())
 
     def max_weight_diff(self) -> float | None:
         """Largest |w_i - w_j| over every weight and every pair of ranks
