@@ -273,8 +273,11 @@ def test_rows_say_what_else_the_machine_did_while_cells_were_sampled(
 
     import psutil
 
+    # Windows of 0.4 s and more: the CPU counters tick every 10 ms, and in
+    # the smoke timing's 50-300 ms windows one row saw 0.19 of the 2
+    # cores while the burner spun one (CI of 1f6a0b3, sequential)
     p = {**smoke_timing, "schedule": schedule, "rounds": 2, "threads": 1,
-         "block_s": 0.01, "settle_s": 0.001}
+         "block_s": 0.01, "settle_s": 0.001, "min_time_s": 0.4, "max_time_s": 0.6}
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         res = run_study(toy.name, p, output_dir=tmp_path, progress=False)
