@@ -100,22 +100,21 @@ class Exporter:
         time counts from its own start."""
         import tempfile
 
-        if name not in self.steps:
-            shared = os.environ.get(SHARED_STEPS_ENV)
-            if shared:
-                path, seconds, made, waited = shared_step(
-                    Path(shared) / f"{type(self).__name__}-{name}", make, self.tmp)
-                self.steps[name] = (path, seconds)
-                if made:
-                    return path
+        if name in self.steps:
+            path, seconds = self.steps[name]
+            self.reused_s += seconds
+            return path
+        shared = os.environ.get(SHARED_STEPS_ENV)
+        if shared:
+            path, seconds, made, waited = shared_step(
+                Path(shared) / f"{type(self).__name__}-{name}", make, self.tmp)
+            if not made:
                 self.reused_s += seconds - waited
-                return path
+        else:
             t0 = time.perf_counter()
             path = make(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.tmp)))
-            self.steps[name] = (path, time.perf_counter() - t0)
-            return path
-        path, seconds = self.steps[name]
-        self.reused_s += seconds
+            seconds = time.perf_counter() - t0
+        self.steps[name] = (path, seconds)
         return path
 
 
