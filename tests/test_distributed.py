@@ -753,12 +753,12 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     rows = rank.store.load().set_index("scaling")
     assert rows.loc["strong", "first_call_s"] == rank.first_call[1]
     assert rows.loc["weak", "first_call_s"] >= 0.3  # its own trace
-    # Strong: 2 agreement steps, the samples, the step that ended them (no
-    # warm-up step of its own) and the memory pass's step. Weak: its first step
-    # and one warm-up step too.
+    # Strong: 2 agreement steps, the samples (the last of them ends the loop:
+    # no step after it) and the memory pass's step. Weak: its first step and
+    # one warm-up step too.
     n = rows["n_samples"].astype(int)
-    assert dp.steps[(4, 16)] == 2 + n["strong"] + 1 + 1
-    assert dp.steps[(2, 16)] == 1 + 1 + n["weak"] + 1 + 1
+    assert dp.steps[(4, 16)] == 2 + n["strong"] + 1
+    assert dp.steps[(2, 16)] == 1 + 1 + n["weak"] + 1
     assert (rows["rank_mem_bytes"] > 0).all() and rows["mem_method"].str.endswith(
         "per rank").all()
     assert (rows["status"] == "ok").all()
@@ -807,9 +807,9 @@ def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass
     assert rows.loc[("strong", 0), "rank_mem_bytes"] > 0
     assert rows.loc[("weak", 1), "rank_mem_bytes"] > 0
     assert rows.loc[("weak", 1), "allreduce_s"] > 0
-    # strong in round 1: the samples and the step that ended them, no memory step
+    # strong in round 1: the samples and no other step (no memory step)
     n = int(rows.loc[("strong", 1), "n_samples"])
-    assert steps[0] == n + 1
+    assert steps[0] == n
     # the report's figures of the strong cell are round 0's, its timing both rounds'
     summary = summarize(rank.store.load(), rank.store.load_samples()).set_index("scaling")
     assert summary.loc["strong", "rounds"] == 2
