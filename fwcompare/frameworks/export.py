@@ -41,9 +41,12 @@ class Exporter:
     model with the shared weights, then one ``export_<mode>`` method per
     artifact path (``Framework.deploy_paths``). ``sentences``: the
     sentence-pair batch's file, where the model has one (its static-shape
-    artifacts need that shape too)."""
+    artifacts need that shape too). ``folder``: the study's folder for this
+    model's artifacts; the steps are made in a scratch folder inside it, on
+    the file system of the stage's shared steps (:func:`shared_step` moves a
+    step from one to the other)."""
 
-    def __init__(self, job, backend, gate, sentences: Path | None = None):
+    def __init__(self, job, backend, gate, folder: Path, sentences: Path | None = None):
         self.job, self.backend, self.gate = job, backend, gate
         self.sentences = sentences
         self.model = backend.load(gate.info["weights_dir"], job.device, job.head)
@@ -52,9 +55,8 @@ class Exporter:
         self.reused_s = 0.0
         import tempfile
 
-        root = Path(job.gate_dir).parent / "deploy" / job.model_key
-        root.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix="steps-", dir=root))  # removed at the end
+        folder.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix="steps-", dir=folder))  # removed at the end
 
     def sentence_shape(self) -> tuple[int, int] | None:
         """The sentence-pair batch's shape, where the model has one (its

@@ -165,7 +165,8 @@ def export_main(job_path: str, framework: str) -> int:
 
     gate = Gate(job.gate_path)
     modes = os.environ["FWCOMPARE_EXPORT_MODES"].split(",")
-    exporter = exporter_class(framework)(job, backend, gate, sentences_path(job))
+    exporter = exporter_class(framework)(job, backend, gate, model_dir(job),
+                                          sentences_path(job))
     try:
         for mode in modes:
             export_one(job, framework, mode, exporter)
