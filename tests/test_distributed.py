@@ -91,6 +91,36 @@ def test_scaling_engines_launch_the_other_engines_at_the_most_workers_only():
     assert "key 'scaling_engines': jax jit not in modes (none)" in msg
 
 
+def test_one_launch_engines_take_the_first_round_only_and_name_the_key_when_unknown():
+    """An engine of ``one_launch`` is launched in round 0 only, whether the
+    rounds after it go to the claimed variants or to all; the others take
+    every round (quick: TensorFlow's two engines once, PyTorch's claimed ones
+    twice)."""
+    from fwcompare.runner import planned_cells
+
+    study = STUDIES["distributed"]
+    claimed = {"torch/eager", "torch/ddp-fp16", "tensorflow/graph", "tensorflow/ps"}
+    base = {"frameworks": ["torch", "tensorflow"], "workers": [2], "scaling": ["strong"],
+            "global_batch": 4, "rounds": 3,
+            "modes": {"torch": ["eager", "ddp-fp16"], "tensorflow": ["graph", "ps"]},
+            "one_launch": {"tensorflow": ["graph", "ps"], "torch": ["ddp-fp16"]}}
+    for rounds_for in ("claims", "all"):
+        p = validate("distributed", {**base, "rounds_for": rounds_for})
+        todo = planned_cells(study, p, study.cells(p), claimed)
+        rounds = {}
+        for c in todo:
+            rounds.setdefault(f"{c.spec.framework}/{c.spec.mode}", []).append(c.round)
+        assert rounds == {"torch/eager": [0, 1, 2], "torch/ddp-fp16": [0],
+                          "tensorflow/graph": [0], "tensorflow/ps": [0]}, rounds_for
+        assert len({study.launch_key(c) for c in todo}) == len(todo) == 6
+    with pytest.raises(ParamsError) as exc:
+        validate("distributed", {**base, "one_launch": {"torch": ["fsdp"]}})
+    assert "key 'one_launch': torch fsdp not in modes (eager, ddp-fp16)" in str(exc.value)
+    with pytest.raises(ParamsError) as exc:
+        validate("distributed", {**base, "one_launch": {"tensorflow": ["xla"]}})
+    assert "key 'one_launch': unknown mode 'xla' for tensorflow" in str(exc.value)
+
+
 def test_launch_commands_for_two_hosts(tmp_path):
     torch_launch = launch.launcher("torch")  # frameworks/torch/launch.py
     cmd = torch_launch.torchrun_command(tmp_path / "job.json", 4, ["h0", "h1"], 1, 29500)

@@ -115,6 +115,7 @@ class Distributed(Study):
             "global_batch": Param("int", 8, "strong scaling: samples per step over all workers (a multiple of every workers value)", positive),
             "seq_len": Param("int", 64, "sequence length in tokens", positive),
             "scaling_engines": Param("dict[str, list[str]]", {}, "per framework, the engines launched at every worker count; its other engines run at the most workers only (a framework not named: every engine at every count). An engine whose point is communication (ddp-fp16's compressed gradients, fsdp's shards, ps' servers) has none to speak of at one worker", _dist_modes),
+            "one_launch": Param("dict[str, list[str]]", {}, "per framework, the engines launched in the first round only, whatever its rounds and the claims say: a claim that times one of them says 'one process' and is not decided (for engines whose second launch costs more than it can decide: quick)", _dist_modes),
             **OPTIMIZER, **AGREEMENT,
             "ps_servers": Param("int", 1, "tensorflow ps: parameter servers holding the variables (spread over them round-robin); the cluster is these, the workers and a chief, on this host", positive),
             "weight_tol": Param("float", 1e-6, "max abs difference of any weight across ranks (after the agreement steps and after each cell) before the cells are flagged not_equivalent", non_negative),
@@ -157,11 +158,12 @@ class Distributed(Study):
         if full["node_rank"] >= len(hosts):
             problems.append(f"key 'node_rank': {full['node_rank']} is not an index of hosts "
                             f"({len(hosts)} given)")
-        for fw, modes in full["scaling_engines"].items():
-            extra = [m for m in modes if m not in full["modes"].get(fw, ())]
-            if extra:
-                problems.append(f"key 'scaling_engines': {fw} {', '.join(extra)} not in modes "
-                                f"({', '.join(full['modes'].get(fw, ())) or 'none'})")
+        for key in ("scaling_engines", "one_launch"):
+            for fw, modes in full[key].items():
+                extra = [m for m in modes if m not in full["modes"].get(fw, ())]
+                if extra:
+                    problems.append(f"key '{key}': {fw} {', '.join(extra)} not in modes "
+                                    f"({', '.join(full['modes'].get(fw, ())) or 'none'})")
         if "ddp-bf16" in full["modes"].get("torch", ()) and full["device"] != "gpu":
             problems.append("key 'modes': torch ddp-bf16 needs a GPU (PyTorch's "
                             "bf16_compress_hook requires CUDA 11+ and NCCL 2.10+; gloo has no "
@@ -208,6 +210,13 @@ class Distributed(Study):
         every worker count, ``scaling_efficiency``, reads weak scaling. (Quick
         profile, 2026-11-27: round 2's four such launches took 54 of its 139 s.)"""
         return spec.scaling != "strong" or spec.workers == max(params["workers"])
+
+    def rounds_of(self, spec, params):
+        """An engine of ``one_launch`` takes the first round only (a launch is
+        a round: ``launch_key``)."""
+        if spec.mode in params["one_launch"].get(spec.framework, ()):
+            return 1
+        return params["rounds"]
 
     def launch_key(self, ref):
         """One launch per engine, worker count and round (``groups``)."""
