@@ -216,7 +216,7 @@ class Distributed(Study):
         a round: ``launch_key``)."""
         if spec.mode in params["one_launch"].get(spec.framework, ()):
             return 1
-        return params["rounds"]
+        return super().rounds_of(spec, params)
 
     def launch_key(self, ref):
         """One launch per engine, worker count and round (``groups``)."""
