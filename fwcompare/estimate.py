@@ -6,9 +6,10 @@ Every run records, per task, the cells it measured and the seconds it took
 to run times the seconds per cell of the latest such run of the same study
 and device. Without one, it is the params' own time limits (warm-up plus the
 least and the most sampling a cell may take) plus its parts (``fixed_costs``):
-the imports, a build per variant and round, and a first call per cell, a
-compile where the mode traces (on a GPU JAX's compiles dominated a first
-full-grid run: 272 of 385 s).
+the imports, a build per variant and round, and a first call per cell: a
+compile in its first round where the mode compiles device code (on a GPU JAX's
+compiles dominated a first full-grid run: 272 of 385 s), a host trace in every
+round where it traces on the host.
 """
 from __future__ import annotations
 
@@ -119,33 +120,51 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 
 
 # What a run costs beyond its sampling, where no earlier run here says better
-# (seconds; docs/measurements.md). GPU: one H200's gpu-profile runs of 2026-11-26
-# and 2026-11-27: process start and imports 12.3 s, a JAX jit of bert-base 20-21 s
-# per shape, an eager first call 0.02-0.23 s, a variant's build 0.3-3.4 s, a first
-# call that finds its round-0 program in the compile cache 0.2 s (PyTorch) and
-# about 2 s (a traced mode, as on the CPU); the references each (model, task)
-# prepares on the host's CPU (weights, the gate batch's reference outputs, a
-# training task's agreement steps, float64 references) 68 s for 6.5 base-sized
-# pairs; a largest-batch try (a fresh process) 4.6 s (gpt2). CPU: the quick
-# reports on 2 cores (a jit or tf.function of a base-sized model 5-10 s, a build
-# 2-4 s, a try 4.3 s of MiniLM, 8 s of references for about 5 base-sized pairs).
+# (seconds at a base-sized model's 12 layers; docs/measurements.md).
+#
+# A traced mode's first call at a shape either compiles device code (XLA: JAX's
+# jit, TensorFlow's xla; Inductor: torch.compile) or traces on the host
+# (tf.function without XLA, TorchScript, Keras fit), ``Framework.compiles``. A
+# compile ("compile") is paid in the first round only: the later rounds' processes
+# load the program from its persistent cache ("cached"). A host trace is paid in
+# every process, and it is the same Python and graph work on a GPU machine as on
+# the CPU, so both devices take the CPU's figure: on the 2-core AMD EPYC's quick
+# report of e7dacd5 (2026-11-29), tf.function's first call of bert-base 1.1-1.2 s
+# in each round ("trace", distilbert's first shape in a process 2.4 s) and of its
+# training step 8.1-9.7 s ("trace_train", every task but inference: MiniLM's
+# 4.1-4.6 s, 8-9 s at base size); TorchScript's 0.6-0.8 s.
+#
+# GPU: one H200's gpu-profile runs of 2026-11-26 and 2026-11-27: process start and
+# imports 12.3 s, a JAX jit of bert-base 20-21 s per shape, an eager first call
+# 0.02-0.23 s, a variant's build 0.3-3.4 s, a first call that finds its round-0
+# program in the compile cache 0.2 s (PyTorch) and about 2 s (as on the CPU); the
+# references each (model, task) prepares on the host's CPU (weights, the gate
+# batch's reference outputs, a training task's agreement steps, float64
+# references) 68 s for 6.5 base-sized pairs; a largest-batch try (a fresh process)
+# 4.6 s (gpt2, PyTorch eager; a traced mode's try adds its first call's trace or
+# compile, at a new batch each). CPU: the quick reports on 2 cores (a compile of a
+# base-sized model 5-10 s, a build 2-4 s, a try 4.3 s of MiniLM, 8 s of references
+# for about 5 base-sized pairs).
 # A whole run (``Study.whole_run``) is a fresh process ("process") plus, where its
-# stack traces, the cold compiles of its training and evaluation steps
-# ("run_compiles"): on the H200 (2026-11-27) the Flax loop's run of distilbert
-# (6 layers, 200 steps) took 72 and 84 s against Trainer's 6 s (about 140 s a
-# base-sized model); on the 2-core Xeon's quick reports Keras fit's run of MiniLM
-# (6 layers) 17.8 s and the Flax loop's 6.9 s against Trainer's 4.3 s (about 16 s).
+# stack compiles, the cold compiles of its training and evaluation steps
+# ("run_compiles"): on the H200 (2026-11-27) the Flax loop's run of distilbert (6
+# layers, 200 steps) took 72 and 84 s against Trainer's 6 s (about 140 s a
+# base-sized model); on the EPYC the Flax loop's run of MiniLM (6 layers) 14.5 s
+# against Trainer's 6.6 s (about 16 s). Where its stack traces on the host (Keras
+# fit), its traces ("run_traces", both devices): Keras fit's run 20.6 s on the
+# EPYC (its first step 10.2 s), about 28 s a base-sized model.
 # A data-parallel launch (``Study.launch_key``) beyond its sampling: its processes,
 # rendezvous, builds, first step (TensorFlow's traced cold in every launch), agreement
 # steps, timed all-reduce, memory pass, and steps slower than max_time_s (min_iters):
 # the quick report of f85354c on the 2-core Xeon without AMX flags (2026-11-28), 11
 # launches of distilbert (6 layers) in 273 s: 40 s each at base size puts the estimate's
 # upper end there. Not measured on GPUs (one GPU runs none): the CPU's figure stands.
+_HOST = {"trace": 2.0, "trace_train": 8.5, "run_traces": 28.0}
 FIXED_S = {
-    "gpu": {"start": 12.0, "build": 2.0, "traced": 20.0, "cached": 2.0, "eager": 0.3,
-            "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0},
-    "cpu": {"start": 10.0, "build": 3.0, "traced": 8.0, "cached": 2.0, "eager": 0.5,
-            "prepare": 2.0, "process": 8.6, "run_compiles": 16.0, "launch": 40.0},
+    "gpu": {"start": 12.0, "build": 2.0, "compile": 20.0, "cached": 2.0, "eager": 0.3,
+            "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0, **_HOST},
+    "cpu": {"start": 10.0, "build": 3.0, "compile": 8.0, "cached": 2.0, "eager": 0.5,
+            "prepare": 2.0, "process": 8.6, "run_compiles": 16.0, "launch": 40.0, **_HOST},
 }
 
 
@@ -178,37 +197,48 @@ def _variant(c) -> tuple:
     return (s.model, s.framework, s.mode, s.dtype, s.task)
 
 
-def _traces(c) -> bool:
-    """Whether a cell's mode compiles (``Framework.traces``)."""
+def _first_call(c, study=None) -> str:
+    """What a cell's first call costs beyond an eager call (``FIXED_S``'s
+    key): "compile" (device code: ``Framework.compiles``), "trace" or
+    "trace_train" (on the host, in every process), or "eager" (its mode
+    traces nothing, or the cell calls no model: ``Study.times_model``)."""
     from .frameworks import get
 
     try:
-        return get(c.spec.framework).traces(c.spec.mode)
+        fw = get(c.spec.framework)
     except ValueError:  # a framework declared outside fwcompare, unknown here
-        return False
+        return "eager"
+    if not fw.traces(c.spec.mode) or (study is not None and not study.times_model(c)):
+        return "eager"
+    if fw.compiles(c.spec.mode):
+        return "compile"
+    return "trace" if c.spec.task == "inference" else "trace_train"
 
 
 def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     """The seconds ``todo`` (CellRefs) costs beyond sampling, by its parts
     (``FIXED_S``, scaled by each model's depth: ``_size``): the imports
-    once, a build per variant and round, and a first call per cell: a traced
-    mode's compile in the first round it runs (later rounds load the program
-    from its compile cache), an eager call's otherwise. With ``study``, also
-    the references each (model, task) prepares, the fresh processes a cell
-    starts beyond its lane (``Study.processes``: a largest-batch search's
-    tries, which stand for the cell's own build and first call), a whole
-    run's process and cold compiles in every round (``Study.whole_run``), and
-    a launch's processes, build, cold compile, agreement steps, timed
-    all-reduce and memory pass (``Study.launch_key``: its cells' builds and
-    first calls are the launch's). Returns the seconds and a line naming the
-    parts."""
+    once, a build per variant and round, and a first call per cell: a
+    compiling mode's compile in the first round it runs (later rounds load
+    the program from its compile cache), a host trace in every round, an
+    eager call's otherwise. With ``study``, also the references each (model,
+    task) prepares, the fresh processes a cell starts beyond its lane
+    (``Study.processes``: a largest-batch search's tries, which stand for the
+    cell's own build and first call, each try with its first call's trace or
+    compile), a whole run's process and, in every round, its cold compiles or
+    host traces (``Study.whole_run``), and a launch's processes, build, cold
+    compile, agreement steps, timed all-reduce and memory pass
+    (``Study.launch_key``: its cells' builds and first calls are the
+    launch's). Returns the seconds and a line naming the parts."""
     if not todo:
         return 0.0, "nothing to run"
     cost = FIXED_S.get(device, FIXED_S["cpu"])
     scale = {m: _size(m) for m in {c.spec.model for c in todo}}
+    first = {c: _first_call(c, study) for c in todo}
     extra = {c: study.processes(c) if study is not None else 0 for c in todo}
     runs = [c for c in todo if study is not None and study.whole_run(c)]
-    compiling = [c for c in runs if _traces(c)]  # cold in every round
+    compiling = [c for c in runs if first[c] == "compile"]  # cold in every round
+    tracing = [c for c in runs if first[c].startswith("trace")]
     launch = {c: study.launch_key(c) if study is not None else None for c in todo}
     launches = {k: scale[c.spec.model] for c, k in launch.items() if k is not None}
     alone = set(runs) | {c for c, k in launch.items() if k is not None}
@@ -222,24 +252,31 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     seconds = cost["start"] + sum(cost["build"] * scale[v[0]] for v in variants)
     for c in own:
         key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
-        kind = ("eager" if not _traces(c) else
-                "traced" if first_round[key] == c.round else "cached")
+        kind = first[c]
+        if kind == "compile" and first_round[key] != c.round:
+            kind = "cached"
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
-    seconds += sum(cost["process"] * n * scale[c.spec.model] for c, n in extra.items())
+    for c, n in extra.items():  # a try: a fresh process, its first call at a new batch
+        call = cost[first[c]] if first[c] != "eager" else 0.0
+        seconds += (cost["process"] + call) * n * scale[c.spec.model]
     seconds += sum(cost["process"] * scale[c.spec.model] for c in runs)
     seconds += sum(cost["run_compiles"] * scale[c.spec.model] for c in compiling)
+    seconds += sum(cost["run_traces"] * scale[c.spec.model] for c in tracing)
     seconds += sum(cost["launch"] * size for size in launches.values())
     pairs = {(c.spec.model, c.spec.task) for c in todo} if study is not None else set()
     seconds += sum(cost["prepare"] * scale[m] for m, _ in pairs)
     more = (f", {len(pairs)} reference set{'s' if len(pairs) != 1 else ''} prepared"
             if pairs else "") + (f", {sum(extra.values())} tries" if any(extra.values()) else "")
     if runs:
-        more += (f", {len(runs)} whole run{'s' if len(runs) != 1 else ''} "
-                 f"({len(compiling)} compiling cold)")
+        how = [f"{n} {what}" for n, what in ((len(compiling), "compiling cold"),
+                                               (len(tracing), "tracing")) if n]
+        more += (f", {len(runs)} whole run{'s' if len(runs) != 1 else ''}"
+                 + (f" ({', '.join(how)})" if how else ""))
     if launches:
         more += f", {len(launches)} launch{'es' if len(launches) != 1 else ''}"
+    traces = kinds["trace"] + kinds["trace_train"]
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
-                     f"{kinds['traced']} compiles, {kinds['cached']} cached and "
-                     f"{kinds['eager']} eager first calls{more} ({device} figures of "
-                     "docs/measurements.md)")
+                     f"{kinds['compile']} compiles, {kinds['cached']} cached, "
+                     f"{traces} traced and {kinds['eager']} eager first calls{more} "
+                     f"({device} figures of docs/measurements.md)")

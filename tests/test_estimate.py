@@ -22,11 +22,12 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
     # 2 models x (torch eager, tensorflow eager and graph, jax jit) x 2 batch x 2 seq
     assert "inference_sweep: 32 cells, 32 measurements over 1 round (torch 8, tensorflow 16, jax 8)" in r.stdout
     # warm-up 0.05 s plus 0.1 to 0.5 s of sampling per measurement, and the parts:
-    # 8 variants (2 models x 4 modes), tf.function and jax.jit compile at each of 4
-    # shapes, each model's reference set prepared once
-    assert ("estimate: 42 s to 55 s (no earlier run here: 0.15 to 0.55 s of warm-up and "
-            "sampling per measurement, plus 37 s for the imports, 8 builds, 16 compiles, 0 "
-            "cached and 16 eager first calls, 2 reference sets prepared") in r.stdout, r.stdout
+    # 8 variants (2 models x 4 modes), jax.jit compiles and tf.function traces on the
+    # host at each of 4 shapes, each model's reference set prepared once
+    assert ("estimate: 34 s to 47 s (no earlier run here: 0.15 to 0.55 s of warm-up and "
+            "sampling per measurement, plus 29 s for the imports, 8 builds, 8 compiles, 0 "
+            "cached, 8 traced and 16 eager first calls, 2 reference sets prepared"
+            ) in r.stdout, r.stdout
     assert not out.exists()
 
 
@@ -83,14 +84,41 @@ def test_the_parts_of_a_first_run():
     cost = FIXED_S["gpu"]
     seconds, text = fixed_costs(todo, "gpu")
     # builds: jax r0, r1, torch r0, r1; compiles: jax at 2 shapes in round 0, cached in round 1
-    assert seconds == pytest.approx(cost["start"] + 4 * cost["build"] + 2 * cost["traced"]
+    assert seconds == pytest.approx(cost["start"] + 4 * cost["build"] + 2 * cost["compile"]
                                     + 2 * cost["cached"] + 2 * cost["eager"])
-    assert "4 builds, 2 compiles, 2 cached and 2 eager first calls" in text
+    assert "4 builds, 2 compiles, 2 cached, 0 traced and 2 eager first calls" in text
     tiny, _ = fixed_costs([cell("tiny-bert", "jax", "jit", 0)], "gpu")
-    assert tiny == pytest.approx(cost["start"] + (cost["build"] + cost["traced"]) * 2 / 12)
+    assert tiny == pytest.approx(cost["start"] + (cost["build"] + cost["compile"]) * 2 / 12)
     # torch's eager is no compile, its compile is; a mode of another framework's is not
     assert fixed_costs([cell("bert-base-cased", "torch", "compile", 0)], "gpu")[0] == \
-        pytest.approx(cost["start"] + cost["build"] + cost["traced"])
+        pytest.approx(cost["start"] + cost["build"] + cost["compile"])
+
+
+def test_a_host_trace_costs_every_round_and_a_training_step_more():
+    """tf.function without XLA and TorchScript trace on the host in every
+    process (no compile cache keeps them), at the CPU's figure on either
+    device; a training step's trace costs more than a forward's. TensorFlow's
+    xla compiles device code: cached after its first round."""
+    from fwcompare.estimate import FIXED_S, fixed_costs
+    from fwcompare.job import CellRef
+    from fwcompare.spec import RunSpec
+
+    def cell(fw, mode, rnd, task="inference"):
+        return CellRef(RunSpec(study="training", model="bert-base-cased", framework=fw,
+                               mode=mode, device="gpu", dtype="float32", batch_size=8,
+                               seq_len=128, threads=1, task=task), rnd)
+    gpu, cpu = FIXED_S["gpu"], FIXED_S["cpu"]
+    assert gpu["trace"] == cpu["trace"] < gpu["trace_train"] == cpu["trace_train"]
+    base = gpu["start"] + 3 * gpu["build"]
+    graph, text = fixed_costs([cell("tensorflow", "graph", r) for r in range(3)], "gpu")
+    assert graph == pytest.approx(base + 3 * gpu["trace"])
+    assert "3 builds, 0 compiles, 0 cached, 3 traced and 0 eager first calls" in text
+    train, _ = fixed_costs([cell("tensorflow", "graph", r, "train") for r in range(3)], "gpu")
+    assert train == pytest.approx(base + 3 * gpu["trace_train"])
+    script, _ = fixed_costs([cell("torch", "torchscript", r) for r in range(3)], "gpu")
+    assert script == pytest.approx(graph)
+    xla, _ = fixed_costs([cell("tensorflow", "xla", r) for r in range(3)], "gpu")
+    assert xla == pytest.approx(base + gpu["compile"] + 2 * gpu["cached"])
 
 
 def test_the_parts_a_study_adds_references_and_tries():
@@ -117,13 +145,20 @@ def test_the_parts_a_study_adds_references_and_tries():
                                     + 2 * cost["prepare"])
     assert "2 reference sets prepared, 11 tries" in text
     assert study.processes(CellRef(train[0], 0)) == 0
+    # TensorFlow's tries trace its training step on the host, each in its own process
+    tf_search = next(s for s in study.cells(p) if s.framework == "tensorflow"
+                     and s.task == memory.SEARCH)
+    one, _ = fixed_costs([CellRef(tf_search, 0)], "gpu", study)
+    assert one == pytest.approx(cost["start"] + 7 * (cost["process"] + cost["trace_train"])
+                                + cost["prepare"])
 
 
 def test_a_whole_run_costs_its_process_and_cold_compiles_in_every_round(tmp_path):
     """An end-to-end fit is a whole run in a process of its own that compiles
     cold in every round: the estimate counts its process and, where its stack
-    traces (Keras fit, the Flax loop; not Trainer), its compiles, in each round;
-    no lane's build or first call, and no sampling (the run is its own time)."""
+    compiles (the Flax loop) its compiles, where it traces on the host (Keras
+    fit) its traces, in each round (Trainer: neither); no lane's build or first
+    call, and no sampling (the run is its own time)."""
     from fwcompare.estimate import FIXED_S, _size, fixed_costs
     from fwcompare.job import CellRef
 
@@ -135,13 +170,18 @@ def test_a_whole_run_costs_its_process_and_cold_compiles_in_every_round(tmp_path
     cost, scale = FIXED_S["cpu"], _size(fits[0].model)
     seconds, text = fixed_costs(todo, "cpu", study)
     assert seconds == pytest.approx(cost["start"] + cost["prepare"] * scale
-                                    + (9 * cost["process"] + 6 * cost["run_compiles"]) * scale)
-    assert "0 builds, 0 compiles, 0 cached and 0 eager first calls" in text
-    assert "9 whole runs (6 compiling cold)" in text
+                                    + (9 * cost["process"] + 3 * cost["run_compiles"]
+                                       + 3 * cost["run_traces"]) * scale)
+    assert "0 builds, 0 compiles, 0 cached, 0 traced and 0 eager first calls" in text
+    assert "9 whole runs (3 compiling cold, 3 tracing)" in text
     # the fits alone (no pipeline cells): their time is the parts', no sampling range
     est = estimate(study, dict(p, loaders={}, fed={}, rounds_for="all"), tmp_path)
     assert est.planned == 9
     assert est.low_seconds == est.seconds == pytest.approx(seconds)
+    # an input pipeline alone calls no model: its first call traces nothing
+    loader = next(s for s in study.cells(p) if s.task == "loader" and s.framework == "tensorflow")
+    assert study.times_model(CellRef(loader, 0)) is False
+    assert "0 traced and 1 eager first calls" in fixed_costs([CellRef(loader, 0)], "cpu", study)[1]
 
 
 def test_a_launch_costs_its_processes_build_and_cold_compile_in_every_round():
@@ -166,7 +206,7 @@ def test_a_launch_costs_its_processes_build_and_cold_compile_in_every_round():
     seconds, text = fixed_costs(todo, "cpu", study)
     assert seconds == pytest.approx(cost["start"] + cost["prepare"] * scale
                                     + 7 * cost["launch"] * scale)
-    assert "0 builds, 0 compiles, 0 cached and 0 eager first calls" in text
+    assert "0 builds, 0 compiles, 0 cached, 0 traced and 0 eager first calls" in text
     assert text.count("7 launches") == 1
     # a study whose cells run in its lanes' workers has no launches
     assert STUDIES["training"].launch_key(todo[0]) is None

@@ -108,8 +108,13 @@ class Framework:
     requires: tuple[str, ...] = ()
     # The modes whose first call at a shape traces or compiles (what a run's
     # estimate allows for before an earlier run here tells it better: its
-    # ``fwcompare.estimate``); "*": every mode but eager.
+    # ``fwcompare.estimate``); "*": every mode but eager. Of those, the ones
+    # that compile device code (XLA, Inductor), which a persistent cache keeps
+    # for the later rounds' processes (``launch.use_compile_cache``); the
+    # others trace on the host (TorchScript, tf.function without XLA, Keras
+    # fit) in every process, on a GPU as on the CPU.
     traced_modes: tuple[str, ...] = ()
+    compiled_modes: tuple[str, ...] = ()
     # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).
     pipelines: tuple[str, ...] = ()
     # Training end to end (``Backend.fit``): its stack's name (the end-to-end
@@ -129,13 +134,19 @@ class Framework:
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
         for name in ("modes", "train_modes", "options", "preload", "dist_modes",
-                     "server_modes", "packages", "requires", "traced_modes", "pipelines",
-                     "fit_pipelines"):
+                     "server_modes", "packages", "requires", "traced_modes", "compiled_modes",
+                     "pipelines", "fit_pipelines"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def traces(self, mode: str) -> bool:
         """Whether ``mode``'s first call at a shape traces or compiles."""
         return mode in self.traced_modes or ("*" in self.traced_modes and mode != "eager")
+
+    def compiles(self, mode: str) -> bool:
+        """Whether ``mode``'s first call at a shape compiles device code (a
+        traced mode that is not a host trace)."""
+        return self.traces(mode) and (mode in self.compiled_modes
+                                      or ("*" in self.compiled_modes and mode != "eager"))
 
 
 class Backend(abc.ABC):

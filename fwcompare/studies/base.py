@@ -35,9 +35,10 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``plan``: one cell: what to time and what is known before timing
 - ``claimed_variants``: the variants a claim of this study compares
 - ``repeats``: which cells of those take the rounds after the first
-- ``processes``, ``whole_run``: what a first run's estimate counts beyond a
-  lane's build and first call (a search's tries; a whole run's process and its
-  cold compiles in every round)
+- ``processes``, ``whole_run``, ``times_model``: what a first run's estimate
+  counts beyond a lane's build and first call (a search's tries; a whole run's
+  process and its cold compiles in every round), or short of them (a cell that
+  calls no model traces nothing)
 - ``metrics``: claim metrics the study adds to ``params/claims.yaml``'s
 """
 from __future__ import annotations
@@ -197,6 +198,12 @@ class Study:
         and, where its stack traces, its training and evaluation compiles):
         none by default."""
         return False
+
+    def times_model(self, ref) -> bool:
+        """Whether a cell's first call runs the model, so that a traced mode
+        traces or compiles it there (``estimate.fixed_costs``): every cell by
+        default."""
+        return True
 
     def head(self, task: str, model: str) -> str:
         if task == "train":

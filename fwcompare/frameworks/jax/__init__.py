@@ -29,6 +29,7 @@ FRAMEWORK = Framework(
     packages=("jax", "jaxlib", "flax"),
     requires=("jax", "flax", "transformers"),
     traced_modes=("*",),
+    compiled_modes=("*",),  # every jax.jit is an XLA compile
     # memory: arrays on the device; numpy: a NumPy iterator; grain (pipeline.py)
     pipelines=("memory", "numpy", "grain"),
     # a Flax/optax loop under jax.jit (fit.py)

@@ -25,6 +25,7 @@ FRAMEWORK = Framework(
     packages=("tensorflow", "tf-keras", "tf2onnx"),
     requires=("tensorflow", "tf_keras", "transformers"),
     traced_modes=("*",),
+    compiled_modes=("xla",),  # graph and Keras fit: tf.function traces on the host
     # memory: tensors on the device; tfdata*: tf.data with its options (pipeline.py)
     pipelines=("memory", "tfdata", "tfdata-prefetch", "tfdata-cache", "tfdata-pyfunc"),
     # Keras fit on a tf.data pipeline in the shared order (fit.py; tfdata-cache

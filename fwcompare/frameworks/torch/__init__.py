@@ -22,6 +22,7 @@ FRAMEWORK = Framework(
     packages=("torch", "onnx", "onnxscript"),
     requires=("torch", "transformers"),
     traced_modes=("torchscript", "compile", "static-compile"),
+    compiled_modes=("compile", "static-compile"),  # Inductor; TorchScript traces on the host
     # memory: tensors on the device; dataloader-wN: a DataLoader with N worker
     # processes (pipeline.py)
     pipelines=("memory", "dataloader-w0", "dataloader-w1"),

@@ -165,6 +165,9 @@ class EndToEnd(Study):
     def whole_run(self, ref) -> bool:
         return ref.spec.task == FIT
 
+    def times_model(self, ref) -> bool:
+        return ref.spec.task != LOADER  # an input pipeline alone
+
     def schedule(self, params, task):
         # A fit runs on its own; the loader and fed cells of a framework share
         # one process (its tokenized data, and for fed its model and compiled
