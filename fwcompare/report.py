@@ -327,7 +327,11 @@ def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None
                else ")")
             + f", then notebooks and scorecard {_mmss(after[0])} to {_mmss(after[1])}"
             + (f"; its time budget {budget_s / 60:g} minutes: extra rounds only where they "
-               "fit in it" if budget_s and extra else ""))
+               "fit in it" if budget_s and extra else "")
+            # the budget bounds the extra rounds only: a report that cannot fit says so
+            + (f"; over its time budget of {budget_s / 60:g} minutes even at its low end "
+               "(the budget bounds only extra rounds; every planned cell runs)"
+               if budget_s and low + after[0] > budget_s else ""))
 
 
 def after_measuring(k: int) -> tuple[float, float]:

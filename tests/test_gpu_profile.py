@@ -175,6 +175,12 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
     assert f"to {report._mmss(high)} (inference_sweep, training: no earlier run here" in line
     assert line.endswith(f", then notebooks and scorecard {report._mmss(after[0])} to "
                          f"{report._mmss(after[1])}"), line
+    # a time budget below the low end is named, one above it is not
+    low_s = low + after[0]
+    assert report.total_estimate(chosen, low_s + 1) == line
+    assert report.total_estimate(chosen, low_s - 60).endswith(
+        f"; over its time budget of {(low_s - 60) / 60:g} minutes even at its low end (the "
+        "budget bounds only extra rounds; every planned cell runs)")
 
 
 def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
