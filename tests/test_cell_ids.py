@@ -3,7 +3,8 @@ must not change them. tests/data/cell_ids.json holds the ids every params file
 gave before the redesign of issue 47 (tools/behaviour_snapshot.py made it). A params
 file that drops cells drops their ids there; the others must stay as they were
 (2026-11-28: generation's quick profile without torch static-compile; 2026-11-29:
-distributed's quick profile without its 1-worker launches)."""
+distributed's quick profile without its 1-worker launches, memory's gpu profile without
+TensorFlow's checkpointing)."""
 import json
 from pathlib import Path
 

@@ -2,7 +2,6 @@
 for every study, interleaving on a GPU falls back to sequential where the
 variants' memory does not fit (schedules/fit.py), and a distributed run with
 fewer GPUs than ranks says so in every cell before anything starts."""
-import pandas as pd
 import pytest
 
 from fwcompare import cli, env, params
