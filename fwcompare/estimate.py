@@ -137,7 +137,8 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # GPU: one H200's gpu-profile runs of 2026-11-26 and 2026-11-27: process start and
 # imports 12.3 s, a JAX jit of bert-base 20-21 s per shape, an eager first call
 # 0.02-0.23 s, a variant's build 0.3-3.4 s, a first call that finds its round-0
-# program in the compile cache 0.2 s (PyTorch) and about 2 s (as on the CPU); the
+# program in the compile cache 0.2 s (PyTorch; JAX's and TensorFlow's xla about 2 s,
+# as on the CPU); the
 # references each (model, task) prepares on the host's CPU (weights, the gate
 # batch's reference outputs, a training task's agreement steps, float64
 # references) 68 s for 6.5 base-sized pairs; a largest-batch try (a fresh process)
@@ -198,10 +199,13 @@ def _variant(c) -> tuple:
 
 
 def _first_call(c, study=None) -> str:
-    """What a cell's first call costs beyond an eager call (``FIXED_S``'s
-    key): "compile" (device code: ``Framework.compiles``), "trace" or
-    "trace_train" (on the host, in every process), or "eager" (its mode
-    traces nothing, or the cell calls no model: ``Study.times_model``)."""
+    """What kind of first call a cell makes (``FIXED_S``'s key, whose figure
+    is its whole cost): "compile" (device code: ``Framework.compiles``),
+    "trace" or "trace_train" (on the host, in every process), or "eager" (its
+    mode traces nothing, or the cell calls no model: ``Study.times_model``).
+    By the cell's mode: a memory technique or a fed pipeline runs the
+    framework's first training mode, which the built-in frameworks' defaults
+    classify alike (TensorFlow's graph, JAX's jit, PyTorch's eager)."""
     from .frameworks import get
 
     try:

@@ -68,7 +68,7 @@ def test_a_resumed_run_counts_only_the_cells_left(tmp_path):
 
 def test_the_parts_of_a_first_run():
     """Without an earlier run: a build per variant and round, a compile for a
-    traced mode's first round at each shape, a cached first call in its later
+    compiling mode's first round at each shape, a cached first call in its later
     rounds, an eager first call otherwise; scaled by the model's depth
     (tiny-bert: 2 layers, a sixth of a base model's 12)."""
     from fwcompare.estimate import FIXED_S, fixed_costs
@@ -107,8 +107,7 @@ def test_a_host_trace_costs_every_round_and_a_training_step_more():
         return CellRef(RunSpec(study="training", model="bert-base-cased", framework=fw,
                                mode=mode, device="gpu", dtype="float32", batch_size=8,
                                seq_len=128, threads=1, task=task), rnd)
-    gpu, cpu = FIXED_S["gpu"], FIXED_S["cpu"]
-    assert gpu["trace"] == cpu["trace"] < gpu["trace_train"] == cpu["trace_train"]
+    gpu = FIXED_S["gpu"]
     base = gpu["start"] + 3 * gpu["build"]
     graph, text = fixed_costs([cell("tensorflow", "graph", r) for r in range(3)], "gpu")
     assert graph == pytest.approx(base + 3 * gpu["trace"])
@@ -119,6 +118,30 @@ def test_a_host_trace_costs_every_round_and_a_training_step_more():
     assert script == pytest.approx(graph)
     xla, _ = fixed_costs([cell("tensorflow", "xla", r) for r in range(3)], "gpu")
     assert xla == pytest.approx(base + gpu["compile"] + 2 * gpu["cached"])
+    assert graph < train  # a training step's trace costs more than a forward's
+
+
+def test_which_modes_compile_device_code_and_which_trace_on_the_host():
+    """Every built-in mode, stack and pipeline: XLA (JAX, TensorFlow's xla) and
+    Inductor (torch.compile) compile; tf.function, Keras fit and TorchScript
+    trace on the host; eager modes, Trainer and the DataLoaders do neither."""
+    from fwcompare.frameworks import get
+    from fwcompare.studies.generation import GEN_MODES
+
+    def kind(fw, mode):
+        f = get(fw)
+        return "compile" if f.compiles(mode) else "trace" if f.traces(mode) else "eager"
+    torch, tf, jax = get("torch"), get("tensorflow"), get("jax")
+    seen = {fw.name: {m: kind(fw.name, m) for m in (*fw.modes, *fw.train_modes, *fw.pipelines,
+                                                   *GEN_MODES[fw.name], fw.fit_stack)}
+            for fw in (torch, tf, jax)}
+    assert seen["torch"] == {"eager": "eager", "torchscript": "trace", "compile": "compile",
+                             "static-compile": "compile", "memory": "eager",
+                             "dataloader-w0": "eager", "dataloader-w1": "eager",
+                             "trainer": "eager"}
+    assert {m: k for m, k in seen["tensorflow"].items() if k != "trace"} == {
+        "eager": "eager", "xla": "compile"}  # graph, keras-fit and the tf.data steps trace
+    assert {m: k for m, k in seen["jax"].items() if k != "compile"} == {"eager": "eager"}
 
 
 def test_the_parts_a_study_adds_references_and_tries():

@@ -112,7 +112,8 @@ class Framework:
     # that compile device code (XLA, Inductor), which a persistent cache keeps
     # for the later rounds' processes (``launch.use_compile_cache``); the
     # others trace on the host (TorchScript, tf.function without XLA, Keras
-    # fit) in every process, on a GPU as on the CPU.
+    # fit) in every process, on a GPU as on the CPU. A framework that names no
+    # compiled modes (the default) has host traces only.
     traced_modes: tuple[str, ...] = ()
     compiled_modes: tuple[str, ...] = ()
     # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).

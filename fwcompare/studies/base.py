@@ -37,8 +37,8 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``repeats``: which cells of those take the rounds after the first
 - ``processes``, ``whole_run``, ``times_model``: what a first run's estimate
   counts beyond a lane's build and first call (a search's tries; a whole run's
-  process and its cold compiles in every round), or short of them (a cell that
-  calls no model traces nothing)
+  process and its cold compiles or host traces in every round), or short of them
+  (a cell that calls no model traces nothing)
 - ``metrics``: claim metrics the study adds to ``params/claims.yaml``'s
 """
 from __future__ import annotations
@@ -193,10 +193,10 @@ class Study:
         return None
 
     def whole_run(self, ref) -> bool:
-        """Whether a cell is a whole run in a fresh process of its own that
-        compiles cold in every round (``estimate.fixed_costs`` counts its start
-        and, where its stack traces, its training and evaluation compiles):
-        none by default."""
+        """Whether a cell is a whole run in a fresh process of its own, cold in
+        every round (``estimate.fixed_costs`` counts its start and its training
+        and evaluation steps' compiles where its stack compiles, their host
+        traces where it traces on the host): none by default."""
         return False
 
     def times_model(self, ref) -> bool:
