@@ -138,12 +138,11 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # imports 12.3 s, a JAX jit of bert-base 20-21 s per shape, an eager first call
 # 0.02-0.23 s, a variant's build 0.3-3.4 s, a first call that finds its round-0
 # program in the compile cache 0.2 s (PyTorch; JAX's and TensorFlow's xla about 2 s,
-# as on the CPU); the
-# references each (model, task) prepares on the host's CPU (weights, the gate
-# batch's reference outputs, a training task's agreement steps, float64
-# references) 68 s for 6.5 base-sized pairs; a largest-batch try (a fresh process)
-# 4.6 s (gpt2, PyTorch eager; a traced mode's try adds its first call's trace or
-# compile, at a new batch each). CPU: the quick reports on 2 cores (a compile of a
+# as on the CPU); the references each (model, task) prepares on the host's CPU
+# (weights, the gate batch's reference outputs, a training task's agreement steps,
+# float64 references) 68 s for 6.5 base-sized pairs; a largest-batch try (a fresh
+# process) 4.6 s (gpt2, PyTorch eager; a traced mode's try adds its first call's
+# trace or compile, at a new batch each). CPU: the quick reports on 2 cores (a compile of a
 # base-sized model 5-10 s, a build 2-4 s, a try 4.3 s of MiniLM, 8 s of references
 # for about 5 base-sized pairs).
 # A whole run (``Study.whole_run``) is a fresh process ("process") plus, where its

@@ -129,10 +129,9 @@ def test_which_modes_compile_device_code_and_which_trace_on_the_host():
     from fwcompare.studies.generation import GEN_MODES
 
     def kind(fw, mode):
-        f = get(fw)
-        return "compile" if f.compiles(mode) else "trace" if f.traces(mode) else "eager"
+        return "compile" if fw.compiles(mode) else "trace" if fw.traces(mode) else "eager"
     torch, tf, jax = get("torch"), get("tensorflow"), get("jax")
-    seen = {fw.name: {m: kind(fw.name, m) for m in (*fw.modes, *fw.train_modes, *fw.pipelines,
+    seen = {fw.name: {m: kind(fw, m) for m in (*fw.modes, *fw.train_modes, *fw.pipelines,
                                                    *GEN_MODES[fw.name], fw.fit_stack)}
             for fw in (torch, tf, jax)}
     assert seen["torch"] == {"eager": "eager", "torchscript": "trace", "compile": "compile",

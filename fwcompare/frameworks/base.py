@@ -141,13 +141,18 @@ class Framework:
 
     def traces(self, mode: str) -> bool:
         """Whether ``mode``'s first call at a shape traces or compiles."""
-        return mode in self.traced_modes or ("*" in self.traced_modes and mode != "eager")
+        return _names(self.traced_modes, mode)
 
     def compiles(self, mode: str) -> bool:
         """Whether ``mode``'s first call at a shape compiles device code (a
         traced mode that is not a host trace)."""
-        return self.traces(mode) and (mode in self.compiled_modes
-                                      or ("*" in self.compiled_modes and mode != "eager"))
+        return self.traces(mode) and _names(self.compiled_modes, mode)
+
+
+def _names(modes: tuple[str, ...], mode: str) -> bool:
+    """Whether ``modes`` (``traced_modes``, ``compiled_modes``) holds
+    ``mode``; "*" holds every mode but eager."""
+    return mode in modes or ("*" in modes and mode != "eager")
 
 
 class Backend(abc.ABC):
