@@ -47,10 +47,28 @@ python-check:
 	      "remove $(VENV) (rm -rf $(VENV)) to make it again with $(PYTHON)" >&2; exit 1; }; fi; \
 	else p=$$($(PICK_PYTHON)) || exit 1; fi
 
+# Free disk before an install, checked before anything is downloaded: the venv
+# takes 4.7 GB with a CPU build of PyTorch and 8.4 GB with PyPI's CUDA build
+# (docs/measurements.md), and pip unpacks each wheel in the temporary directory first.
+# A full disk otherwise stops pip halfway with "No space left on device".
+# SETUP_MIN_FREE_GB=0 skips the check.
+SETUP_MIN_FREE_GB ?= 6
+SETUP_MIN_TMP_GB ?= 2
+DISK_CHECK = for need in "$(CURDIR) $(SETUP_MIN_FREE_GB)" "$${TMPDIR:-/tmp} $(SETUP_MIN_TMP_GB)"; do \
+	  set -- $$need; kb=$$(df -Pk "$$1" 2>/dev/null | { read -r _; read -r _ _ _ kb _; echo "$$kb"; }); \
+	  case "$$kb" in ""|*[!0-9]*) continue;; esac; \
+	  [ "$$kb" -ge $$(($$2 * 1048576)) ] || { echo "make setup needs about $$2 GB free on" \
+	    "the disk of $$1 (the venv takes 4.7 GB with a CPU build of PyTorch, 8.4 GB with" \
+	    "PyPI's CUDA build, and pip unpacks each wheel in the temporary directory); it has" \
+	    "$$((kb / 1048576)) GB. Free some space, or set" \
+	    "SETUP_MIN_FREE_GB=0 to skip this check" >&2; exit 1; }; \
+	done
+
 # Every package from the lock (runtime and the test and lab groups, each at its
 # pinned version), then fwcompare itself without resolving anything again; its
 # build backend is the lock's setuptools (no isolated build that fetches another).
 $(STAMP): pyproject.toml requirements.lock | python-check
+	@if [ "$(SETUP_MIN_FREE_GB)" != 0 ]; then $(DISK_CHECK); fi
 	@test -x $(PY) || { p=$$($(PICK_PYTHON)) && echo "making $(VENV) with $$p" && "$$p" -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock

@@ -275,6 +275,31 @@ def test_make_refuses_a_venv_of_an_unsupported_python(tmp_path):
     assert ".venv is Python 3.13.0; fwcompare needs Python 3.11 or 3.12." in done.stderr
 
 
+def _fake_df(folder: Path, free_kb: int) -> None:
+    """A `df -Pk` that reports every folder with free_kb kilobytes available."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "df"
+    path.write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                    f"echo '/dev/vda 264000000 1000 {free_kb} 99% /'\n")
+    path.chmod(0o755)
+
+
+def test_make_setup_stops_before_installing_on_a_full_disk(tmp_path):
+    _fake_python(tmp_path / "bin", "python3", "3.11.9")
+    _fake_df(tmp_path / "bin", 1_900_000)  # 1.8 GB: what a full CI machine had
+    done = _make(tmp_path, "setup")
+    assert done.returncode != 0
+    assert (f"make setup needs about 6 GB free on the disk of {tmp_path}" in done.stderr
+            and "it has 1 GB" in done.stderr), done.stderr
+    assert not (tmp_path / ".venv").exists()  # stopped before making anything
+    # With room, or with the check off, it goes on to make the venv.
+    for free_kb, extra in ((20_000_000, ()), (1_900_000, ("SETUP_MIN_FREE_GB=0",))):
+        _fake_df(tmp_path / "bin", free_kb)
+        done = _make(tmp_path, "setup", *extra)
+        assert "needs about" not in done.stderr
+        assert "making .venv with python3" in done.stdout, (done.stdout, done.stderr)
+
+
 # The checks above, on copies with one thing broken: each must fail.
 def _copy(tmp_path: Path, source: Path, old: str, new: str) -> Path:
     text = source.read_text()
