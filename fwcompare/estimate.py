@@ -133,6 +133,13 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # in each round ("trace", distilbert's first shape in a process 2.4 s) and of its
 # training step 8.1-9.7 s ("trace_train", every task but inference: MiniLM's
 # 4.1-4.6 s, 8-9 s at base size); TorchScript's 0.6-0.8 s.
+# JAX's eager mode compiles each operation at its first shape ("op_compiles"),
+# paid and cached like a compile but far dearer on a GPU: on an H200 (2026-11-26)
+# JAX added 211 s to acceleration's first round of distilbert at two shapes, of
+# which its jit compiles, build and sampling about 35 s: 85-90 s of op compiles a
+# shape, 175 s at base size; on an H100 (2026-11-22) 254 s for bert-base at one
+# shape (its compiles 272 s, the jit's first call 17.9 s). On the EPYC's quick
+# report of e7dacd5, distilbert's 1.5 and 2.3 s in round 0 (0.4-0.8 s after).
 #
 # GPU: one H200's gpu-profile runs of 2026-11-26 and 2026-11-27: process start and
 # imports 12.3 s, a JAX jit of bert-base 20-21 s per shape, an eager first call
@@ -161,10 +168,10 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # upper end there. Not measured on GPUs (one GPU runs none): the CPU's figure stands.
 _HOST = {"trace": 2.0, "trace_train": 8.5, "run_traces": 28.0}
 FIXED_S = {
-    "gpu": {"start": 12.0, "build": 2.0, "compile": 20.0, "cached": 2.0, "eager": 0.3,
-            "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0, **_HOST},
-    "cpu": {"start": 10.0, "build": 3.0, "compile": 8.0, "cached": 2.0, "eager": 0.5,
-            "prepare": 2.0, "process": 8.6, "run_compiles": 16.0, "launch": 40.0, **_HOST},
+    "gpu": {"start": 12.0, "build": 2.0, "compile": 20.0, "op_compiles": 200.0,
+            "cached": 2.0, "eager": 0.3, "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0, **_HOST},
+    "cpu": {"start": 10.0, "build": 3.0, "compile": 8.0, "op_compiles": 4.0,
+            "cached": 2.0, "eager": 0.5, "prepare": 2.0, "process": 8.6, "run_compiles": 16.0, "launch": 40.0, **_HOST},
 }
 
 
@@ -199,7 +206,8 @@ def _variant(c) -> tuple:
 
 def _first_call(c, study=None) -> str:
     """What kind of first call a cell makes (``FIXED_S``'s key, whose figure
-    is its whole cost): "compile" (device code: ``Framework.compiles``),
+    is its whole cost): "compile" (device code: ``Framework.compiles``;
+    "op_compiles" where the mode is an eager one that compiles op by op),
     "trace" or "trace_train" (on the host, in every process), or "eager" (its
     mode traces nothing, or the cell calls no model: ``Study.times_model``).
     By the cell's mode: a memory technique or a fed pipeline runs the
@@ -214,7 +222,7 @@ def _first_call(c, study=None) -> str:
     if not fw.traces(c.spec.mode) or (study is not None and not study.times_model(c)):
         return "eager"
     if fw.compiles(c.spec.mode):
-        return "compile"
+        return "op_compiles" if c.spec.mode == "eager" else "compile"
     return "trace" if c.spec.task == "inference" else "trace_train"
 
 
@@ -256,7 +264,7 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     for c in own:
         key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
         kind = first[c]
-        if kind == "compile" and first_round[key] != c.round:
+        if kind in ("compile", "op_compiles") and first_round[key] != c.round:
             kind = "cached"
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
@@ -279,7 +287,9 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     if launches:
         more += f", {len(launches)} launch{'es' if len(launches) != 1 else ''}"
     traces = kinds["trace"] + kinds["trace_train"]
+    ops = f" ({kinds['op_compiles']} op by op)" if kinds["op_compiles"] else ""
     return seconds, (f"{_duration(seconds)} for the imports, {len(variants)} builds, "
-                     f"{kinds['compile']} compiles, {kinds['cached']} cached, "
+                     f"{kinds['compile'] + kinds['op_compiles']} compiles{ops}, "
+                     f"{kinds['cached']} cached, "
                      f"{traces} traced and {kinds['eager']} eager first calls{more} "
                      f"({device} figures of docs/measurements.md)")

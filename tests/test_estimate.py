@@ -121,10 +121,40 @@ def test_a_host_trace_costs_every_round_and_a_training_step_more():
     assert graph < train  # a training step's trace costs more than a forward's
 
 
+def test_jax_eager_compiles_op_by_op_once_then_loads_them():
+    """JAX's eager mode compiles each operation at its first shape: its own
+    figure (a GPU's op compiles of a model cost far more than one jit of it) in
+    the first round, the compile cache's in the later ones; PyTorch's eager
+    costs its eager call in every round."""
+    from fwcompare.estimate import FIXED_S, fixed_costs
+    from fwcompare.job import CellRef
+    from fwcompare.spec import RunSpec
+
+    def cell(fw, mode, rnd, batch=8):
+        return CellRef(RunSpec(study="acceleration", model="bert-base-cased", framework=fw,
+                               mode=mode, device="gpu", dtype="float32", batch_size=batch,
+                               seq_len=128, threads=1, task="inference"), rnd)
+    gpu = FIXED_S["gpu"]
+    base = gpu["start"] + 3 * gpu["build"]
+    eager, text = fixed_costs([cell("jax", "eager", r) for r in range(3)], "gpu")
+    assert eager == pytest.approx(base + gpu["op_compiles"] + 2 * gpu["cached"])
+    assert "1 compiles (1 op by op), 2 cached, 0 traced and 0 eager" in text  # one shape
+    two, text = fixed_costs([cell("jax", "eager", r, b) for r in range(3) for b in (1, 8)]
+                            + [cell("jax", "jit", r, b) for r in range(3) for b in (1, 8)],
+                            "gpu")
+    assert "6 builds, 4 compiles (2 op by op), 8 cached" in text
+    assert two == pytest.approx(gpu["start"] + 6 * gpu["build"] + 2 * gpu["op_compiles"]
+                                + 2 * gpu["compile"] + 8 * gpu["cached"])
+    torch, text = fixed_costs([cell("torch", "eager", r) for r in range(3)], "gpu")
+    assert torch == pytest.approx(base + 3 * gpu["eager"])
+    assert gpu["op_compiles"] > 5 * gpu["compile"]  # a GPU compiles each op apart
+
+
 def test_which_modes_compile_device_code_and_which_trace_on_the_host():
     """Every built-in mode, stack and pipeline: XLA (JAX, TensorFlow's xla) and
-    Inductor (torch.compile) compile; tf.function, Keras fit and TorchScript
-    trace on the host; eager modes, Trainer and the DataLoaders do neither."""
+    Inductor (torch.compile) compile, JAX's eager too (op by op); tf.function,
+    Keras fit and TorchScript trace on the host; PyTorch's and TensorFlow's
+    eager modes, Trainer and the DataLoaders do neither."""
     from fwcompare.frameworks import get
     from fwcompare.studies.generation import GEN_MODES
 
@@ -140,7 +170,7 @@ def test_which_modes_compile_device_code_and_which_trace_on_the_host():
                              "trainer": "eager"}
     assert {m: k for m, k in seen["tensorflow"].items() if k != "trace"} == {
         "eager": "eager", "xla": "compile"}  # graph, keras-fit and the tf.data steps trace
-    assert {m: k for m, k in seen["jax"].items() if k != "compile"} == {"eager": "eager"}
+    assert {m: k for m, k in seen["jax"].items() if k != "compile"} == {}  # eager op by op
 
 
 def test_the_parts_a_study_adds_references_and_tries():

@@ -113,7 +113,9 @@ class Framework:
     # for the later rounds' processes (``launch.use_compile_cache``); the
     # others trace on the host (TorchScript, tf.function without XLA, Keras
     # fit) in every process, on a GPU as on the CPU. A framework that names no
-    # compiled modes (the default) has host traces only.
+    # compiled modes (the default) has host traces only. "eager" named in both:
+    # its eager mode compiles each operation at each new shape (JAX's op-by-op
+    # dispatch through XLA), cached alike but costing far more than one program.
     traced_modes: tuple[str, ...] = ()
     compiled_modes: tuple[str, ...] = ()
     # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).

@@ -28,8 +28,10 @@ FRAMEWORK = Framework(
     probe_env={"cpu": {"JAX_PLATFORMS": "cpu"}, "gpu": {"JAX_PLATFORMS": "cuda,cpu"}},
     packages=("jax", "jaxlib", "flax"),
     requires=("jax", "flax", "transformers"),
-    traced_modes=("*",),
-    compiled_modes=("*",),  # every jax.jit is an XLA compile
+    # every jax.jit is an XLA compile; eager dispatches op by op, each
+    # operation compiled by XLA at its first shape
+    traced_modes=("*", "eager"),
+    compiled_modes=("*", "eager"),
     # memory: arrays on the device; numpy: a NumPy iterator; grain (pipeline.py)
     pipelines=("memory", "numpy", "grain"),
     # a Flax/optax loop under jax.jit (fit.py)
