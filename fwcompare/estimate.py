@@ -137,9 +137,10 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # paid and cached like a compile but far dearer on a GPU: on an H200 (2026-11-26)
 # JAX added 211 s to acceleration's first round of distilbert at two shapes, of
 # which its jit compiles, build and sampling about 35 s: 85-90 s of op compiles a
-# shape, 175 s at base size; on an H100 (2026-11-22) 254 s for bert-base at one
-# shape (its compiles 272 s, the jit's first call 17.9 s). On the EPYC's quick
-# report of e7dacd5, distilbert's 1.5 and 2.3 s in round 0 (0.4-0.8 s after).
+# shape (175 s at base size); on an H100 (2026-11-22) 254 s for bert-base at one
+# shape (its compiles 272 s, the jit's first call 17.9 s): 200 s a base-sized
+# shape, between the two. On the EPYC's quick report of e7dacd5, distilbert's 1.5
+# and 2.3 s in round 0 (0.4-0.8 s after): 4 s at base size.
 #
 # GPU: one H200's gpu-profile runs of 2026-11-26 and 2026-11-27: process start and
 # imports 12.3 s, a JAX jit of bert-base 20-21 s per shape, an eager first call
@@ -168,10 +169,12 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # upper end there. Not measured on GPUs (one GPU runs none): the CPU's figure stands.
 _HOST = {"trace": 2.0, "trace_train": 8.5, "run_traces": 28.0}
 FIXED_S = {
-    "gpu": {"start": 12.0, "build": 2.0, "compile": 20.0, "op_compiles": 200.0,
-            "cached": 2.0, "eager": 0.3, "prepare": 10.0, "process": 4.6, "run_compiles": 140.0, "launch": 40.0, **_HOST},
-    "cpu": {"start": 10.0, "build": 3.0, "compile": 8.0, "op_compiles": 4.0,
-            "cached": 2.0, "eager": 0.5, "prepare": 2.0, "process": 8.6, "run_compiles": 16.0, "launch": 40.0, **_HOST},
+    "gpu": {"start": 12.0, "build": 2.0, "compile": 20.0, "op_compiles": 200.0, "cached": 2.0,
+            "eager": 0.3, "prepare": 10.0, "process": 4.6, "run_compiles": 140.0,
+            "launch": 40.0, **_HOST},
+    "cpu": {"start": 10.0, "build": 3.0, "compile": 8.0, "op_compiles": 4.0, "cached": 2.0,
+            "eager": 0.5, "prepare": 2.0, "process": 8.6, "run_compiles": 16.0,
+            "launch": 40.0, **_HOST},
 }
 
 
