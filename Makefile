@@ -47,22 +47,29 @@ python-check:
 	      "remove $(VENV) (rm -rf $(VENV)) to make it again with $(PYTHON)" >&2; exit 1; }; fi; \
 	else p=$$($(PICK_PYTHON)) || exit 1; fi
 
-# Free disk before an install, checked before anything is downloaded: the venv
-# takes 4.7 GB with a CPU build of PyTorch and 8.4 GB with PyPI's CUDA build
-# (docs/measurements.md), and pip unpacks each wheel in the temporary directory first.
-# A full disk otherwise stops pip halfway with "No space left on device".
+# Free disk before an install, checked before anything is downloaded: a new
+# venv takes 4.7 GB with a CPU build of PyTorch and 8.4 GB with PyPI's CUDA build
+# (docs/measurements.md), and pip keeps the wheels it downloads (3.85 GB with
+# PyPI's CUDA build of PyTorch) in the temporary directory until the install ends. A full disk otherwise stops pip halfway with "No space left on
+# device". An existing venv that takes new pins needs only the temporary room.
+# Where df is missing or does not answer, nothing is checked.
 # SETUP_MIN_FREE_GB=0 skips the check.
-SETUP_MIN_FREE_GB ?= 6
-SETUP_MIN_TMP_GB ?= 2
-DISK_CHECK = for need in "$(CURDIR) $(SETUP_MIN_FREE_GB)" "$${TMPDIR:-/tmp} $(SETUP_MIN_TMP_GB)"; do \
-	  set -- $$need; kb=$$(df -Pk "$$1" 2>/dev/null | { read -r _; read -r _ _ _ kb _; echo "$$kb"; }); \
-	  case "$$kb" in ""|*[!0-9]*) continue;; esac; \
+SETUP_MIN_FREE_GB ?= 9
+SETUP_MIN_TMP_GB ?= 4
+DISK_CHECK = need() { \
+	  kb=$$(df -Pk "$$1" 2>/dev/null | { read -r _; read -r _ _ _ kb _; echo "$$kb"; }); \
+	  case "$$kb" in ""|*[!0-9]*) return 0;; esac; \
 	  [ "$$kb" -ge $$(($$2 * 1048576)) ] || { echo "make setup needs about $$2 GB free on" \
-	    "the disk of $$1 (the venv takes 4.7 GB with a CPU build of PyTorch, 8.4 GB with" \
-	    "PyPI's CUDA build, and pip unpacks each wheel in the temporary directory); it has" \
-	    "$$((kb / 1048576)) GB. Free some space, or set" \
-	    "SETUP_MIN_FREE_GB=0 to skip this check" >&2; exit 1; }; \
-	done
+	    "the disk of $$1 $$3; it has $$((kb / 1048576)) GB. Free some space$$4, or set" \
+	    "SETUP_MIN_FREE_GB=0 to skip this check" >&2; exit 1; }; }; \
+	for v in "$(SETUP_MIN_FREE_GB)" "$(SETUP_MIN_TMP_GB)"; do case "$$v" in ""|*[!0-9]*) \
+	  echo "SETUP_MIN_FREE_GB and SETUP_MIN_TMP_GB are whole numbers of GB; got '$$v'" >&2; \
+	  exit 1;; esac; done; \
+	test -x $(PY) || need "$(CURDIR)" $(SETUP_MIN_FREE_GB) "(a new venv takes 4.7 GB with a CPU \
+	  build of PyTorch, 8.4 GB with PyPI's CUDA build)"; \
+	need "$${TMPDIR:-/tmp}" $(SETUP_MIN_TMP_GB) "(pip keeps the wheels it downloads there until \
+	  the install ends: 3.85 GB with PyPI's CUDA build of PyTorch)" \
+	  " or point TMPDIR at a folder on a larger disk"
 
 # Every package from the lock (runtime and the test and lab groups, each at its
 # pinned version), then fwcompare itself without resolving anything again; its

@@ -135,8 +135,9 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # 4.1-4.6 s, 8-9 s at base size); TorchScript's 0.6-0.8 s.
 # JAX's eager mode compiles each operation at its first shape ("op_compiles"),
 # paid and cached like a compile but far dearer on a GPU: on an H200 (2026-11-26)
-# JAX added 211 s to acceleration's first round of distilbert at two shapes, of
-# which its jit compiles, build and sampling about 35 s: 85-90 s of op compiles a
+# JAX added up to 211 s to acceleration's first round of distilbert at two shapes
+# (torch.compile also recompiled b=16 as a dynamic graph in that run), of which its
+# jit compiles, build and sampling about 35 s: at most 85-90 s of op compiles a
 # shape (175 s at base size); on an H100 (2026-11-22) 254 s for bert-base at one
 # shape (its compiles 272 s, the jit's first call 17.9 s): 200 s a base-sized
 # shape, between the two. On the EPYC's quick report of e7dacd5, distilbert's 1.5

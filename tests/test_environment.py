@@ -227,7 +227,7 @@ def _fake_python(folder: Path, name: str, version: str) -> Path:
     return path
 
 
-def _make(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _make(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     make = shutil.which("make")
     if make is None:
         pytest.skip("no make")
@@ -236,7 +236,7 @@ def _make(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([make, "-s", "-f", str(MAKEFILE), "-C", str(tmp_path), *args,
                            "--eval", "picked: ; @p=$$($(PICK_PYTHON)) && echo $$p"],
                           capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": str(tmp_path / "bin")})
+                          env={**os.environ, **(env or {}), "PATH": str(tmp_path / "bin")})
 
 
 def test_make_setup_takes_the_first_supported_python(tmp_path):
@@ -275,29 +275,56 @@ def test_make_refuses_a_venv_of_an_unsupported_python(tmp_path):
     assert ".venv is Python 3.13.0; fwcompare needs Python 3.11 or 3.12." in done.stderr
 
 
-def _fake_df(folder: Path, free_kb: int) -> None:
-    """A `df -Pk` that reports every folder with free_kb kilobytes available."""
+def _fake_df(folder: Path, free_kb: int, tmp_free_kb: int | None = None) -> None:
+    """A `df -Pk FOLDER` that reports free_kb kilobytes available, or
+    tmp_free_kb for a folder whose name ends in "tmp"."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "df"
+    tmp = free_kb if tmp_free_kb is None else tmp_free_kb
     path.write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
-                    f"echo '/dev/vda 264000000 1000 {free_kb} 99% /'\n")
+                    f'case "$2" in *tmp) free={tmp};; *) free={free_kb};; esac\n'
+                    "echo \"/dev/vda 264000000 1000 $free 99% /\"\n")
     path.chmod(0o755)
 
 
 def test_make_setup_stops_before_installing_on_a_full_disk(tmp_path):
+    """A new venv needs SETUP_MIN_FREE_GB (9) where it goes and SETUP_MIN_TMP_GB
+    (4) in $TMPDIR; short of either, make setup names the folder and its free
+    space before it makes or downloads anything."""
     _fake_python(tmp_path / "bin", "python3", "3.11.9")
-    _fake_df(tmp_path / "bin", 1_900_000)  # 1.8 GB: what a full CI machine had
-    done = _make(tmp_path, "setup")
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    _fake_df(tmp_path / "bin", 1_900_000)  # 1.9 GB: what the full CI machine had
+    done = _make(tmp_path, "setup", env=env)
     assert done.returncode != 0
-    assert (f"make setup needs about 6 GB free on the disk of {tmp_path}" in done.stderr
-            and "it has 1 GB" in done.stderr), done.stderr
-    assert not (tmp_path / ".venv").exists()  # stopped before making anything
+    assert (f"make setup needs about 9 GB free on the disk of {tmp_path} (a new venv takes"
+            in done.stderr and "it has 1 GB" in done.stderr), done.stderr
+    assert "making .venv" not in done.stdout  # stopped before making anything
+    _fake_df(tmp_path / "bin", 20_000_000, tmp_free_kb=3_000_000)  # room, but not in $TMPDIR
+    done = _make(tmp_path, "setup", env=env)
+    assert done.returncode != 0 and "making .venv" not in done.stdout
+    assert (f"needs about 4 GB free on the disk of {tmp_path / 'tmp'} (pip keeps" in done.stderr
+            and "it has 2 GB" in done.stderr and "point TMPDIR at" in done.stderr), done.stderr
     # With room, or with the check off, it goes on to make the venv.
     for free_kb, extra in ((20_000_000, ()), (1_900_000, ("SETUP_MIN_FREE_GB=0",))):
         _fake_df(tmp_path / "bin", free_kb)
-        done = _make(tmp_path, "setup", *extra)
+        done = _make(tmp_path, "setup", *extra, env=env)
         assert "needs about" not in done.stderr
         assert "making .venv with python3" in done.stdout, (done.stdout, done.stderr)
+    bad = _make(tmp_path, "setup", "SETUP_MIN_FREE_GB=0.5", env=env)
+    assert bad.returncode != 0 and "whole numbers of GB; got '0.5'" in bad.stderr
+
+
+def test_make_setup_updating_a_venv_needs_only_the_temporary_room(tmp_path):
+    """New pins in an existing venv install only what changed: the new venv's
+    9 GB are not asked for, $TMPDIR's room still is."""
+    _fake_python(tmp_path / ".venv" / "bin", "python", "3.11.9")
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    _fake_df(tmp_path / "bin", 1_900_000, tmp_free_kb=20_000_000)
+    done = _make(tmp_path, "setup", env=env)
+    assert "needs about" not in done.stderr  # went on to pip (which the fake python is not)
+    _fake_df(tmp_path / "bin", 20_000_000, tmp_free_kb=1_900_000)
+    done = _make(tmp_path, "setup", env=env)
+    assert done.returncode != 0 and "needs about 4 GB free on the disk of" in done.stderr
 
 
 # The checks above, on copies with one thing broken: each must fail.

@@ -115,7 +115,7 @@ class Framework:
     # fit) in every process, on a GPU as on the CPU. A framework that names no
     # compiled modes (the default) has host traces only. "eager" named in both:
     # its eager mode compiles each operation at each new shape (JAX's op-by-op
-    # dispatch through XLA), cached alike but costing far more than one program.
+    # dispatch through XLA), cached alike; on a GPU far dearer than one program.
     traced_modes: tuple[str, ...] = ()
     compiled_modes: tuple[str, ...] = ()
     # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).
