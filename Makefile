@@ -49,13 +49,15 @@ python-check:
 
 # Free disk before an install, checked before anything is downloaded: a new
 # venv takes 4.7 GB with a CPU build of PyTorch and 8.4 GB with PyPI's CUDA build
-# (docs/measurements.md), and pip keeps the wheels it downloads (3.85 GB with
-# PyPI's CUDA build of PyTorch) in the temporary directory until the install ends. A full disk otherwise stops pip halfway with "No space left on
-# device". An existing venv that takes new pins needs only the temporary room.
-# Where df is missing or does not answer, nothing is checked.
-# SETUP_MIN_FREE_GB=0 skips the check.
-SETUP_MIN_FREE_GB ?= 9
-SETUP_MIN_TMP_GB ?= 4
+# (docs/measurements.md), and pip keeps the wheels it downloads (3.85 GB with PyPI's
+# CUDA build, 2.73 GB of it PyTorch and its CUDA libraries: the rest and a CPU
+# build's wheel fit in 2 GB) in the temporary directory until the install ends. The figures are the smallest install's (a CPU build: a larger one
+# may still run out), so that no install that fits is refused. A full disk
+# otherwise stops pip halfway with "No space left on device". An existing venv
+# that takes new pins needs only the temporary room. Where df is missing or does
+# not answer, nothing is checked. SETUP_MIN_FREE_GB=0 skips the check.
+SETUP_MIN_FREE_GB ?= 6
+SETUP_MIN_TMP_GB ?= 2
 DISK_CHECK = need() { \
 	  kb=$$(df -Pk "$$1" 2>/dev/null | { read -r _; read -r _ _ _ kb _; echo "$$kb"; }); \
 	  case "$$kb" in ""|*[!0-9]*) return 0;; esac; \
@@ -68,7 +70,7 @@ DISK_CHECK = need() { \
 	test -x $(PY) || need "$(CURDIR)" $(SETUP_MIN_FREE_GB) "(a new venv takes 4.7 GB with a CPU \
 	  build of PyTorch, 8.4 GB with PyPI's CUDA build)"; \
 	need "$${TMPDIR:-/tmp}" $(SETUP_MIN_TMP_GB) "(pip keeps the wheels it downloads there until \
-	  the install ends: 3.85 GB with PyPI's CUDA build of PyTorch)" \
+	  the install ends: 3.85 GB with PyPI's CUDA build of PyTorch, less with a CPU build)" \
 	  " or point TMPDIR at a folder on a larger disk"
 
 # Every package from the lock (runtime and the test and lab groups, each at its

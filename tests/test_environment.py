@@ -288,22 +288,22 @@ def _fake_df(folder: Path, free_kb: int, tmp_free_kb: int | None = None) -> None
 
 
 def test_make_setup_stops_before_installing_on_a_full_disk(tmp_path):
-    """A new venv needs SETUP_MIN_FREE_GB (9) where it goes and SETUP_MIN_TMP_GB
-    (4) in $TMPDIR; short of either, make setup names the folder and its free
+    """A new venv needs SETUP_MIN_FREE_GB (6) where it goes and SETUP_MIN_TMP_GB
+    (2) in $TMPDIR; short of either, make setup names the folder and its free
     space before it makes or downloads anything."""
     _fake_python(tmp_path / "bin", "python3", "3.11.9")
     env = {"TMPDIR": str(tmp_path / "tmp")}
     _fake_df(tmp_path / "bin", 1_900_000)  # 1.9 GB: what the full CI machine had
     done = _make(tmp_path, "setup", env=env)
     assert done.returncode != 0
-    assert (f"make setup needs about 9 GB free on the disk of {tmp_path} (a new venv takes"
+    assert (f"make setup needs about 6 GB free on the disk of {tmp_path} (a new venv takes"
             in done.stderr and "it has 1 GB" in done.stderr), done.stderr
     assert "making .venv" not in done.stdout  # stopped before making anything
-    _fake_df(tmp_path / "bin", 20_000_000, tmp_free_kb=3_000_000)  # room, but not in $TMPDIR
+    _fake_df(tmp_path / "bin", 20_000_000, tmp_free_kb=1_500_000)  # room, but not in $TMPDIR
     done = _make(tmp_path, "setup", env=env)
     assert done.returncode != 0 and "making .venv" not in done.stdout
-    assert (f"needs about 4 GB free on the disk of {tmp_path / 'tmp'} (pip keeps" in done.stderr
-            and "it has 2 GB" in done.stderr and "point TMPDIR at" in done.stderr), done.stderr
+    assert (f"needs about 2 GB free on the disk of {tmp_path / 'tmp'} (pip keeps" in done.stderr
+            and "it has 1 GB" in done.stderr and "point TMPDIR at" in done.stderr), done.stderr
     # With room, or with the check off, it goes on to make the venv.
     for free_kb, extra in ((20_000_000, ()), (1_900_000, ("SETUP_MIN_FREE_GB=0",))):
         _fake_df(tmp_path / "bin", free_kb)
@@ -316,7 +316,7 @@ def test_make_setup_stops_before_installing_on_a_full_disk(tmp_path):
 
 def test_make_setup_updating_a_venv_needs_only_the_temporary_room(tmp_path):
     """New pins in an existing venv install only what changed: the new venv's
-    9 GB are not asked for, $TMPDIR's room still is."""
+    6 GB are not asked for, $TMPDIR's room still is."""
     _fake_python(tmp_path / ".venv" / "bin", "python", "3.11.9")
     env = {"TMPDIR": str(tmp_path / "tmp")}
     _fake_df(tmp_path / "bin", 1_900_000, tmp_free_kb=20_000_000)
@@ -324,7 +324,7 @@ def test_make_setup_updating_a_venv_needs_only_the_temporary_room(tmp_path):
     assert "needs about" not in done.stderr  # went on to pip (which the fake python is not)
     _fake_df(tmp_path / "bin", 20_000_000, tmp_free_kb=1_900_000)
     done = _make(tmp_path, "setup", env=env)
-    assert done.returncode != 0 and "needs about 4 GB free on the disk of" in done.stderr
+    assert done.returncode != 0 and "needs about 2 GB free on the disk of" in done.stderr
 
 
 # The checks above, on copies with one thing broken: each must fail.
