@@ -7,9 +7,9 @@ to run times the seconds per cell of the latest such run of the same study
 and device. Without one, it is the params' own time limits (warm-up plus the
 least and the most sampling a cell may take) plus its parts (``fixed_costs``):
 the imports, a build per variant and round, and a first call per cell: a
-compile in its first round where the mode compiles device code (on a GPU JAX's
-compiles dominated a first full-grid run: 272 of 385 s), a host trace in every
-round where it traces on the host.
+compile in its first round where the mode compiles device code (on a GPU, JAX
+eager's op-by-op compiles dominated the first acceleration run: 254 of its
+385 s), a host trace in every round where it traces on the host.
 """
 from __future__ import annotations
 
