@@ -169,6 +169,8 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
 # launches of distilbert (6 layers) in 273 s: 40 s each at base size puts the estimate's
 # upper end there. Not measured on GPUs (one GPU runs none): the CPU's figure stands.
 _HOST = {"trace": 2.0, "trace_train": 8.5, "run_traces": 28.0}
+# The first-call kinds paid in a variant's first round only, "cached" after it.
+_COMPILES = ("compile", "op_compiles")
 FIXED_S = {
     "gpu": {"start": 12.0, "build": 2.0, "compile": 20.0, "op_compiles": 200.0, "cached": 2.0,
             "eager": 0.3, "prepare": 10.0, "process": 4.6, "run_compiles": 140.0,
@@ -252,7 +254,7 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     first = {c: _first_call(c, study) for c in todo}
     extra = {c: study.processes(c) if study is not None else 0 for c in todo}
     runs = [c for c in todo if study is not None and study.whole_run(c)]
-    compiling = [c for c in runs if first[c] == "compile"]  # cold in every round
+    compiling = [c for c in runs if first[c] in _COMPILES]  # cold in every round
     tracing = [c for c in runs if first[c].startswith("trace")]
     launch = {c: study.launch_key(c) if study is not None else None for c in todo}
     launches = {k: scale[c.spec.model] for c, k in launch.items() if k is not None}
@@ -268,7 +270,7 @@ def fixed_costs(todo, device: str, study=None) -> tuple[float, str]:
     for c in own:
         key = (*_variant(c), c.spec.batch_size, c.spec.seq_len)
         kind = first[c]
-        if kind in ("compile", "op_compiles") and first_round[key] != c.round:
+        if kind in _COMPILES and first_round[key] != c.round:
             kind = "cached"
         kinds[kind] += 1
         seconds += cost[kind] * scale[c.spec.model]
