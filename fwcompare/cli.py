@@ -58,7 +58,7 @@ def _cmd_run(args) -> int:
         from .params import study_named
 
         print(estimate(study_named(args.study), params, out / "results",
-                       claimed_for(args.study, params)).text())
+                       claimed_for(args.study, params)).text(cells=True))
         return DONE
     res = run_study(args.study, params, profile=profile, output_dir=out,
                     progress=not args.quiet)

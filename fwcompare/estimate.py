@@ -32,13 +32,17 @@ class Estimate:
     basis: str  # where the seconds per measurement come from
     low_seconds: float | None = None  # without an earlier run: the least it may take
     start_s: float = 0.0  # of which the process starts and imports (a report's studies share them)
+    listing: tuple[str, ...] = ()  # the cells, a line per variant (``cell_lines``)
 
-    def text(self) -> str:
+    def text(self, cells: bool = False) -> str:
+        """The cell count and the estimate; with ``cells``, the cells between
+        them (``fwcompare run --dry-run``)."""
         kept = self.planned - self.todo
         fw = ", ".join(f"{k} {v}" for k, v in self.by_framework.items())
         lines = [f"{self.study}: {self.cells} cells, {self.planned} measurements over "
                  f"{self.rounds} round{'s' if self.rounds != 1 else ''} ({fw})"
                  + (f"; {kept} already measured, {self.todo} to run" if kept else ""),
+                 *(self.listing if cells else ()),
                  f"estimate: {self._range()} ({self.basis})"]
         return "\n".join(lines)
 
@@ -116,7 +120,66 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
                   "framework, model package or GPUs this machine lacks) take none")
     return Estimate(study.name, len(specs), len(planned), len(todo), params["rounds"],
                     dict(Counter(c.spec.framework for c in planned)), seconds, basis, low,
-                    start)
+                    start, tuple(cell_lines(study, params, planned)))
+
+
+def cell_lines(study, params: dict, planned) -> list[str]:
+    """The cells of ``planned`` (CellRefs), a line per variant: model,
+    framework/mode, precision, task and the study's own axes away from their
+    defaults, then its batch x sequence shapes (``Study.shape_text``) and the
+    rounds each takes. A
+    variant this machine cannot run (a framework or model package it lacks,
+    or the GPUs: ``Study.machine_problem``; its cells will be ``unsupported``)
+    ends with "(not here)", and each reason follows once."""
+    from . import frameworks, models
+
+    machine = study.machine_problem(params)
+    variants: dict[tuple, dict[tuple[int, int], int]] = {}
+    for c in planned:
+        s = c.spec
+        key = (s.model, f"{s.framework}/{s.mode}", s.dtype, s.task,
+               " ".join(f"{k}={v}" for k, v in s.axes))
+        shapes = variants.setdefault(key, {})
+        shape = study.shape_text(s)
+        shapes[shape] = shapes.get(shape, 0) + 1
+
+    def rounds(n: int) -> str:
+        return f"{n} round{'s' if n != 1 else ''}"
+
+    rows, reasons = [], {}
+    for (model, variant, dtype, task, axes), shapes in variants.items():
+        counts = set(shapes.values())
+        grid = _grid(shapes)
+        if len(counts) == 1:
+            where = f"{grid or ' '.join(shapes)}, {rounds(counts.pop())}"
+        else:
+            where = ", ".join(f"{shape} ({rounds(n)})" for shape, n in shapes.items())
+        why = frameworks.not_installed(variant.partition("/")[0]) or \
+            models.not_installed(model) or machine
+        if why:
+            reasons[why] = None
+        rows.append([model, variant, dtype, task, axes, where + (" (not here)" if why else "")])
+    width = [max(len(r[i]) for r in rows) for i in range(5)] if rows else []
+    lines = ["  " + "  ".join([*(v.ljust(w) for v, w in zip(r, width) if w), r[5]])
+             for r in rows]
+    return lines + [f"  not here: {why}" for why in reasons]
+
+
+def _grid(shapes) -> str:
+    """Shapes written "BxS" that make up a whole grid of more than two, as
+    "batch 1,2,4 x sequence 8,64" ("" otherwise)."""
+    try:
+        pairs = [tuple(int(n) for n in s.split("x")) for s in shapes]
+    except ValueError:  # a study's own wording (``Study.shape_text``)
+        return ""
+    if any(len(p) != 2 for p in pairs):
+        return ""
+    batches, seqs = (sorted({p[i] for p in pairs}) for i in (0, 1))
+    if len(pairs) <= 2 or len(batches) == 1 or len(seqs) == 1 \
+            or len(set(pairs)) != len(batches) * len(seqs):
+        return ""
+    return (f"batch {','.join(map(str, batches))} x sequence "
+            f"{','.join(map(str, seqs))}")
 
 
 # What a run costs beyond its sampling, where no earlier run here says better

@@ -163,8 +163,46 @@ def test_dry_run_with_overrides_plans_only_their_cells(capsys, tmp_path):
                    "--models", "tiny-bert", "--batch-sizes", "1,2,4", "--seq-lens", "8",
                    "--dry-run", "--out", str(tmp_path)])
     assert rc == cli.DONE
-    assert "inference_sweep: 3 cells, 3 measurements over 1 round (torch 3)" in \
-        capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "inference_sweep: 3 cells, 3 measurements over 1 round (torch 3)", out
+    # then its cells, a line per variant: model, variant, precision, task, shapes, rounds
+    assert out[1].split() == ["tiny-bert", "torch/eager", "float32", "inference", "1x8",
+                              "2x8", "4x8,", "1", "round"], out
+    assert out[2].startswith("estimate: "), out
+
+
+def test_a_dry_run_names_what_a_variant_runs_in_which_rounds():
+    """A variant whose shapes take different rounds says so per shape; a
+    study's own axes and a largest-batch search's ceiling are named."""
+    from fwcompare.estimate import cell_lines
+    from fwcompare.job import CellRef
+    from fwcompare.spec import RunSpec
+    from fwcompare.studies import STUDIES
+
+    def spec(study, **kw):
+        base = dict(study=study, model="tiny-gpt2", framework="torch", mode="eager",
+                    device="cpu", dtype="float32", batch_size=1, seq_len=8, threads=1)
+        return RunSpec(**{**base, **kw})
+
+    gen = STUDIES["generation"]
+    a, b = spec("generation", axes={"new_tokens": 4}), spec("generation", batch_size=2)
+    lines = cell_lines(gen, {"device": "cpu"}, [CellRef(a, 0), CellRef(b, 0), CellRef(a, 1)])
+    assert [ln.split() for ln in lines] == [
+        ["tiny-gpt2", "torch/eager", "float32", "inference", "new_tokens=4", "1x8,", "2",
+         "rounds"],
+        ["tiny-gpt2", "torch/eager", "float32", "inference", "2x8,", "1", "round"]], lines
+    same = spec("generation", batch_size=2, axes={"new_tokens": 4})
+    lines = cell_lines(gen, {"device": "cpu"}, [CellRef(a, 0), CellRef(same, 0), CellRef(a, 1)])
+    assert lines[0].endswith("new_tokens=4  1x8 (2 rounds), 2x8 (1 round)"), lines
+    grid = [CellRef(spec("generation", batch_size=b, seq_len=s), 0) for b in (1, 2)
+            for s in (8, 16, 32)]
+    assert cell_lines(gen, {"device": "cpu"}, grid)[0].endswith(
+        "inference  batch 1,2 x sequence 8,16,32, 1 round")
+    assert cell_lines(gen, {"device": "cpu"}, grid[:-1])[0].endswith(  # not a whole grid
+        "inference  1x8 1x16 1x32 2x8 2x16, 1 round")
+    mem = STUDIES["memory"]
+    search = spec("memory", task="largest_batch", batch_size=64, seq_len=32)
+    assert "up to 64x32, 1 round" in cell_lines(mem, {"device": "cpu"}, [CellRef(search, 0)])[0]
 
 
 def _run(args, outputs, timeout=300):

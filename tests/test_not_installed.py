@@ -115,3 +115,17 @@ def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypa
     assert list(res.results["status"]) == ["unsupported"]
     assert list(res.results["error"]) == [MINILM]
     assert probed == []
+
+
+def test_a_dry_run_lists_its_cells_as_not_here_once(no_tensorflow, tmp_path, capsys):
+    from fwcompare import cli
+
+    assert cli.main(["run", "inference_sweep", "--profile", "smoke", "--models", "tiny-bert",
+                     "--frameworks", "torch,tensorflow", "--batch-sizes", "1,2",
+                     "--seq-lens", "8", "--dry-run", "--out", str(tmp_path)]) == cli.DONE
+    lines = capsys.readouterr().out.splitlines()
+    tf = [ln for ln in lines if "tensorflow/" in ln]
+    torch = [ln for ln in lines if "torch/" in ln]
+    assert tf and all(ln.endswith("(not here)") for ln in tf), lines
+    assert torch and not any("not here" in ln for ln in torch), lines
+    assert lines.count(f"  not here: {REASON}") == 1, lines

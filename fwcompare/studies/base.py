@@ -172,6 +172,11 @@ class Study:
         to the generation study)."""
         return models.forward_problem(model)
 
+    def shape_text(self, spec) -> str:
+        """A cell's batch x sequence as a dry run lists it
+        (``estimate.cell_lines``)."""
+        return f"{spec.batch_size}x{spec.seq_len}"
+
     def machine_problem(self, params: "Params") -> str:
         """Why this machine cannot run any of the study's cells (each is then
         ``unsupported`` with it, and nothing starts); "" where it can."""

@@ -158,6 +158,11 @@ class Memory(Study):
                   for mode in params["fit_modes"][fw]]
         return train + search
 
+    def shape_text(self, spec) -> str:
+        """A search's batch is the most it tries (``fit_max_batch``)."""
+        shape = super().shape_text(spec)
+        return f"up to {shape}" if spec.task == SEARCH else shape
+
     def processes(self, ref) -> int:
         """A largest-batch search's tries, each a fresh process: about 7 in
         its first round (1, 4, growth, the line's batch, a bisection), 2 in a
