@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from . import __version__
 from .doctor import DoctorError
-from .params import LIST_FLAGS, REPORT_BUDGET_S, ParamsError, load_file
+from .params import LIST_FLAGS, REPORT_BUDGET_S, ParamsError, load_file, profile_file
 from .paths import OUTPUTS, PARAMS, CheckoutError, require_checkout
 from .frameworks import FRAMEWORKS
 
@@ -43,7 +44,7 @@ def _cmd_run(args) -> int:
 
     if not args.params:
         require_checkout("params")
-    path = Path(args.params) if args.params else PARAMS / args.study / f"{args.profile}.yaml"
+    path = Path(args.params) if args.params else profile_file(args.study, args.profile)
     overrides = _overrides(args)
     params = with_overrides(args.study, path, overrides)
     profile = overridden_profile(args.profile, overrides)
@@ -54,11 +55,13 @@ def _cmd_run(args) -> int:
         return _run_shard(args, params, profile)
     if args.dry_run:
         from .claims import claimed_for
+        from .doctor import dry_run_note
         from .estimate import estimate
         from .params import study_named
 
-        print(estimate(study_named(args.study), params, out / "results",
-                       claimed_for(args.study, params)).text(cells=True))
+        print("\n".join(filter(None, [estimate(study_named(args.study), params, out / "results",
+                                                claimed_for(args.study, params)).text(cells=True),
+                                       dry_run_note(params["device"])])))
         return DONE
     res = run_study(args.study, params, profile=profile, output_dir=out,
                     progress=not args.quiet)
@@ -85,12 +88,22 @@ def _cells_failed(results) -> int:
 
 
 def _print_cells(res) -> None:
+    """A row per cell (the study's own axes where they leave their defaults:
+    generation's ``new_tokens``, distributed's ``workers``), then why the
+    cells that did not run ok did not, each reason once, and the folder."""
+    from .spec import axes
     from .tables import summarize
 
     summary = summarize(res.results, res.samples)
-    cols = ["model", "variant", "batch_size", "seq_len", "status", "median_s", "ci_low_s",
-            "ci_high_s", "equiv_max_abs_err"]
+    own = [a.name for a in axes() if a.name in summary
+           and (summary[a.name].dropna() != a.default).any()]
+    cols = ["model", "variant", "batch_size", "seq_len", *own, "status", "median_s",
+            "ci_low_s", "ci_high_s", "equiv_max_abs_err"]
     print(summary[cols].to_string(index=False) if len(summary) else "no cells")
+    if len(summary) and "error" in summary:
+        bad = summary[(summary["status"] != "ok") & summary["error"].fillna("").astype(bool)]
+        for (status, error), n in bad.groupby(["status", "error"], sort=False).size().items():
+            print(f"{status} ({n} cell{'s' if n != 1 else ''}): {error}")
     print(f"results: {res.output_dir / 'results'}")
 
 
@@ -151,7 +164,7 @@ def _cmd_submit(args) -> int:
     from .submit import submit
     from .studies import STUDIES, module_file
 
-    path = Path(args.params) if args.params else PARAMS / args.study / f"{args.profile}.yaml"
+    path = Path(args.params) if args.params else profile_file(args.study, args.profile)
     params = load_file(path, args.study)
     try:
         merged = submit(args.study, params, args.shards,
@@ -279,10 +292,13 @@ def _cmd_report(args) -> int:
         index = build(args.profile, out_root=args.out, fresh=args.fresh,
                       studies=args.study or None, overrides=_overrides(args),
                       progress=not args.quiet,
-                      budget_s=None if args.budget is None else args.budget * 60)
+                      budget_s=None if args.budget is None else args.budget * 60,
+                      dry_run=args.dry_run)
     except ReportError as exc:
         print(f"fwcompare: {exc}", file=sys.stderr)
         return FAILED
+    if index is None:  # --dry-run: nothing measured
+        return DONE
     results = [load_results(index.parent / s).results for s in args.study or STUDIES
                if (index.parent / s / "results").is_dir()]
     return _cells_failed(pd.concat(results, ignore_index=True) if results else pd.DataFrame())
@@ -461,13 +477,18 @@ def build_parser() -> argparse.ArgumentParser:
                 "index.html", _cmd_report,
                 "fwcompare report --profile quick   (what `make report` runs)",
                 "fwcompare report --study inference_sweep --study training "
-                "--models distilbert-base-uncased --batch-sizes 1,4")
+                "--models distilbert-base-uncased --batch-sizes 1,4",
+                "fwcompare report --profile gpu --dry-run   (each study's cells and the "
+                "report's estimate)")
     p.add_argument("--profile", default="quick")
     p.add_argument("--out", help=f"output root (default {OUTPUTS})")
     p.add_argument("--study", action="append", choices=studies,
                    help="only this study (repeatable)")
     p.add_argument("--fresh", action="store_true",
                    help="archive earlier results and measure every cell again")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print each study's cells and estimate and the report's, measure "
+                   "nothing")
     p.add_argument("--budget", type=_minutes, metavar="MINUTES",
                    help="the report's time budget: extra rounds for doubtful claims start "
                    "only where they fit in it, the notebooks' time after them (default: the "
@@ -499,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         print("fwcompare: interrupted; finished cells are kept, run again to resume",
               file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # `fwcompare list models | head -2`: the reader left, quietly
+        try:  # so that Python's flush at exit finds no pipe to fail on either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is no file (captured, replaced)
+            pass
+        return FAILED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -186,6 +186,16 @@ def require(frameworks: list[str], device: str) -> None:
     os.environ[PASSED_VAR] = ",".join(sorted(done | {f"{device}:{fw}" for fw in todo}))
 
 
+def dry_run_note(device: str) -> str:
+    """What a dry run of a ``device: gpu`` run says on a machine without a GPU
+    (NVML finds none), where the real run would stop at :func:`require`; ""
+    otherwise."""
+    if device != "gpu" or env.gpus():
+        return ""
+    return ("this machine has no NVIDIA GPU: the real run would stop at the doctor "
+            "(`fwcompare doctor --device gpu`) before measuring")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fwcompare doctor", description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "gpu", "all"], default="all",

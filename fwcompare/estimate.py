@@ -82,10 +82,12 @@ def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
                              f"measurements of the latest run here ({'; '.join(where)})")
 
 
-def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = None) -> Estimate:
+def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = None,
+             fresh: bool = False) -> Estimate:
     """The cells a run of study ``study`` (a ``Study``) with validated
     ``params`` would measure and its duration (``claimed``: as
-    ``runner.planned_cells`` takes it)."""
+    ``runner.planned_cells`` takes it; ``fresh``: the stored results would
+    be archived first, so every cell runs)."""
     from . import frameworks, models
     from .env import params_hash
     from .results import ResultStore
@@ -95,11 +97,13 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
     planned = planned_cells(study, params, specs, claimed)
     store = ResultStore(store_dir)
     # Results of other params are archived when a run begins: it starts afresh.
-    done = store.finished() if store.stamped() == params_hash(params) else set()
+    done = store.finished() if not fresh and store.stamped() == params_hash(params) else set()
     todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
-    # a framework or model package this machine lacks: its cells take no time
+    # a framework or model package this machine lacks, or a model the study cannot
+    # run (generation's encoders): its cells are unsupported at once and take no time
     no_fw = set(filter(frameworks.not_installed, {c.spec.framework for c in todo}))
-    no_model = set(filter(models.not_installed, {c.spec.model for c in todo}))
+    no_model = {m for m in {c.spec.model for c in todo}
+                if models.not_installed(m) or study.model_problem(m)}
     timed = [c for c in todo if c.spec.framework not in no_fw and c.spec.model not in no_model]
     if study.machine_problem(params):  # every cell unsupported at once (too few GPUs)
         timed = []
@@ -117,7 +121,8 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
         basis = rate[1]
     if len(timed) < len(todo):
         basis += (f"; {len(todo) - len(timed)} measurements that cannot run here (a "
-                  "framework, model package or GPUs this machine lacks) take none")
+                  "framework, model package or GPUs this machine lacks, or a model the "
+                  "study cannot run) take none")
     return Estimate(study.name, len(specs), len(planned), len(todo), params["rounds"],
                     dict(Counter(c.spec.framework for c in planned)), seconds, basis, low,
                     start, tuple(cell_lines(study, params, planned)))
@@ -127,10 +132,11 @@ def cell_lines(study, params: dict, planned) -> list[str]:
     """The cells of ``planned`` (CellRefs), a line per variant: model,
     framework/mode, precision, task and the study's own axes away from their
     defaults, then its batch x sequence shapes (``Study.shape_text``) and the
-    rounds each takes. A
-    variant this machine cannot run (a framework or model package it lacks,
-    or the GPUs: ``Study.machine_problem``; its cells will be ``unsupported``)
-    ends with "(not here)", and each reason follows once."""
+    rounds each takes. A variant whose cells will be ``unsupported`` at once (a
+    framework or model package this machine lacks, its GPUs:
+    ``Study.machine_problem``, or a model the study cannot run:
+    ``Study.model_problem``, generation's encoders) ends with "(not here)",
+    and each reason follows once."""
     from . import frameworks, models
 
     machine = study.machine_problem(params)
@@ -154,8 +160,9 @@ def cell_lines(study, params: dict, planned) -> list[str]:
             where = f"{grid or ' '.join(shapes)}, {rounds(counts.pop())}"
         else:
             where = ", ".join(f"{shape} ({rounds(n)})" for shape, n in shapes.items())
+        problem = study.model_problem(model)
         why = frameworks.not_installed(variant.partition("/")[0]) or \
-            models.not_installed(model) or machine
+            models.not_installed(model) or (problem and f"{model}: {problem}") or machine
         if why:
             reasons[why] = None
         rows.append([model, variant, dtype, task, axes, where + (" (not here)" if why else "")])

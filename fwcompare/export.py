@@ -137,6 +137,9 @@ def export(run: Path | str, archive: Path | str | None = None,
                     info = tarfile.TarInfo(f"{top}/{name}")
                     info.size, info.mtime = len(data), time.time()
                     t.addfile(info, io.BytesIO(data))
+        mask = os.umask(0)  # an archive to share: the mode a new file gets (mkstemp's is 0600)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, archive)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

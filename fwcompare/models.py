@@ -224,6 +224,9 @@ def check_model(model: str) -> None:
         return
     if is_path(model):
         p = Path(model).expanduser()
+        if not p.is_dir():
+            raise ModelError(f"model path {model!r}: no such folder (a relative path is "
+                             f"taken from the folder the command runs in)")
         if not (p / "config.json").is_file():
             raise ModelError(f"model path {model!r} has no config.json")
         if not (p / WEIGHTS_FILE).is_file():

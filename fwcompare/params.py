@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from . import models
-from .paths import LAB
+from .paths import LAB, PARAMS
 from .schema import (PRECISION_HINT, TIMING, Param, ParamsError, all_of, check_models,  # noqa: F401
                      enough_for_ci, float32_only, grid_params, modes_in, non_empty,
                      non_negative, one_of, positive, read_yaml, replace_param, timing_config)
@@ -60,6 +60,20 @@ def validate(study: str, params, source: str = "params"):
         takers = [name for name, st in STUDIES.items() if "precisions" in st.schema()]
         raise ParamsError(str(exc).replace(PRECISION_HINT, f" (reduced precisions: the "
                                            f"{', '.join(takers)} study)")) from None
+
+
+def profile_file(study: str, profile: str) -> Path:
+    """``params/STUDY/PROFILE.yaml``; a ParamsError naming the profiles the
+    study has where it has no such file (a typo: ``--profile smok``)."""
+    path = PARAMS / study / f"{profile}.yaml"
+    if not path.is_file():
+        known = sorted(f.stem for f in (PARAMS / study).glob("*.yaml"))
+        close = difflib.get_close_matches(profile, known, n=1)
+        raise ParamsError(f"no profile {profile!r} for study {study} (no {path})"
+                          + (f"; did you mean {close[0]!r}?" if close else "")
+                          + f"; its profiles: {', '.join(known) or 'none'} "
+                          "(`fwcompare list profiles`)")
+    return path
 
 
 def load_file(path: Path | str, study: str | None = None):
@@ -130,6 +144,16 @@ def describe_overrides(overrides: dict) -> str:
     return "the command line's " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
 
 
+def merge_overrides(given: dict, overrides: dict) -> dict:
+    """A params file's values (``given``) with the command line's over them. A
+    mapping over a mapping is merged key by key: ``--set 'modes={torch:
+    [eager, compile]}'`` sets PyTorch's modes and keeps the other frameworks'
+    (``--frameworks`` chooses which run)."""
+    return {**given, **{k: {**given[k], **v} if isinstance(v, dict)
+                        and isinstance(given.get(k), dict) else v
+                        for k, v in overrides.items()}}
+
+
 def with_overrides(study: str, path: Path, overrides: dict):
     """The params file at ``path`` with ``overrides`` merged in, validated
     once; a problem names the key and whether the file or the command line
@@ -137,7 +161,7 @@ def with_overrides(study: str, path: Path, overrides: dict):
     if not overrides:
         return load_file(path, study)
     try:
-        return validate(study, {**read_yaml(path, "params"), **overrides},
+        return validate(study, merge_overrides(read_yaml(path, "params"), overrides),
                         source=f"{path} with {describe_overrides(overrides)}")
     except ParamsError:
         if read_yaml(path, "params"):  # a problem of the file itself: said as the file's

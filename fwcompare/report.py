@@ -37,8 +37,9 @@ from . import claims, doctor, env, frameworks, load_results, models, run_studies
 from .atomic import write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
-from .params import (REPORT_BUDGET_S, ParamsError, describe_overrides, overridden_profile,
-                     overrides_by_study, read_yaml, with_overrides)
+from .params import (REPORT_BUDGET_S, describe_overrides, merge_overrides,
+                     overridden_profile, overrides_by_study, profile_file, read_yaml,
+                     with_overrides)
 from .paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
 from .results import ResultStore, time_breakdowns
 from .peak import PHASE as PEAK_PHASE
@@ -172,14 +173,17 @@ def run_notebook(study: str, profile: str, params: dict, out: Path,
 
 def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = False,
           studies: list[str] | None = None, overrides: dict | None = None,
-          progress: bool = True, budget_s: float | None = None) -> Path:
+          progress: bool = True, budget_s: float | None = None,
+          dry_run: bool = False) -> Path | None:
     """The report of ``profile`` (``studies``: a subset), into
     ``out_root/<profile>``; with ``overrides`` (the command line's params,
     :func:`params.overrides_by_study`) into ``out_root/<profile>-<hash>``
     (:func:`params.overridden_profile`). ``progress``: False prints only
     failures and where the report is. ``budget_s``: the report's time
     budget, which its extra rounds do not overrun (default: the profile's,
-    ``params.REPORT_BUDGET_S``, where no override changes what it measures; 0: none)."""
+    ``params.REPORT_BUDGET_S``, where no override changes what it measures; 0: none).
+    ``dry_run``: the params checked, each study's cells and estimate and the
+    report's printed (:func:`dry_run_text`), nothing measured; returns None."""
     t_begin = time.monotonic()
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if progress else (
         lambda *a, **k: None)
@@ -193,13 +197,11 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     # injects plain values) and check them again, as a notebook run by hand does.
     raw, typed, on_gpu = {}, {}, []
     for study in chosen:
-        path = PARAMS / study / f"{profile}.yaml"
-        if not path.is_file():
-            raise ParamsError(f"no params file {path} for profile {profile!r}")
+        path = profile_file(study, profile)
         typed[study] = full = with_overrides(study, path, per_study[study])
         if full["device"] == "gpu":
             on_gpu += full["frameworks"]
-        raw[study] = {**read_yaml(path, "params"), **per_study[study]}
+        raw[study] = merge_overrides(read_yaml(path, "params"), per_study[study])
     if overrides:
         say(f"your own question ({describe_overrides(overrides)}): the report goes to "
             f"{out_root}")
@@ -209,8 +211,8 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
                              *map(models.not_installed, chosen_models)]):
         say(f"{why}: its cells will be unsupported, the others run")
     claims.load_claims()  # the scorecard's claims, checked before anything runs too
-    if on_gpu:  # the GPU checked once, before any study (their kernels inherit the pass)
-        doctor.require(on_gpu, "gpu")
+    if on_gpu and not dry_run:  # the GPU checked once, before any study (their kernels
+        doctor.require(on_gpu, "gpu")  # inherit the pass)
     failures: dict[str, str] = {}
     t_all = time.perf_counter()
     stale = []
@@ -218,6 +220,13 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
         digest = _inputs_hash(study, profile, per_study[study])
         if fresh or not _unchanged(study, out_root / study, digest):
             stale.append((study, digest))
+    if budget_s is None:
+        budget_s = None if overrides else REPORT_BUDGET_S.get(profile)
+    if dry_run:
+        print(dry_run_text({study: (typed[study], out_root / study) for study, _ in stale},
+                           [s for s in chosen if s not in dict(stale)], budget_s, fresh,
+                           bool(on_gpu)))
+        return None
     # 1. Every study's cells in round passes (round 0 of every study, then round 1...),
     # the workers forked from one set of fork servers: a framework's imports once per
     # report, not per study.
@@ -228,8 +237,6 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     # The breakdowns stored before measuring: a task with nothing left to measure
     # keeps an earlier report's, which is not this report's time.
     earlier = {study: time_breakdowns(out_root / study / "results") for study in measured}
-    if budget_s is None:
-        budget_s = None if overrides else REPORT_BUDGET_S.get(profile)
     until = (t_begin + budget_s - after_measuring(len(stale))[1]) if budget_s else None
     if stale:
         say(total_estimate(measured, budget_s))
@@ -296,7 +303,27 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     return index
 
 
-def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None = None) -> str:
+def dry_run_text(studies: dict[str, tuple[dict, Path]], unchanged: list[str],
+                 budget_s: float | None, fresh: bool, on_gpu: bool) -> str:
+    """``fwcompare report --dry-run``: each study's cells and estimate
+    (``estimate.Estimate.text``), the studies a report would leave as they
+    are (inputs unchanged), the report's estimate (:func:`total_estimate`),
+    and, for a GPU profile on a machine without one, that the real run would
+    stop at the doctor."""
+    from .estimate import estimate
+
+    lines = [estimate(STUDIES[name], params, out / "results",
+                      claims.claimed_for(name, params), fresh=fresh).text(cells=True)
+             for name, (params, out) in studies.items()]
+    lines += [f"{name}: its inputs are unchanged since its last report: not measured again "
+              f"(--fresh measures it again)" for name in unchanged]
+    if studies:
+        lines.append(total_estimate(studies, budget_s, fresh=fresh))
+    return "\n".join(filter(None, [*lines, doctor.dry_run_note("gpu") if on_gpu else ""]))
+
+
+def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None = None,
+                   fresh: bool = False) -> str:
     """One line before a report measures: the sum of its studies' estimates
     (``estimate.estimate``: each study's last run here, else its parts:
     sampling, imports, builds and first calls, ``estimate.fixed_costs``), and
@@ -304,8 +331,8 @@ def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None
     (:func:`after_measuring`); and the report's time budget, if it has one."""
     from .estimate import estimate
 
-    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))
-            for name, (params, out) in studies.items()]
+    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params),
+                     fresh=fresh) for name, (params, out) in studies.items()]
     # the report's studies share one set of fork servers: their imports once
     shared = sum(e.start_s for e in ests) - max((e.start_s for e in ests), default=0.0)
     high = sum(e.seconds for e in ests) - shared

@@ -91,7 +91,8 @@ def nothing_runs(monkeypatch):
     (["--batch-sizes", "0"], "key 'batch_sizes': must be positive"),
     (["--set", "rounds=three"], "key 'rounds': expected int"),
     (["--models", "no-such-bert"], "key 'models': unknown model 'no-such-bert'"),
-    (["--models", "./no/such/dir"], "/no/such/dir' has no config.json"),
+    (["--models", "./no/such/dir"], "/no/such/dir': no such folder"),
+    (["--profile", "smok"], "no profile 'smok' for study inference_sweep"),
     (["--frameworks", "torch,mxnet"], "key 'frameworks': unknown value 'mxnet'"),
     (["--set", "rounds"], "expected KEY=VALUE"),
     (["--set", "modes=[torch"], "not a YAML value"),
@@ -136,6 +137,49 @@ def test_a_relative_checkpoint_path_is_taken_from_where_the_command_runs(monkeyp
     assert got["models"] == [str(tmp_path / "ckpt"), "tiny-bert"]
 
 
+def test_a_runs_table_shows_the_studys_own_axes_and_why_cells_did_not_run(tmp_path,
+                                                                           capsys):
+    """generation's two token counts are two rows that differ in new_tokens,
+    and an unsupported cell's reason is printed once under the table."""
+    from fwcompare import load_results
+    from fwcompare.results import ResultStore, make_row
+    from fwcompare.spec import RunSpec
+
+    store = ResultStore(tmp_path / "results", run_id="r", hostname="h")
+    why = "bert has no language-model head to generate text with"
+    for n in (1, 8):
+        s = RunSpec(study="generation", model="tiny-gpt2", framework="torch", mode="eager",
+                    device="cpu", dtype="float32", batch_size=1, seq_len=8, threads=2,
+                    axes={"new_tokens": n})
+        store.append(make_row(s, status="ok", run_id="r", figures={"calls_per_sample": 1}),
+                     [0.01 * n] * 8)
+        store.append(make_row(RunSpec.from_dict({**s.to_dict(), "model": "tiny-bert"}),
+                              status="unsupported", run_id="r", error=why))
+    cli._print_cells(load_results(tmp_path))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:6] == ["model", "variant", "batch_size", "seq_len", "new_tokens",
+                                  "status"], out
+    assert sorted(ln.split()[4] for ln in out[1:5]) == ["1", "1", "8", "8"], out
+    assert out[5] == f"unsupported (2 cells): {why}", out
+    assert out[6] == f"results: {tmp_path / 'results'}", out
+
+
+def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(monkeypatch,
+                                                                         capsys):
+    def closed(args):
+        print("a line", flush=True)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_cmd_list", closed)
+    assert cli.main(["list", "models"]) == cli.FAILED
+    assert capsys.readouterr().err == ""
+    p = subprocess.Popen([sys.executable, "-m", "fwcompare", "list", "models"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before it writes: its first line finds no reader
+    assert p.wait(timeout=120) in (cli.DONE, cli.FAILED)
+    assert b"Traceback" not in p.stderr.read()
+
+
 def test_report_exits_1_when_a_cell_failed(monkeypatch, tmp_path, capsys):
     """The report itself goes on past a failed cell; its exit code says so."""
     import dataclasses
@@ -169,6 +213,50 @@ def test_dry_run_with_overrides_plans_only_their_cells(capsys, tmp_path):
     assert out[1].split() == ["tiny-bert", "torch/eager", "float32", "inference", "1x8",
                               "2x8", "4x8,", "1", "round"], out
     assert out[2].startswith("estimate: "), out
+
+
+def test_a_report_dry_run_prints_each_study_and_the_report_and_measures_nothing(
+        capsys, tmp_path, nothing_runs, monkeypatch):
+    from fwcompare import doctor, env
+
+    monkeypatch.setattr(doctor, "require", lambda *a, **k: pytest.fail("the doctor ran"))
+    monkeypatch.setattr(env, "gpus", lambda: [])
+    argv = ["report", "--profile", "gpu", "--study", "training", "--study", "memory",
+            "--dry-run", "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == cli.DONE
+    out = capsys.readouterr().out.splitlines()
+    studies = [ln.split(":")[0] for ln in out if not ln.startswith(" ") and ": " in ln
+               and " cells, " in ln]
+    assert studies == ["training", "memory"], out
+    assert sum(ln.startswith("estimate: ") for ln in out) == 2, out
+    assert any(" gpt2  torch/plain " in ln and "up to 128x1024" in ln for ln in out), out
+    assert out[-2].startswith("estimate for the report of 2 studies: "), out
+    assert out[-1].startswith("this machine has no NVIDIA GPU: the real run would stop"), out
+    assert not (tmp_path / "o").exists()  # nothing written, nothing archived
+    # a study whose inputs have not changed since its report is said to stay as it is
+    monkeypatch.setattr(report, "_unchanged", lambda *a: True)
+    monkeypatch.setattr(env, "gpus", lambda: ["a GPU"])
+    assert cli.main(argv) == cli.DONE
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{s}: its inputs are unchanged since its last report: not measured again "
+                   "(--fresh measures it again)" for s in ("training", "memory")], out
+
+
+def test_a_mapping_override_is_merged_framework_by_framework(capsys, tmp_path):
+    """`--set 'modes={torch: [eager, compile]}'` (README's example) changes
+    PyTorch's modes and keeps the profile's for the other frameworks."""
+    from fwcompare.params import merge_overrides
+
+    assert cli.main(["run", "inference_sweep", "--profile", "smoke", "--models", "tiny-bert",
+                     "--set", "modes={torch: [eager, compile]}", "--batch-sizes", "1",
+                     "--seq-lens", "8", "--dry-run", "--out", str(tmp_path)]) == cli.DONE
+    variants = [ln.split()[1] for ln in capsys.readouterr().out.splitlines()[1:-1]]
+    assert variants == ["torch/eager", "torch/compile", "tensorflow/eager", "tensorflow/graph",
+                        "jax/jit"], variants
+    given = {"modes": {"torch": ["eager"], "jax": ["jit"]}, "rounds": 1}
+    assert merge_overrides(given, {"modes": {"torch": ["compile"]}, "rounds": 3}) == {
+        "modes": {"torch": ["compile"], "jax": ["jit"]}, "rounds": 3}
+    assert given["modes"]["torch"] == ["eager"]  # the file's values are left alone
 
 
 def test_a_dry_run_names_what_a_variant_runs_in_which_rounds():

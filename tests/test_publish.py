@@ -1,6 +1,7 @@
 """Publishable outputs: every figure as PNG (200 dpi), SVG, the CSV of what it
 draws and its caption; safe names; one archive of a run, the host dropped."""
 import json
+import os
 import socket
 import tarfile
 import zipfile
@@ -108,7 +109,12 @@ def make_run(root):
 @pytest.mark.parametrize("suffix", [".tar.gz", ".zip"])
 def test_export_archives_a_run_and_can_drop_the_host(tmp_path, suffix):
     host = make_run(tmp_path / "quick")
-    archive = export.export(tmp_path / "quick", tmp_path / f"out{suffix}", drop_host=True)
+    mask = os.umask(0o022)
+    try:
+        archive = export.export(tmp_path / "quick", tmp_path / f"out{suffix}", drop_host=True)
+    finally:
+        os.umask(mask)
+    assert archive.stat().st_mode & 0o777 == 0o644  # to share: a new file's mode, not 0600
     if suffix == ".zip":
         with zipfile.ZipFile(archive) as z:
             files = {n.split("/", 1)[1]: z.read(n) for n in z.namelist()}
