@@ -121,6 +121,8 @@ def export(run: Path | str, archive: Path | str | None = None,
     temporary file: a failed export leaves nothing half-written."""
     run = Path(run).resolve()
     archive = Path(archive) if archive else run.with_name(run.name + ".tar.gz")
+    if not archive.name.endswith((".tar.gz", ".zip")) or archive.name in (".tar.gz", ".zip"):
+        raise ExportError(f"{archive}: an archive's name ends in .tar.gz or .zip (its format)")
     files = collect(run, drop_host)
     archive.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=f".{archive.name}.")

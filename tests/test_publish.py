@@ -143,6 +143,14 @@ def test_export_archives_a_run_and_can_drop_the_host(tmp_path, suffix):
     assert host in kept["index.html"].decode()
 
 
+def test_export_to_a_name_that_says_no_format_is_refused(tmp_path):
+    make_run(tmp_path / "quick")
+    for name in ("x.tar", "x.tgz", "x"):
+        with pytest.raises(export.ExportError, match="ends in .tar.gz or .zip"):
+            export.export(tmp_path / "quick", tmp_path / name)
+        assert not (tmp_path / name).exists()
+
+
 def test_export_of_no_run_is_refused(tmp_path):
     with pytest.raises(export.ExportError, match="no study results"):
         export.export(tmp_path, tmp_path / "x.tar.gz")
