@@ -507,7 +507,9 @@ def main(argv: list[str] | None = None) -> int:
                         logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     previous = _stop_on_sigterm()
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # a reader that left surfaces here (below), not at Python's exit
+        return code
     except (DoctorError, CheckoutError) as exc:  # the machine or the install, not the params
         _traceback(args)
         print(f"fwcompare: {exc}", file=sys.stderr)
