@@ -62,12 +62,13 @@ def validate(study: str, params, source: str = "params"):
                                            f"{', '.join(takers)} study)")) from None
 
 
-def profile_file(study: str, profile: str) -> Path:
-    """``params/STUDY/PROFILE.yaml``; a ParamsError naming the profiles the
-    study has where it has no such file (a typo: ``--profile smok``)."""
-    path = PARAMS / study / f"{profile}.yaml"
+def profile_file(study: str, profile: str, root: Path = PARAMS) -> Path:
+    """``params/STUDY/PROFILE.yaml`` (under ``root``); a ParamsError naming
+    the profiles the study has where it has no such file (a typo:
+    ``--profile smok``)."""
+    path = root / study / f"{profile}.yaml"
     if not path.is_file():
-        known = sorted(f.stem for f in (PARAMS / study).glob("*.yaml"))
+        known = sorted(f.stem for f in (root / study).glob("*.yaml"))
         close = difflib.get_close_matches(profile, known, n=1)
         raise ParamsError(f"no profile {profile!r} for study {study} (no {path})"
                           + (f"; did you mean {close[0]!r}?" if close else "")

@@ -197,7 +197,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     # injects plain values) and check them again, as a notebook run by hand does.
     raw, typed, on_gpu = {}, {}, []
     for study in chosen:
-        path = profile_file(study, profile)
+        path = profile_file(study, profile, PARAMS)
         typed[study] = full = with_overrides(study, path, per_study[study])
         if full["device"] == "gpu":
             on_gpu += full["frameworks"]
