@@ -60,7 +60,8 @@ def _cmd_run(args) -> int:
         from .params import study_named
 
         print("\n".join(filter(None, [estimate(study_named(args.study), params, out / "results",
-                                                claimed_for(args.study, params)).text(cells=True),
+                                                claimed_for(args.study, params),
+                                                cells=True).text(),
                                        dry_run_note(params["device"])])))
         return DONE
     res = run_study(args.study, params, profile=profile, output_dir=out,

@@ -32,17 +32,17 @@ class Estimate:
     basis: str  # where the seconds per measurement come from
     low_seconds: float | None = None  # without an earlier run: the least it may take
     start_s: float = 0.0  # of which the process starts and imports (a report's studies share them)
-    listing: tuple[str, ...] = ()  # the cells, a line per variant (``cell_lines``)
+    listing: tuple[str, ...] = ()  # the cells, a line per variant, where asked (``cell_lines``)
 
-    def text(self, cells: bool = False) -> str:
-        """The cell count and the estimate; with ``cells``, the cells between
-        them (``fwcompare run --dry-run``)."""
+    def text(self) -> str:
+        """The cell count and the estimate, with the cells between them where
+        they were listed (``fwcompare run --dry-run``)."""
         kept = self.planned - self.todo
         fw = ", ".join(f"{k} {v}" for k, v in self.by_framework.items())
         lines = [f"{self.study}: {self.cells} cells, {self.planned} measurements over "
                  f"{self.rounds} round{'s' if self.rounds != 1 else ''} ({fw})"
                  + (f"; {kept} already measured, {self.todo} to run" if kept else ""),
-                 *(self.listing if cells else ()),
+                 *self.listing,
                  f"estimate: {self._range()} ({self.basis})"]
         return "\n".join(lines)
 
@@ -83,12 +83,12 @@ def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
 
 
 def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = None,
-             fresh: bool = False) -> Estimate:
+             fresh: bool = False, cells: bool = False) -> Estimate:
     """The cells a run of study ``study`` (a ``Study``) with validated
     ``params`` would measure and its duration (``claimed``: as
     ``runner.planned_cells`` takes it; ``fresh``: the stored results would
-    be archived first, so every cell runs)."""
-    from . import frameworks, models
+    be archived first, so every cell runs; ``cells``: list them, a dry run's)."""
+    from . import frameworks
     from .env import params_hash
     from .results import ResultStore
     from .runner import planned_cells
@@ -102,8 +102,7 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
     # a framework or model package this machine lacks, or a model the study cannot
     # run (generation's encoders): its cells are unsupported at once and take no time
     no_fw = set(filter(frameworks.not_installed, {c.spec.framework for c in todo}))
-    no_model = {m for m in {c.spec.model for c in todo}
-                if models.not_installed(m) or study.model_problem(m)}
+    no_model = {m for m in {c.spec.model for c in todo} if model_problem(study, m)}
     timed = [c for c in todo if c.spec.framework not in no_fw and c.spec.model not in no_model]
     if study.machine_problem(params):  # every cell unsupported at once (too few GPUs)
         timed = []
@@ -125,7 +124,16 @@ def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = No
                   "study cannot run) take none")
     return Estimate(study.name, len(specs), len(planned), len(todo), params["rounds"],
                     dict(Counter(c.spec.framework for c in planned)), seconds, basis, low,
-                    start, tuple(cell_lines(study, params, planned)))
+                    start, tuple(cell_lines(study, params, planned)) if cells else ())
+
+
+def model_problem(study, model: str) -> str:
+    """Why none of ``model``'s cells can run here ("" where they can): its
+    package is missing, or the study cannot run it (named with the model)."""
+    from . import models
+
+    problem = study.model_problem(model)
+    return models.not_installed(model) or (problem and f"{model}: {problem}")
 
 
 def cell_lines(study, params: dict, planned) -> list[str]:
@@ -137,7 +145,7 @@ def cell_lines(study, params: dict, planned) -> list[str]:
     ``Study.machine_problem``, or a model the study cannot run:
     ``Study.model_problem``, generation's encoders) ends with "(not here)",
     and each reason follows once."""
-    from . import frameworks, models
+    from . import frameworks
 
     machine = study.machine_problem(params)
     variants: dict[tuple, dict[tuple[int, int], int]] = {}
@@ -160,9 +168,8 @@ def cell_lines(study, params: dict, planned) -> list[str]:
             where = f"{grid or ' '.join(shapes)}, {rounds(counts.pop())}"
         else:
             where = ", ".join(f"{shape} ({rounds(n)})" for shape, n in shapes.items())
-        problem = study.model_problem(model)
         why = frameworks.not_installed(variant.partition("/")[0]) or \
-            models.not_installed(model) or (problem and f"{model}: {problem}") or machine
+            model_problem(study, model) or machine
         if why:
             reasons[why] = None
         rows.append([model, variant, dtype, task, axes, where + (" (not here)" if why else "")])

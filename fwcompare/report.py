@@ -312,18 +312,17 @@ def dry_run_text(studies: dict[str, tuple[dict, Path]], unchanged: list[str],
     stop at the doctor."""
     from .estimate import estimate
 
-    lines = [estimate(STUDIES[name], params, out / "results",
-                      claims.claimed_for(name, params), fresh=fresh).text(cells=True)
-             for name, (params, out) in studies.items()]
+    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params),
+                     fresh=fresh, cells=True) for name, (params, out) in studies.items()]
+    lines = [e.text() for e in ests]
     lines += [f"{name}: its inputs are unchanged since its last report: not measured again "
               f"(--fresh measures it again)" for name in unchanged]
     if studies:
-        lines.append(total_estimate(studies, budget_s, fresh=fresh))
+        lines.append(_total_line(studies, ests, budget_s))
     return "\n".join(filter(None, [*lines, doctor.dry_run_note("gpu") if on_gpu else ""]))
 
 
-def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None = None,
-                   fresh: bool = False) -> str:
+def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None = None) -> str:
     """One line before a report measures: the sum of its studies' estimates
     (``estimate.estimate``: each study's last run here, else its parts:
     sampling, imports, builds and first calls, ``estimate.fixed_costs``), and
@@ -331,8 +330,14 @@ def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None
     (:func:`after_measuring`); and the report's time budget, if it has one."""
     from .estimate import estimate
 
-    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params),
-                     fresh=fresh) for name, (params, out) in studies.items()]
+    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))
+            for name, (params, out) in studies.items()]
+    return _total_line(studies, ests, budget_s)
+
+
+def _total_line(studies: dict[str, tuple[dict, Path]], ests: list,
+                budget_s: float | None) -> str:
+    """:func:`total_estimate`'s line from the studies' estimates (``ests``)."""
     # the report's studies share one set of fork servers: their imports once
     shared = sum(e.start_s for e in ests) - max((e.start_s for e in ests), default=0.0)
     high = sum(e.seconds for e in ests) - shared
