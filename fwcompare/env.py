@@ -46,6 +46,25 @@ def versions() -> dict[str, str]:
     return out
 
 
+NOT_INSTALLED = "not installed here"  # the words of every reason a machine lacks a package
+
+
+def not_installed_reason(name: str, missing, hint: str = "") -> str:
+    """The ``unsupported`` reason of a cell whose framework or model package is
+    missing here ("tensorflow: not installed here (no module tensorflow)"), or
+    "" when nothing is missing: one wording, which the doctor, the report's
+    first page and the claims (:func:`lacks_package`) read back."""
+    if not missing:
+        return ""
+    return f"{name}: {NOT_INSTALLED} (no module {', '.join(missing)}{'; ' + hint if hint else ''})"
+
+
+def lacks_package(reason) -> bool:
+    """Whether a cell's error is this machine's missing package
+    (:func:`not_installed_reason`), not something the cell itself did."""
+    return isinstance(reason, str) and f": {NOT_INSTALLED} (no module " in reason
+
+
 def missing_modules(modules) -> list[str]:
     """Those of ``modules`` this interpreter cannot import, found without
     importing them (``importlib.util.find_spec``): what ``frameworks.not_installed``

@@ -200,15 +200,13 @@ def not_installed(model: str) -> str:
     installed (a GPU image without it; the lock installs it), or "". Its
     cells are then ``unsupported`` with this sentence and the rest runs,
     as a framework that is not installed (``frameworks.not_installed``)."""
-    from .env import missing_modules
+    from .env import missing_modules, not_installed_reason
 
     if model not in REAL:
         return ""
     package = REAL[model][0]
-    if missing_modules([package]):
-        return (f"{model}: not installed here (no module {package}; the lock installs the "
-                f"package {package.replace('_', '-')})")
-    return ""
+    return not_installed_reason(model, missing_modules([package]),
+                                f"the lock installs the package {package.replace('_', '-')}")
 
 
 def check_model(model: str) -> None:

@@ -129,3 +129,23 @@ def test_a_dry_run_lists_its_cells_as_not_here_once(no_tensorflow, tmp_path, cap
     assert tf and all(ln.endswith("(not here)") for ln in tf), lines
     assert torch and not any("not here" in ln for ln in torch), lines
     assert lines.count(f"  not here: {REASON}") == 1, lines
+
+
+def test_a_path_this_machine_cannot_try_is_not_judged(no_tensorflow, tmp_path, monkeypatch):
+    """tf2onnx's cells on a machine without TensorFlow: the claim that the path
+    works is not measured here (on the H200 of 2026-11-30 it was
+    "contradicted", a share of 0 cells ok, from cells that never tried)."""
+    import fwcompare.runner as runner_mod
+    from fwcompare import claims, peak
+
+    monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: None)  # no workers
+    monkeypatch.setattr(peak, "measure", lambda runner, model, dtypes: None)
+    p = {"models": ["tiny-bert"], "frameworks": ["torch", "tensorflow"],
+         "modes": {"torch": ["eager"], "tensorflow": ["graph", "tf2onnx"]},
+         "batch_sizes": [1], "seq_lens": [16], "rounds": 1}
+    res = run_study("deployment", p, output_dir=tmp_path / "deployment", progress=False)
+    assert set(res.results.loc[res.results["framework"] == "tensorflow", "error"]) == {REASON}
+    row = claims.scorecard("smoke", results_dir=tmp_path).table.set_index("id").loc[
+        "tf2onnx-bridges-frameworks"]
+    assert row["verdict"] == "not measured here", row.to_dict()
+    assert row["note"] == REASON

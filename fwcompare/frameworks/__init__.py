@@ -74,13 +74,12 @@ def not_installed(name: str) -> str:
     machine's image without TensorFlow, say: its cells are unsupported with
     this reason, the doctor and the report's first page say it once, and
     the other frameworks run."""
-    from ..env import missing_modules
+    from ..env import missing_modules, not_installed_reason
 
     declared = find(name)
     if declared is None:  # declared outside fwcompare: its worker loads it (``load``)
         return ""
-    missing = missing_modules(declared.requires)
-    return (f"{name}: not installed here (no module {', '.join(missing)})" if missing else "")
+    return not_installed_reason(name, missing_modules(declared.requires))
 
 
 def get(name: str) -> Framework:

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from ...env import lacks_package
 from ...judging import Claim, Measurement, StudyData, cell_label
 from ...results import MEASURED
 from ...stats import geomean_ratio_ci
@@ -157,12 +158,17 @@ def sentence_agreement_metric(data: StudyData, claim: Claim, devices) -> Measure
 def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     """Share of path a's cells that ran and matched the reference (status
     ok): 1 when the path exports, loads and computes the same function on
-    every model tried. A share of cells: no CI."""
+    every model tried. A share of cells: no CI. A cell this machine could not
+    try (its framework or model package not installed here) counts neither
+    way: the path was not tried, so it neither works nor fails."""
     a = claim.cells["a"]
     m = Measurement(unit=f"share of {a} cells ok")
     rows = _rows(data, devices, a, claim)
+    lacking = (rows["status"] == "unsupported") & rows["error"].map(lacks_package)
+    untried = "; ".join(dict.fromkeys(rows.loc[lacking, "error"]))
+    rows = rows[~lacking]
     if rows.empty:
-        m.note = f"{a} did not run"
+        m.note = untried or f"{a} did not run"
         return m
     m.value = float((rows["status"] == "ok").mean())
     m.cells = [f"{cell_label(r)}: {r['status']}" for _, r in rows.iterrows()]
@@ -172,4 +178,6 @@ def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     m.note = "; ".join(f"{r['model']}: {r['status']}: {r['error'].splitlines()[0][:160]}"
                        for _, r in bad.drop_duplicates("model").iterrows()
                        if r["error"]) or "every cell ok"
+    if untried:
+        m.add_note(f"not tried here: {untried}")
     return m
