@@ -354,6 +354,22 @@ def test_tables_and_figure_have_a_row_per_round(tmp_path):
     assert {"70-75", "18-20"} <= labels  # the limits' range over rounds
 
 
+def test_the_figure_of_a_gpu_search_whose_budget_is_the_device():
+    """A GPU try has no budget of its own (NaN): its search is drawn, titled
+    by the device's memory (on the H200 of 2026-11-30 the figure had no
+    axes at all and the memory notebook failed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    df = results({"torch": [(75, 76)] * 2, "tensorflow": [(20, 21)] * 2})
+    df = df.assign(budget_bytes=math.nan, device="gpu", peak_mem_bytes=0.9 * GIB,
+                   fit_tries=[7, 2, 5, 2], error="")
+    fig = memory.largest_batch_figure(memory.largest_batch_table(df), {})
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
+        "all-minilm-l6-v2, sequence 64, the device's memory"]
+    assert {"75", "20"} <= {t.get_text() for ax in fig.axes for t in ax.texts}
+
+
 @pytest.mark.slow
 def test_a_second_round_searches_again_from_the_first_rounds_bracket(tmp_path):
     """Smoke-sized, end to end (PyTorch's plain search, two rounds): round 1

@@ -101,7 +101,8 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
 
     if table.empty:
         return no_data("no largest-batch search ran")
-    groups = list(table.groupby(["model", "seq_len", "budget_gib"], sort=False))
+    # a GPU's search has no budget of its own (NaN): the device's memory bounds it
+    groups = list(table.groupby(["model", "seq_len", "budget_gib"], sort=False, dropna=False))
     fig, axes = plt.subplots(1, len(groups), squeeze=False, figsize=(5.5 * len(groups) + 2, 4.2))
     colors = palette(table["framework"])
     for ax, ((model, s, budget), g) in zip(axes[0], groups):
@@ -130,7 +131,8 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
                         ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(whats)), whats)
         ax.set_ylabel("largest batch that fits")
-        ax.set_title(f"{model}, sequence {s}, budget {budget:g} GiB", fontsize=10)
+        bound = f"budget {budget:g} GiB" if budget == budget else "the device's memory"
+        ax.set_title(f"{model}, sequence {s}, {bound}", fontsize=10)
     return legend_right(fig, axes, "The largest batch each framework fits in the budget",
                         manifest, "filled: the largest batch that fit in every round (label: "
                                   "its range over rounds); hatched up to the smallest that ran "
