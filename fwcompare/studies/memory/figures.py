@@ -118,7 +118,7 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
                 ok = rounds[rounds["status"] == "ok"]
                 x = j + (i - (len(fws) - 1) / 2) * width
                 if ok.empty:
-                    ax.text(x, 0, rounds["status"].iloc[0], rotation=90, ha="center",
+                    ax.text(x, 0, f"{fw}: {rounds['status'].iloc[0]}", rotation=90, ha="center",
                             va="bottom", fontsize=8, color="#c44e52")
                     continue
                 low, top = ok["largest_batch"].min(), ok["largest_batch"].max()
@@ -130,6 +130,7 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
                 ax.text(x, low, f"{low:g}" if top == low else f"{low:g}-{top:g}",
                         ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(whats)), whats)
+        ax.set_xlim(-0.5, len(whats) - 0.5)  # a framework's slot even where it drew only a word
         ax.set_ylabel("largest batch that fits")
         bound = f"budget {budget:g} GiB" if budget == budget else "the device's memory"
         ax.set_title(f"{model}, sequence {s}, {bound}", fontsize=10)
