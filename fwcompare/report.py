@@ -90,9 +90,16 @@ def _render_html(notebook: Path, target: Path) -> None:
     import nbformat
     from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    try:
+        exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
+                                exclude_output_prompt=True)
+        body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    except Exception as exc:  # its first line names the problem; the last, a path
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise RuntimeError(
+            f"{notebook.name} ran, but nbconvert could not render its HTML page "
+            f"({type(exc).__name__}: {first}; nbconvert's templates are found through "
+            f"JUPYTER_PATH and the environment's share/jupyter)") from exc
     write_text(target, body)
 
 

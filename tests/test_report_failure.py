@@ -205,3 +205,24 @@ def test_notebook_processes_take_job_after_job_and_one_that_dies_loses_its_own(t
     parents = {(tmp_path / f"{n}.ppid").read_text() for n in rest}
     assert len(parents) < len(rest), parents
     assert not any(running(int(p)) for p in parents), "a notebook process outlived its jobs"
+
+
+def test_a_page_nbconvert_cannot_render_says_why_in_one_line(tmp_path, monkeypatch):
+    """nbconvert without its templates (a `pip install --target` of it leaves them
+    outside the Jupyter path; on the H200 of 2026-11-30 every study "FAILED
+    (ValueError: <tab>/usr/share/jupyter)": the last line of its message)."""
+    import functools
+
+    import nbconvert
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("1")]
+    nbformat.write(nb, tmp_path / "study.ipynb")
+    monkeypatch.setattr(nbconvert, "HTMLExporter", functools.partial(
+        nbconvert.HTMLExporter, template_name="no-such-template"))
+    with pytest.raises(RuntimeError) as err:
+        report._render_html(tmp_path / "study.ipynb", tmp_path / "study.html")
+    why = str(err.value)
+    assert "\n" not in why and why.startswith("study.ipynb ran, but nbconvert could not render"), why
+    assert "No template sub-directory with name 'no-such-template'" in why, why
+    assert not (tmp_path / "study.html").exists()

@@ -41,7 +41,12 @@ PY
 timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/fwc-site $(cat /tmp/fwc-wheels.txt) || { echo "installing the wheels failed"; exit 1; }
 export PYTHONPATH=/tmp/fwc-site:$PWD
+# nbconvert's templates (and the kernelspecs) of a --target install are data files under
+# its share/jupyter, outside the Jupyter path: without this every study page fails to
+# render (2026-11-30, H200: "No template sub-directory with name 'lab'")
+export JUPYTER_PATH=/tmp/fwc-site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
 python3 -c "import transformers, papermill, torch, jax; print('transformers', transformers.__version__, 'torch', torch.__version__, 'jax', jax.__version__, jax.devices())" || exit 1
+python3 -c "from nbconvert import HTMLExporter; HTMLExporter().template_paths" || { echo "nbconvert finds no templates"; exit 1; }
 rm -rf outputs/gpu  # a warm machine's earlier run: no scorecard of it is sent as this one's
 T1=$(date +%s)
 limit=$(( $(left) - 12 ))
