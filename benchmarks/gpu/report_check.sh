@@ -9,8 +9,9 @@
 #   OUT=/some/folder bash benchmarks/gpu/report_check.sh
 # LIMIT (seconds, default 590: a call of 600 s): the report is stopped (SIGTERM:
 # its finished cells are kept, `fwcompare report --profile gpu` resumes them) in
-# time to pack. Back here: tar xzf results.tgz (claims.scorecard judges the results
-# if the report was stopped before its scorecard); keep scorecard.json as
+# time to pack, and what is left of it goes to benchmarks/gpu/dataloader_probe.py. Back
+# here: tar xzf results.tgz (claims.scorecard judges the results if the report was
+# stopped before its scorecard; worker_logs.tgz holds the workers' logs); keep scorecard.json as
 # benchmarks/gpu/scorecards/<date>-<gpu>-<commit>.json, and compare two runs of one
 # kind of GPU with .venv/bin/python benchmarks/reproducibility.py --scorecards A B.
 START=$(date +%s); LIMIT=${LIMIT:-590}
@@ -56,6 +57,17 @@ echo "report: exit $? after $(( $(date +%s) - T1 )) s (install and checks before
 cp outputs/gpu/summary/scorecard.json "$OUT/" 2>/dev/null || echo "no scorecard: judge the results here (claims.scorecard)"
 tar czf "$OUT/results.tgz" --exclude=work --exclude=previous --exclude=.forkservers \
   --exclude='*.html' --exclude='*.ipynb' --exclude='*.png' --exclude='*.svg' -C outputs gpu
+# the workers' own logs (their stderr: a DataLoader worker's abort message, say), small ones
+(cd outputs && find gpu -path '*/work/*' -name '*.log' -size -2M) | tar czf "$OUT/worker_logs.tgz" -C outputs -T -
+# what is left of the call: the DataLoader probe (end_to_end's fed step aborted twice on the
+# H200, 2026-11-30: a second DataLoader worker in one process; fork against spawn)
+probe=$(( $(left) - 8 ))
+if [ "$probe" -gt 20 ]; then
+  timeout -k 5 "$probe" python3 benchmarks/gpu/dataloader_probe.py --steps 30 > "$OUT/dataloader_probe.log" 2>&1
+  echo "dataloader probe: exit $? (log: dataloader_probe.log)"
+else
+  echo "no time left for benchmarks/gpu/dataloader_probe.py"
+fi
 ls -la "$OUT"
 nvidia-smi --query-gpu=clocks.sm,pstate,temperature.gpu,power.draw --format=csv
 date -u
