@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .atomic import write_text
-from .env import hardware_line
+from .env import hardware_line, lacks_package
 from .judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE, SHARED_METRICS,  # noqa: F401
                       SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known, Measurement, Metric,
                       StudyData, _devices, busy_host_note, cell_label, check_cells, is_claimed, judge,
@@ -197,6 +197,26 @@ def _nothing_ran(data: StudyData) -> str:
     return f"none of the study's cells ran here: {reasons.pop()}" if len(reasons) == 1 else ""
 
 
+def _lacking(data: StudyData, claim: Claim) -> str:
+    """Why the claim's cells could not run here, where that is a framework or
+    model package this machine lacks ("tensorflow: not installed here (...)",
+    each reason once), or ""."""
+    r = data.results
+    if not data.present or not {"framework", "mode", "device", "status", "error"} <= set(r.columns):
+        return ""
+    mine = (r["framework"].astype(str) + "/" + r["mode"].astype(str)).isin(
+        set(claim.cells.values())) & r["device"].isin(_devices(claim.hardware))
+    if claim.models:
+        mine &= r["model"].isin(claim.models)
+    lacking = r[mine & (r["status"] == "unsupported") & r["error"].map(lacks_package)]
+    return "; ".join(dict.fromkeys(lacking["error"]))
+
+
+def _ran_on_gpu(data: StudyData) -> bool:
+    r = data.results
+    return bool(data.present and "device" in r and (r["device"] == "gpu").any())
+
+
 def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float]]]:
     """One claim's scorecard row and the per-cell values behind it."""
     row = {"id": claim.id, "claim": claim.claim, "source": claim.source,
@@ -210,7 +230,10 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
         m = Measurement(note=f"the {claim.study} study has no results for this profile")
     else:
         m, look, looks = measure(metric, data, claim, _devices(claim.hardware))
-        if claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced:
+        if (claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced
+                and _ran_on_gpu(data)):
+            m.forced = "not measured here"  # its GPU cells did not make a figure: m.note says why
+        elif claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced:
             # Not measured on a GPU: show what the CPU cells say, unjudged.
             cpu, look, looks = measure(metric, data, claim, ("cpu",))
             if math.isfinite(cpu.value):
@@ -223,8 +246,8 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                 m.forced = "not measured here"
                 m.note = "the claim is about GPUs and this run has no GPU cells"
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
-    if verdict == "not measured here" and (why := _nothing_ran(data)):
-        m.note = why  # the study ran none of its cells here, for one reason
+    if verdict == "not measured here" and (why := _nothing_ran(data) or _lacking(data, claim)):
+        m.note = why  # the study ran none of its cells here, or its cells lack a package
     if verdict == "not measured here" and not m.note:
         m.note = "no figure could be computed"
     judged = verdict in ("supported", "contradicted", "inconclusive")

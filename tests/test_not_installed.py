@@ -51,11 +51,27 @@ def test_its_cells_are_unsupported_and_the_others_run(no_tensorflow, tmp_path, s
     p = {"models": ["tiny-bert"], "frameworks": ["torch", "tensorflow"],
          "modes": {"torch": ["eager"], "tensorflow": ["graph"]},
          "batch_sizes": [1], "seq_lens": [16], **smoke_timing}
-    res = run_study("inference_sweep", p, output_dir=tmp_path, progress=False)
+    out = tmp_path / "inference_sweep"
+    res = run_study("inference_sweep", p, output_dir=out, progress=False)
     df = res.results.set_index("framework")
     assert df.loc["torch", "status"] == "ok" and df.loc["torch", "median_s"] > 0
     assert df.loc["tensorflow", "status"] == "unsupported"
     assert df.loc["tensorflow", "error"] == REASON
+    # The same rows as a GPU run stores them: the GPU claim that compares the two is
+    # not measured, for the reason its cells give (on the H200 of 2026-11-30 it said
+    # "the claim is about GPUs and this run has no GPU cells", beside PyTorch's GPU cells)
+    import pandas as pd
+
+    from fwcompare import claims
+
+    cells = list((out / "results" / "cells").glob("*.parquet"))
+    assert len(cells) == 2
+    for f in cells:
+        pd.read_parquet(f).assign(device="gpu").to_parquet(f)
+    (out / "results" / "results.parquet").unlink(missing_ok=True)
+    row = claims.scorecard("smoke", results_dir=tmp_path).table.set_index("id").loc[
+        "gpu-inference-tensorflow-faster"]
+    assert row["verdict"] == "not measured here" and row["note"] == REASON, row.to_dict()
 
 
 def test_a_framework_this_process_does_not_know_is_not_called_missing():
