@@ -1,11 +1,11 @@
-"""Does a DataLoader's worker process die when a process makes a second one
-while its CUDA context is alive? (issue 49; a probe, not a test)
+"""Does a DataLoader's worker process die when a process with a live CUDA
+context makes one pipeline after another? (issue 49; a probe, not a test)
 
 On an H200 (2026-11-30, docs/measurements.md) the end_to_end study's fed step
 with ``dataloader-w1`` ended twice with "DataLoader worker (pid ...) is killed
-by signal: Aborted": each time the second such pipeline of one worker process,
-after a ``dataloader-w0`` one; never on a CPU. The study's worker logs went
-unread, so the abort's own message is unknown. This probe does what such a
+by signal: Aborted", each time right after a ``dataloader-w0`` cell of the
+same worker process (once its second ``dataloader-w1``); never on a CPU. The
+study's worker logs went unread, so the abort's own message is unknown. This probe does what such a
 worker process does, with nothing else of the study: a model on the device
 and a training step on it, then fwcompare's PyTorch pipelines made, stepped
 through and closed one after another (``--sequence``), every process with

@@ -60,7 +60,7 @@ tar czf "$OUT/results.tgz" --exclude=work --exclude=previous --exclude=.forkserv
 # the workers' own logs (their stderr: a DataLoader worker's abort message, say), small ones
 (cd outputs && find gpu -path '*/work/*' -name '*.log' -size -2M) | tar czf "$OUT/worker_logs.tgz" -C outputs -T -
 # what is left of the call: the DataLoader probe (end_to_end's fed step aborted twice on the
-# H200, 2026-11-30: a second DataLoader worker in one process; fork against spawn)
+# H200, 2026-11-30: a DataLoader worker after a pipeline without one; fork against spawn)
 probe=$(( $(left) - 8 ))
 if [ "$probe" -gt 20 ]; then
   timeout -k 5 "$probe" python3 benchmarks/gpu/dataloader_probe.py --steps 30 > "$OUT/dataloader_probe.log" 2>&1
