@@ -204,8 +204,16 @@ def _lacking(data: StudyData, claim: Claim) -> str:
     r = data.results
     if not data.present or not {"framework", "mode", "device", "status", "error"} <= set(r.columns):
         return ""
-    mine = (r["framework"].astype(str) + "/" + r["mode"].astype(str)).isin(
-        set(claim.cells.values())) & r["device"].isin(_devices(claim.hardware))
+    # the cells a claim names: variants ("tensorflow/graph") or frameworks (distributed's
+    # {frameworks: [...]}); a claim that names neither (a precision, a technique) is left be
+    named = [v for x in claim.cells.values() for v in (x if isinstance(x, list) else [x])
+             if isinstance(v, str)]
+    variants = {v for v in named if "/" in v}
+    fws = set(claim.cells.get("frameworks") or [])
+    if not variants and not fws:
+        return ""
+    mine = ((r["framework"].astype(str) + "/" + r["mode"].astype(str)).isin(variants)
+            | r["framework"].isin(fws)) & r["device"].isin(_devices(claim.hardware))
     if claim.models:
         mine &= r["model"].isin(claim.models)
     lacking = r[mine & (r["status"] == "unsupported") & r["error"].map(lacks_package)]

@@ -78,25 +78,27 @@ def collect(run: Path | str, drop_host: bool = False) -> dict[str, bytes]:
                 "utf-8", errors="surrogateescape")
         files[name] = data
     for name, folder in studies.items():
-        prefix = name if not single else folder.name
+        # a profile's folder: a folder per study; one study's: its files at the top (the
+        # archive's own top folder already bears its name: not myrun/myrun/results)
+        prefix = f"{name}/" if not single else ""
         res = load_results(folder)
-        files[f"{prefix}/results/results.parquet"] = _parquet(res.results, drop_host)
-        files[f"{prefix}/results/samples.parquet"] = _parquet(res.samples, drop_host)
+        files[f"{prefix}results/results.parquet"] = _parquet(res.results, drop_host)
+        files[f"{prefix}results/samples.parquet"] = _parquet(res.samples, drop_host)
         if res.losses is not None and len(res.losses):
-            files[f"{prefix}/results/losses.parquet"] = _parquet(res.losses, drop_host)
+            files[f"{prefix}results/losses.parquet"] = _parquet(res.losses, drop_host)
         if res.manifest:
             manifest = dict(res.manifest)
             if drop_host:
                 manifest["hostname"] = ""
-            files[f"{prefix}/results/env.json"] = _scrub(
+            files[f"{prefix}results/env.json"] = _scrub(
                 json.dumps(manifest, indent=1), host).encode() if drop_host else \
                 json.dumps(manifest, indent=1).encode()
         for pattern in STUDY_FILES:
             for f in sorted(folder.glob(pattern)):
-                add_file(f"{prefix}/{f.name}", f)
+                add_file(f"{prefix}{f.name}", f)
         for f in sorted((folder / "figures").glob("*")):
             if f.is_file():
-                add_file(f"{prefix}/figures/{f.name}", f)
+                add_file(f"{prefix}figures/{f.name}", f)
     # The scorecard folder has no results/ of its own: its files by name.
     if not single and (run / "summary").is_dir():
         for pattern in STUDY_FILES:

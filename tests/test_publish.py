@@ -143,6 +143,20 @@ def test_export_archives_a_run_and_can_drop_the_host(tmp_path, suffix):
     assert host in kept["index.html"].decode()
 
 
+def test_export_of_one_study_puts_its_files_at_the_archives_top(tmp_path):
+    """A `run --out myrun` folder: myrun.tar.gz holds myrun/results/..., not
+    myrun/myrun/results/... (a newcomer's walkthrough found the name twice)."""
+    make_run(tmp_path / "quick")
+    run = (tmp_path / "quick" / "inference_sweep").rename(tmp_path / "myrun")
+    archive = export.export(run)
+    assert archive == tmp_path / "myrun.tar.gz"
+    with tarfile.open(archive) as t:
+        names = set(t.getnames())
+    assert {"myrun/results/results.parquet", "myrun/inference_sweep.html",
+            "myrun/figures/latency.png", "myrun/export.json"} <= names, names
+    assert not any(n.startswith("myrun/myrun/") for n in names), names
+
+
 def test_export_to_a_name_that_says_no_format_is_refused(tmp_path):
     make_run(tmp_path / "quick")
     for name in ("x.tar", "x.tgz", "x"):
