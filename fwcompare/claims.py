@@ -205,7 +205,7 @@ def _lacking(data: StudyData, claim: Claim) -> str:
     if not data.present or not {"framework", "mode", "device", "status", "error"} <= set(r.columns):
         return ""
     # the cells a claim names: variants ("tensorflow/graph") or frameworks (distributed's
-    # {frameworks: [...]}); a claim that names neither (a precision, a technique) is left be
+    # {frameworks: [...]}); a claim that names neither (a precision, a technique) gets none
     named = [v for x in claim.cells.values() for v in (x if isinstance(x, list) else [x])
              if isinstance(v, str)]
     variants = {v for v in named if "/" in v}
