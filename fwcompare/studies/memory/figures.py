@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .tables import search_bound
 from .techniques import PLAIN, TECHNIQUES
 
 
@@ -132,8 +133,7 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
         ax.set_xticks(range(len(whats)), whats)
         ax.set_xlim(-0.5, len(whats) - 0.5)  # a framework's slot even where it drew only a word
         ax.set_ylabel("largest batch that fits")
-        bound = f"budget {budget:g} GiB" if budget == budget else "the device's memory"
-        ax.set_title(f"{model}, sequence {s}, {bound}", fontsize=10)
+        ax.set_title(f"{model}, sequence {s}, {search_bound(budget)}", fontsize=10)
     return legend_right(fig, axes, "The largest batch each framework fits in the budget",
                         manifest, "filled: the largest batch that fit in every round (label: "
                                   "its range over rounds); hatched up to the smallest that ran "

@@ -175,6 +175,13 @@ def technique_time_ratio(data, claim, devices):
     return m
 
 
+def search_bound(budget_gib: float) -> str:
+    """What bounds a largest-batch search: its budget, or (0 or NaN, a GPU's
+    search) the device's memory."""
+    return f"budget {budget_gib:g} GiB" if budget_gib == budget_gib and budget_gib else \
+        "the device's memory"
+
+
 def largest_batch_ratio(data, claim, devices):
     """Largest batch that fit for a over that for b (framework/what, e.g.
     torch/plain) in each round of the searches both made (same model,
@@ -221,8 +228,7 @@ def largest_batch_ratio(data, claim, devices):
     rounds = sorted(set.intersection(*({k[-1] for k in found if k[:-1] == x}
                                        for x in searches))) if searches else []
     for x in searches:
-        label = f"{x[0]} s={x[1]} " + (f"budget {x[2] / GIB:g} GiB" if x[2] else
-                                        "the device's memory")
+        label = f"{x[0]} s={x[1]} {search_bound(x[2] / GIB)}"
         m.cells.append(label)
         m.points += [(f"{label}, round {n}", math.exp(found[(*x, n)][0])) for n in rounds]
         m.devices.add(x[3])
