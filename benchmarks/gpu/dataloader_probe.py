@@ -35,16 +35,12 @@ SEQUENCE = "dataloader-w1,dataloader-w0,dataloader-w1,memory,dataloader-w1,datal
 
 
 def examples(n: int = 1024, seq_len: int = 32, seed: int = 0):
-    """Random token rows of 8 to ``seq_len`` tokens and binary labels."""
-    import numpy as np
+    """The end_to_end study's own task (its training split, ``n`` examples),
+    in its fixed word table (no tokenizer to load), padded to ``seq_len``."""
+    from fwcompare.studies.end_to_end import data
 
-    from fwcompare.pipeline import Examples
-
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(8, seq_len + 1, n)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    tokens = rng.integers(1, 30000, int(offsets[-1])).astype(np.int32)
-    return Examples(tokens, offsets, rng.integers(0, 2, n).astype(np.int64), seq_len, seed=seed)
+    task = data.make_task(seed, n, 32)
+    return data.tokenize(*task.train, seq_len, 30522, seed=seed)
 
 
 def child(method: str, sequence: list[str], steps: int) -> int:
