@@ -220,6 +220,63 @@ def _lacking(data: StudyData, claim: Claim) -> str:
     return "; ".join(dict.fromkeys(lacking["error"]))
 
 
+def _planned(study: str, params, devices) -> tuple[set[str], set[str]] | None:
+    """The framework/mode variants and the models ``params`` (a study's raw
+    or typed params) plan on ``devices``; None where they plan no cell there
+    or are not valid params of the study."""
+    from .schema import ParamsError
+    from .studies import STUDIES
+
+    st = STUDIES[study]
+    try:
+        specs = [s for s in st.cells(st.validate(params, "params")) if s.device in devices]
+    except (ParamsError, KeyError, TypeError, ValueError):
+        return None
+    if not specs:
+        return None
+    return {f"{s.framework}/{s.mode}" for s in specs}, {s.model for s in specs}
+
+
+def _left_out(data: StudyData, claim: Claim) -> str:
+    """Why a claim is not measured where the run's own params leave out what
+    it compares on its hardware (the gpu profile leaves JAX and gpt2-xl to
+    full): the variants or models missing, and the profiles of ``params/``
+    that plan them all; "" where the params plan them, plan no cell on the
+    claim's hardware at all, or were not stored."""
+    import functools
+
+    from .paths import PARAMS
+
+    path = data.dir / "results" / "params.json"
+    if not path.is_file():
+        return ""
+    devices = _devices(claim.hardware)
+    named = [v for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)]
+
+    def missing(planned) -> list[str]:
+        variants, models = planned
+        return ([v for v in named if v not in variants]
+                + [m for m in claim.models or [] if m not in models])
+
+    here = _planned(claim.study, json.loads(path.read_text()), devices)
+    if here is None or not (gone := missing(here)):
+        return ""
+    plan = functools.partial(_planned, claim.study, devices=devices)
+    others = [f.stem for f in sorted((PARAMS / claim.study).glob("*.yaml"))
+              if (p := plan(read_yaml(f, "params"))) is not None and not missing(p)]
+    where = f" on {devices[0]}" if len(devices) == 1 else ""
+    text = f"this run's params leave out {_and(gone)}{where}"
+    if others:
+        text += (f"; the {_and(others)} profile{'s measure' if len(others) > 1 else ' measures'} "
+                 f"{'them' if len(gone) > 1 else 'it'}")
+    return text
+
+
+def _and(words: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, [", ".join(words[:-1]), words[-1]]))
+
+
 def _ran_on_gpu(data: StudyData) -> bool:
     r = data.results
     return bool(data.present and "device" in r and (r["device"] == "gpu").any())
@@ -254,8 +311,11 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                 m.forced = "not measured here"
                 m.note = "the claim is about GPUs and this run has no GPU cells"
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
-    if verdict == "not measured here" and (why := _nothing_ran(data) or _lacking(data, claim)):
-        m.note = why  # the study ran none of its cells here, or its cells lack a package
+    if verdict == "not measured here" and (why := _nothing_ran(data) or _lacking(data, claim)
+                                           or _left_out(data, claim)):
+        # the study ran none of its cells here, its cells lack a package, or its
+        # params leave out what the claim compares
+        m.note = why
     if verdict == "not measured here" and not m.note:
         m.note = "no figure could be computed"
     judged = verdict in ("supported", "contradicted", "inconclusive")

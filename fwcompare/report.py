@@ -349,11 +349,15 @@ def _total_line(studies: dict[str, tuple[dict, Path]], ests: list,
     shared = sum(e.start_s for e in ests) - max((e.start_s for e in ests), default=0.0)
     high = sum(e.seconds for e in ests) - shared
     low = sum(e.seconds if e.low_seconds is None else e.low_seconds for e in ests) - shared
-    # the extra rounds for doubtful claims spend at most their pooled budget
+    # the extra rounds for doubtful claims spend at most their pooled budget, and
+    # start only where they end before the report's time budget less its notebooks
     extra = sum(p["more_rounds_s"] for p, _ in studies.values()
                 if "more_rounds" in p and p["more_rounds"] > 0)
-    high += extra
     after = after_measuring(len(ests))
+    more = extra > 0
+    if budget_s and extra:
+        extra = min(extra, max(0.0, budget_s - after[1] - high))
+    high += extra
     bare = [e.study for e in ests if e.low_seconds is not None]
     span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
     what = f"{len(ests)} stud{'y' if len(ests) == 1 else 'ies'}"
@@ -367,6 +371,8 @@ def _total_line(studies: dict[str, tuple[dict, Path]], ests: list,
             + f", then notebooks and scorecard {_mmss(after[0])} to {_mmss(after[1])}"
             + (f"; its time budget {budget_s / 60:g} minutes: extra rounds only where they "
                "fit in it" if budget_s and extra else "")
+            + (f"; no room for extra rounds in its time budget of {budget_s / 60:g} minutes"
+               if budget_s and not extra and more else "")
             # the budget bounds the extra rounds only: a report that cannot fit says so
             + (f"; over its time budget of {budget_s / 60:g} minutes even at its low end "
                "(the budget bounds only extra rounds; every planned cell runs)"

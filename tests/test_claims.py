@@ -345,3 +345,36 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     doc["variance_prior"] = None
     (summary / "scorecard.json").write_text(json.dumps(doc))
     assert "moderated t" not in report._scorecard_section(tmp_path, {})
+
+
+@pytest.mark.parametrize("study, claim_id, left_out", [
+    ("acceleration", "jax-faster-than-pytorch", "jax/jit"),
+    ("memory", "tensorflow-gpt2-xl-less-memory", "gpt2-xl on gpu")])
+def test_a_claim_its_profile_leaves_out_names_what_and_where_it_is_measured(
+        tmp_path, study, claim_id, left_out):
+    """The gpu profile leaves JAX and gpt2-xl to full: the scorecard's note
+    names what the run's params leave out and the profiles that have it,
+    instead of "jax/jit did not run"; a run whose params have it keeps the
+    metric's own reason (the variant planned, but not run)."""
+    import json
+
+    from fwcompare import params
+
+    (c,) = [x for x in claims.load_claims() if x.id == claim_id]
+    cells = [("gpt2" if study == "memory" else "distilbert-base-uncased",
+              c.cells["b"], "gpu", 8, 128, "ok", noisy(0.01), 1e9)]
+    data = fake_study(cells)
+    data.dir = tmp_path
+    (tmp_path / "results").mkdir()
+    gpu = params.read_yaml(params.profile_file(study, "gpu"), "params")
+    (tmp_path / "results" / "params.json").write_text(json.dumps(gpu))
+    row, _ = claims.evaluate(c, data)
+    assert row["verdict"] == "not measured here"
+    assert row["note"].startswith(f"this run's params leave out {left_out}; the full"), row
+    assert " profile measures it" in row["note"] or " profiles measure it" in row["note"]
+    assert "gpu" not in row["note"].partition(";")[2]  # the profile that left it out is not named
+    # the full profile plans it: the note is the metric's own
+    full = params.read_yaml(params.profile_file(study, "full"), "params")
+    (tmp_path / "results" / "params.json").write_text(json.dumps(full))
+    row, _ = claims.evaluate(c, data)
+    assert row["verdict"] == "not measured here" and "leave out" not in row["note"], row

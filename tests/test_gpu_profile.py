@@ -156,7 +156,8 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
     from fwcompare import report
     from fwcompare.estimate import FIXED_S, NOTEBOOK_S, SCORECARD_S, estimate
 
-    chosen = {s: (params.load_file(PARAMS / s / "gpu.yaml", s), tmp_path / s)
+    # (their extra rounds: the next test)
+    chosen = {s: ({**params.load_file(PARAMS / s / "gpu.yaml", s), "more_rounds": 0}, tmp_path / s)
               for s in ("inference_sweep", "training")}
     line = report.total_estimate(chosen)
     from fwcompare.claims import claimed_for
@@ -198,3 +199,16 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     assert report.total_estimate({"inference_sweep": (quick, tmp_path / "inference_sweep")},
                                  1200.0).endswith(
         "; its time budget 20 minutes: extra rounds only where they fit in it"), line
+    # they start only where they end before the budget less the notebooks: the upper
+    # end counts no more of them than fit, and none where the measuring fills it
+    from fwcompare import claims
+    from fwcompare.estimate import estimate
+
+    high = estimate(STUDIES["inference_sweep"], quick, tmp_path / "inference_sweep" / "results",
+                    claims.claimed_for("inference_sweep", quick)).seconds
+    room = high + report.after_measuring(1)[1] + 10.0  # 10 s left for extra rounds
+    runs = {"inference_sweep": (quick, tmp_path / "inference_sweep")}
+    assert "up to 10.0 s of extra rounds for doubtful claims" in report.total_estimate(runs, room)
+    full = report.total_estimate(runs, high)
+    assert "extra rounds for doubtful" not in full and (
+        f"; no room for extra rounds in its time budget of {high / 60:g} minutes") in full, full
