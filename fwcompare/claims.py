@@ -194,7 +194,33 @@ def _nothing_ran(data: StudyData) -> str:
     if not data.present or "status" not in r or not (r["status"] == "unsupported").all():
         return ""
     reasons = set(r["error"].fillna(""))
-    return f"none of the study's cells ran here: {reasons.pop()}" if len(reasons) == 1 else ""
+    return reasons.pop() if len(reasons) == 1 else ""
+
+
+# The reasons a claim is "not measured here" that the report's first page counts
+# (its ``unmeasured`` column), beside those of ``_nothing_ran`` and ``_lacking``.
+NO_RESULTS = "its study has no results for this profile"
+LEFT_OUT = "left out by this profile's params"
+NO_GPU = "a GPU claim, and this run has no GPU cells"
+NO_FIGURE = "no figure from the cells that ran"
+
+
+def _unmeasured(data: StudyData, claim: Claim, note: str) -> tuple[str, str]:
+    """Why a claim is not measured here: a short reason, the same for every
+    claim it stops (the report's first page counts them: ``unmeasured``), and
+    the claim's note (``note``: the metric's own, kept where no reason of the
+    run's says more)."""
+    if not data.present:
+        return NO_RESULTS, note
+    if ran := _nothing_ran(data):  # every cell of the study unsupported, one reason
+        return ran, f"none of the study's cells ran here: {ran}"
+    if lacking := _lacking(data, claim):  # a framework or model package missing
+        return lacking, lacking
+    if left := _left_out(data, claim):  # the params plan none of its cells
+        return LEFT_OUT, left
+    if claim.hardware == "gpu" and not _ran_on_gpu(data):
+        return NO_GPU, note
+    return NO_FIGURE, note or "no figure could be computed"
 
 
 def _lacking(data: StudyData, claim: Claim) -> str:
@@ -311,13 +337,9 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                 m.forced = "not measured here"
                 m.note = "the claim is about GPUs and this run has no GPU cells"
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
-    if verdict == "not measured here" and (why := _nothing_ran(data) or _lacking(data, claim)
-                                           or _left_out(data, claim)):
-        # the study ran none of its cells here, its cells lack a package, or its
-        # params leave out what the claim compares
-        m.note = why
-    if verdict == "not measured here" and not m.note:
-        m.note = "no figure could be computed"
+    unmeasured = ""
+    if verdict == "not measured here":
+        unmeasured, m.note = _unmeasured(data, claim, m.note)
     judged = verdict in ("supported", "contradicted", "inconclusive")
     if judged and metric.timed and m.rounds == 1:
         verdict = "inconclusive"  # one process per variant: not a verdict (issue 48)
@@ -337,7 +359,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                host_load=m.host_load,
                measured_on=("/".join(sorted(m.devices)) + (f": {hw}" if hw else ""))
                if m.devices else (hw or "no run"),
-               note=m.note)
+               note=m.note, unmeasured=unmeasured)
     return row, m.points
 
 

@@ -720,6 +720,7 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
         return f'{head}<p class="failed">{why}</p></section>'
     counts = " · ".join(f'<span class="v" data-verdict="{v}">{n} {v}</span>'
                         for v, n in card["verdicts"].items() if n)
+    counts += _unmeasured_html(card)
     rows = []
     for r in card["claims"]:
         fig = f"{SUMMARY}/figures/claim_{r['id']}.png"
@@ -781,6 +782,21 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
             f"<th>measured here (95% CI)</th><th>holds when</th><th>verdict</th>"
             f"<th>cells</th><th>on</th><th>note</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>{figs}</section>")
+
+
+def _unmeasured_html(card: dict) -> str:
+    """Why the claims not measured here are not, counted by reason
+    (``claims._unmeasured``: a framework or package this machine lacks, the
+    GPUs a study needs, what the profile's params leave out...), most first;
+    "" where every claim was measured (or the scorecard predates the count)."""
+    from collections import Counter
+
+    why = Counter(r.get("unmeasured") for r in card["claims"]
+                  if r["verdict"] == "not measured here" and r.get("unmeasured"))
+    if not why:
+        return ""
+    return ("<br>Not measured here, by reason: " + "; ".join(
+        f"<b>{n}</b> {html.escape(reason)}" for reason, n in why.most_common()))
 
 
 def _not_installed_html() -> str:

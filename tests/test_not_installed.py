@@ -3,6 +3,7 @@ TensorFlow): the doctor and the report say so once, its cells are
 ``unsupported`` with that reason, and the other frameworks run. TensorFlow's
 modules are hidden from ``importlib.util.find_spec`` here (a fake missing
 module): nothing is uninstalled, and a worker never sees the fake."""
+import html
 import importlib.util
 
 import pytest
@@ -165,3 +166,16 @@ def test_a_path_this_machine_cannot_try_is_not_judged(no_tensorflow, tmp_path, m
         "tf2onnx-bridges-frameworks"]
     assert row["verdict"] == "not measured here", row.to_dict()
     assert row["note"] == REASON
+    # the report's first page counts the claims not measured, by reason
+    card = claims.scorecard("smoke", results_dir=tmp_path, output_dir=tmp_path / report.SUMMARY)
+    t = card.table
+    assert row["unmeasured"] == REASON
+    assert set(t.loc[t["verdict"] != "not measured here", "unmeasured"]) <= {""}
+    why = t.loc[t["verdict"] == "not measured here", "unmeasured"].value_counts()
+    assert why[REASON] >= 1 and why[claims.NO_RESULTS] == (t["study"] != "deployment").sum()
+    page = report._scorecard_section(tmp_path, {})
+    line = page.split("Not measured here, by reason: ")[1].split("</span>")[0].split("</p>")[0]
+    parts = line.split("; ")
+    assert sorted(parts) == sorted(f"<b>{n}</b> {html.escape(k)}" for k, n in why.items()), line
+    counts = [int(x.split("</b>")[0][3:]) for x in parts]
+    assert counts == sorted(counts, reverse=True), line  # most first
