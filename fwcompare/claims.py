@@ -248,13 +248,15 @@ def _lacking(data: StudyData, claim: Claim) -> str:
 
 def _planned(study: str, params, devices) -> tuple[set[str], set[str]] | None:
     """The framework/mode variants and the models ``params`` (a study's raw
-    or typed params) plan on ``devices``; None where they plan no cell there
-    or are not valid params of the study."""
+    params, or a params file's path) plan on ``devices``; None where they
+    plan no cell there or are not valid params of the study."""
     from .schema import ParamsError
     from .studies import STUDIES
 
     st = STUDIES[study]
     try:
+        if isinstance(params, Path):
+            params = read_yaml(params, "params")
         specs = [s for s in st.cells(st.validate(params, "params")) if s.device in devices]
     except (ParamsError, KeyError, TypeError, ValueError):
         return None
@@ -289,7 +291,7 @@ def _left_out(data: StudyData, claim: Claim) -> str:
         return ""
     plan = functools.partial(_planned, claim.study, devices=devices)
     others = [f.stem for f in sorted((PARAMS / claim.study).glob("*.yaml"))
-              if (p := plan(read_yaml(f, "params"))) is not None and not missing(p)]
+              if (p := plan(f)) is not None and not missing(p)]
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     text = f"this run's params leave out {_and(gone)}{where}"
     if others:
