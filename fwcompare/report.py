@@ -795,7 +795,7 @@ def _unmeasured_html(card: dict) -> str:
                   if r["verdict"] == "not measured here" and r.get("unmeasured"))
     if not why:
         return ""
-    return ("<br>Not measured here, by reason: " + "; ".join(
+    return ("<br>Not measured here, by reason: " + " · ".join(
         f"<b>{n}</b> {html.escape(reason)}" for reason, n in why.most_common()))
 
 

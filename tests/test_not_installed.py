@@ -175,7 +175,7 @@ def test_a_path_this_machine_cannot_try_is_not_judged(no_tensorflow, tmp_path, m
     assert why[REASON] >= 1 and why[claims.NO_RESULTS] == (t["study"] != "deployment").sum()
     page = report._scorecard_section(tmp_path, {})
     line = page.split("Not measured here, by reason: ")[1].split("</span>")[0].split("</p>")[0]
-    parts = line.split("; ")
+    parts = line.split(" · ")
     assert sorted(parts) == sorted(f"<b>{n}</b> {html.escape(k)}" for k, n in why.items()), line
     counts = [int(x.split("</b>")[0][3:]) for x in parts]
     assert counts == sorted(counts, reverse=True), line  # most first
