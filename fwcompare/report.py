@@ -355,9 +355,12 @@ def _total_line(studies: dict[str, tuple[dict, Path]], ests: list,
                 if "more_rounds" in p and p["more_rounds"] > 0)
     after = after_measuring(len(ests))
     more = extra > 0
-    if budget_s and extra:
-        extra = min(extra, max(0.0, budget_s - after[1] - high))
-    high += extra
+    if budget_s and extra:  # they may spend what the measuring leaves, at most the pool
+        room = budget_s - after[1]
+        high += min(extra, max(0.0, room - high))
+        extra = min(extra, max(0.0, room - low))
+    else:
+        high += extra
     bare = [e.study for e in ests if e.low_seconds is not None]
     span = _mmss(high) if low == high else f"{_mmss(low)} to {_mmss(high)}"
     what = f"{len(ests)} stud{'y' if len(ests) == 1 else 'ies'}"

@@ -352,10 +352,11 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     ("memory", "tensorflow-gpt2-xl-less-memory", "gpt2-xl on gpu")])
 def test_a_claim_its_profile_leaves_out_names_what_and_where_it_is_measured(
         tmp_path, study, claim_id, left_out):
-    """The gpu profile leaves JAX and gpt2-xl to full: the scorecard's note
-    names what the run's params leave out and the profiles that have it,
-    instead of "jax/jit did not run"; a run whose params have it keeps the
-    metric's own reason (the variant planned, but not run)."""
+    """The gpu profile leaves gpt2-xl, and JAX outside distributed, to full:
+    the scorecard's note names what the run's params leave out and the
+    profiles that have it (not the tests' smoke), instead of "jax/jit did
+    not run"; a run whose params have it keeps the metric's own reason (the
+    variant planned, but not run)."""
     import json
 
     from fwcompare import params
@@ -372,9 +373,39 @@ def test_a_claim_its_profile_leaves_out_names_what_and_where_it_is_measured(
     assert row["verdict"] == "not measured here"
     assert row["note"].startswith(f"this run's params leave out {left_out}; the full"), row
     assert " profile measures it" in row["note"] or " profiles measure it" in row["note"]
-    assert "gpu" not in row["note"].partition(";")[2]  # the profile that left it out is not named
+    # neither the profile that left it out nor the tests' own is offered
+    assert "gpu" not in row["note"].partition(";")[2] and "smoke" not in row["note"]
+    assert row["unmeasured"] == claims.LEFT_OUT
     # the full profile plans it: the note is the metric's own
     full = params.read_yaml(params.profile_file(study, "full"), "params")
     (tmp_path / "results" / "params.json").write_text(json.dumps(full))
     row, _ = claims.evaluate(c, data)
     assert row["verdict"] == "not measured here" and "leave out" not in row["note"], row
+
+
+def test_a_claim_of_several_models_is_not_left_out_while_one_of_them_is_planned(tmp_path):
+    """tensorflow-less-training-memory names gpt2 and distilgpt2, either of
+    which its figure reads: the gpu profile plans distilgpt2, so a run of it
+    whose cells made no figure says why they did not (its failed cells), not
+    that gpt2 was left out."""
+    import json
+
+    from fwcompare import params
+
+    (c,) = [x for x in claims.load_claims() if x.id == "tensorflow-less-training-memory"]
+    assert set(c.models) == {"gpt2", "distilgpt2"}
+    data = fake_study([("distilgpt2", "torch/eager", "gpu", 16, 128, "ok", noisy(0.01), 1e9),
+                       ("distilgpt2", "tensorflow/graph", "gpu", 16, 128, "error", None,
+                        math.nan)])
+    data.dir = tmp_path
+    (tmp_path / "results").mkdir()
+    gpu = params.read_yaml(params.profile_file("training", "gpu"), "params")
+    (tmp_path / "results" / "params.json").write_text(json.dumps(gpu))
+    row, _ = claims.evaluate(c, data)
+    assert row["verdict"] == "not measured here" and row["unmeasured"] == claims.NO_FIGURE
+    assert "leave out" not in row["note"] and "tensorflow/graph: error 1" in row["note"], row
+    # params that plan neither model: both are named
+    gpu["models"] = ["bert-base-cased"]
+    (tmp_path / "results" / "params.json").write_text(json.dumps(gpu))
+    row, _ = claims.evaluate(c, data)
+    assert row["note"].startswith("this run's params leave out gpt2 and distilgpt2"), row

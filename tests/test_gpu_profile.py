@@ -199,16 +199,23 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     assert report.total_estimate({"inference_sweep": (quick, tmp_path / "inference_sweep")},
                                  1200.0).endswith(
         "; its time budget 20 minutes: extra rounds only where they fit in it"), line
-    # they start only where they end before the budget less the notebooks: the upper
-    # end counts no more of them than fit, and none where the measuring fills it
+    # they start only where they end before the budget less the notebooks: they may
+    # spend what a measuring at the estimate's low end leaves, the report's upper end
+    # counts what its upper end leaves, and none is said where even the low end fills it
     from fwcompare import claims
     from fwcompare.estimate import estimate
 
-    high = estimate(STUDIES["inference_sweep"], quick, tmp_path / "inference_sweep" / "results",
-                    claims.claimed_for("inference_sweep", quick)).seconds
-    room = high + report.after_measuring(1)[1] + 10.0  # 10 s left for extra rounds
+    e = estimate(STUDIES["inference_sweep"], quick, tmp_path / "inference_sweep" / "results",
+                 claims.claimed_for("inference_sweep", quick))
+    after = report.after_measuring(1)
     runs = {"inference_sweep": (quick, tmp_path / "inference_sweep")}
-    assert "up to 10.0 s of extra rounds for doubtful claims" in report.total_estimate(runs, room)
-    full = report.total_estimate(runs, high)
+    assert e.low_seconds + 10.0 < e.seconds  # the parts' range is wider than 10 s
+    line = report.total_estimate(runs, e.low_seconds + after[1] + 10.0)  # 10 s after the low end
+    assert "up to 10.0 s of extra rounds for doubtful claims" in line, line
+    assert f" to {report._mmss(e.seconds + after[1])}: measurements" in line, line
+    line = report.total_estimate(runs, e.seconds + after[1] + 10.0)  # 10 s after the high end
+    assert f" to {report._mmss(e.seconds + 10.0 + after[1])}: measurements" in line, line
+    full = report.total_estimate(runs, e.low_seconds + after[1])
     assert "extra rounds for doubtful" not in full and (
-        f"; no room for extra rounds in its time budget of {high / 60:g} minutes") in full, full
+        "; no room for extra rounds in its time budget of "
+        f"{(e.low_seconds + after[1]) / 60:g} minutes") in full, full
