@@ -281,20 +281,18 @@ def _left_out(data: StudyData, claim: Claim) -> str:
 
     from .paths import PARAMS
 
-    path = data.dir / "results" / "params.json"
-    if not path.is_file():
+    if not data.params:
         return ""
     devices = _devices(claim.hardware)
-    named = [v for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)]
 
     def missing(planned) -> list[str]:
         variants, models = planned
         # a claim's models are alternatives (its metric reads the cells of any of them)
-        return ([v for v in named if v not in variants]
+        return ([v for v in claim.variants if v not in variants]
                 + (list(claim.models) if claim.models and not set(claim.models) & models
                    else []))
 
-    here = _planned(claim.study, json.loads(path.read_text()), devices)
+    here = _planned(claim.study, data.params, devices)
     if here is None or not (gone := missing(here)):
         return ""
     plan = functools.partial(_planned, claim.study, devices=devices)

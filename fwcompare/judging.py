@@ -81,6 +81,13 @@ class Claim:
             return self.reference + self.tolerance, math.inf
         return -math.inf, self.reference - self.tolerance
 
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The framework/mode variants its cells ``a`` and ``b`` name
+        ("torch/eager"), in that order; none where they name a precision or a
+        technique instead."""
+        return tuple(str(v) for k, v in self.cells.items() if k in ("a", "b") and "/" in str(v))
+
 
 @dataclass
 class Measurement:
@@ -185,9 +192,9 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
 # -- the stored results of a profile ---------------------------------------------------
 class StudyData:
     """A study's stored results, loaded once and summarised (rounds pooled).
-    ``rounds`` and ``more_rounds``: the run's params (its ``params.json``):
-    the rounds every claim cell gets and the extra ones a doubtful claim may
-    get; ``confidence``: the level the metrics' intervals are computed at
+    ``params``: the run's params (its ``params.json``); ``rounds`` and
+    ``more_rounds``, read from them: the rounds every claim cell gets and the
+    extra ones a doubtful claim may get; ``confidence``: the level the metrics' intervals are computed at
     (``claims.evaluate`` raises it for a claim whose cells took extra rounds)."""
 
     def __init__(self, directory: Path):
@@ -200,7 +207,8 @@ class StudyData:
         self.prior = None
         self.spreads = None
         params = directory / "results" / "params.json"
-        params = json.loads(params.read_text()) if params.is_file() else {}
+        # the run's params as its runner stored them ({} where none were)
+        self.params = params = json.loads(params.read_text()) if params.is_file() else {}
         self.rounds = int(params.get("rounds", 1))
         self.more_rounds = int(params.get("more_rounds", 0))
         self.present = (directory / "results" / "results.parquet").is_file() or \

@@ -98,7 +98,7 @@ def test_claims_file_problems_each_named(tmp_path):
 # what a StudyData has besides its frames: one round in the params, no extra
 # rounds, intervals at 95%, no results folder
 STUDY_DATA = dict(rounds=1, more_rounds=0, confidence=0.95, dir=Path("/nonexistent"),
-                  prior=None, spreads=None)
+                  prior=None, spreads=None, params={})
 
 
 def fake_study(cells, present=True, losses=None):
@@ -351,24 +351,19 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     ("acceleration", "jax-faster-than-pytorch", "jax/jit"),
     ("memory", "tensorflow-gpt2-xl-less-memory", "gpt2-xl on gpu")])
 def test_a_claim_its_profile_leaves_out_names_what_and_where_it_is_measured(
-        tmp_path, study, claim_id, left_out):
+        study, claim_id, left_out):
     """The gpu profile leaves gpt2-xl, and JAX outside distributed, to full:
     the scorecard's note names what the run's params leave out and the
     profiles that have it (not the tests' smoke), instead of "jax/jit did
     not run"; a run whose params have it keeps the metric's own reason (the
     variant planned, but not run)."""
-    import json
-
     from fwcompare import params
 
     (c,) = [x for x in claims.load_claims() if x.id == claim_id]
     cells = [("gpt2" if study == "memory" else "distilbert-base-uncased",
               c.cells["b"], "gpu", 8, 128, "ok", noisy(0.01), 1e9)]
     data = fake_study(cells)
-    data.dir = tmp_path
-    (tmp_path / "results").mkdir()
-    gpu = params.read_yaml(params.profile_file(study, "gpu"), "params")
-    (tmp_path / "results" / "params.json").write_text(json.dumps(gpu))
+    data.params = params.read_yaml(params.profile_file(study, "gpu"), "params")
     row, _ = claims.evaluate(c, data)
     assert row["verdict"] == "not measured here"
     assert row["note"].startswith(f"this run's params leave out {left_out}; the full"), row
@@ -377,19 +372,16 @@ def test_a_claim_its_profile_leaves_out_names_what_and_where_it_is_measured(
     assert "gpu" not in row["note"].partition(";")[2] and "smoke" not in row["note"]
     assert row["unmeasured"] == claims.LEFT_OUT
     # the full profile plans it: the note is the metric's own
-    full = params.read_yaml(params.profile_file(study, "full"), "params")
-    (tmp_path / "results" / "params.json").write_text(json.dumps(full))
+    data.params = params.read_yaml(params.profile_file(study, "full"), "params")
     row, _ = claims.evaluate(c, data)
     assert row["verdict"] == "not measured here" and "leave out" not in row["note"], row
 
 
-def test_a_claim_of_several_models_is_not_left_out_while_one_of_them_is_planned(tmp_path):
+def test_a_claim_of_several_models_is_not_left_out_while_one_of_them_is_planned():
     """tensorflow-less-training-memory names gpt2 and distilgpt2, either of
     which its figure reads: the gpu profile plans distilgpt2, so a run of it
     whose cells made no figure says why they did not (its failed cells), not
     that gpt2 was left out."""
-    import json
-
     from fwcompare import params
 
     (c,) = [x for x in claims.load_claims() if x.id == "tensorflow-less-training-memory"]
@@ -397,15 +389,11 @@ def test_a_claim_of_several_models_is_not_left_out_while_one_of_them_is_planned(
     data = fake_study([("distilgpt2", "torch/eager", "gpu", 16, 128, "ok", noisy(0.01), 1e9),
                        ("distilgpt2", "tensorflow/graph", "gpu", 16, 128, "error", None,
                         math.nan)])
-    data.dir = tmp_path
-    (tmp_path / "results").mkdir()
-    gpu = params.read_yaml(params.profile_file("training", "gpu"), "params")
-    (tmp_path / "results" / "params.json").write_text(json.dumps(gpu))
+    data.params = gpu = params.read_yaml(params.profile_file("training", "gpu"), "params")
     row, _ = claims.evaluate(c, data)
     assert row["verdict"] == "not measured here" and row["unmeasured"] == claims.NO_FIGURE
     assert "leave out" not in row["note"] and "tensorflow/graph: error 1" in row["note"], row
     # params that plan neither model: both are named
     gpu["models"] = ["bert-base-cased"]
-    (tmp_path / "results" / "params.json").write_text(json.dumps(gpu))
     row, _ = claims.evaluate(c, data)
     assert row["note"].startswith("this run's params leave out gpt2 and distilgpt2"), row

@@ -262,7 +262,7 @@ class Study:
         ``judging.Metric``."""
         if not metric.timed:
             return set()
-        return {str(v) for k, v in claim.cells.items() if k in ("a", "b") and "/" in str(v)}
+        return set(claim.variants)
 
     def repeats(self, spec: RunSpec, params: "Params", claimed: set[str]) -> bool:
         """Whether a cell of a claimed variant takes the rounds after the first
