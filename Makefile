@@ -158,11 +158,19 @@ check-install: ## resolve requirements.lock against PyPI alone, as a new machine
 report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.html)
 	$(PY) -m fwcompare report --profile $(PROFILE)
 
+# The tiers (docs/contributing.md#the-tests): every test, or the fast ones (no process
+# started, no notebook run), on TEST_WORKERS test processes (pytest-xdist; `auto`: one
+# per core, at most 4: each may hold a few frameworks' workers; a group's tests share
+# one), the 15 slowest named; then the few tests marked serial, in one process. Both
+# parts run; either failing fails the target.
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup --durations 15
 test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke profile end to end, the report in headless Chromium)
-	$(PY) -m pytest
+	@$(PYTEST) -m "not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m serial; b=$$?; \
+	  test $$a = 0 && test $$b = 0
 
-test-fast: $(STAMP) ## the unit tests only: no test that starts worker processes (about 2 minutes)
-	$(PY) -m pytest -m "not slow"
+test-fast: $(STAMP) ## the fast tier: no process started, no notebook run (under 3 minutes on 2 cores)
+	$(PYTEST) -m "not slow and not report and not gpu and not serial"
 
 # The report's browser test opens index.html in Debian's Chromium through chromedriver
 # (Playwright's own browser download does not work offline). Installed when missing

@@ -8,6 +8,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+class UnreadableFile(ValueError):
+    """A stored file that cannot be read (empty, cut short, not what it should
+    hold); the message names the file and what to do."""
+
+
 def write_atomic(path: Path | str, write: Callable[[Path], Any]) -> Path:
     """``write(tmp)`` writes a temporary file beside ``path``, then it is
     renamed into place (an atomic replace on one filesystem)."""

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .atomic import UnreadableFile
 from .doctor import DoctorError
 from .params import LIST_FLAGS, REPORT_BUDGET_S, ParamsError, load_file, profile_file
 from .paths import OUTPUTS, PARAMS, CheckoutError, require_checkout
@@ -511,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         code = args.fn(args)
         sys.stdout.flush()  # a reader that left surfaces here (below), not at Python's exit
         return code
-    except (DoctorError, CheckoutError) as exc:  # the machine or the install, not the params
+    except (DoctorError, CheckoutError, UnreadableFile) as exc:  # not the params
         _traceback(args)
         print(f"fwcompare: {exc}", file=sys.stderr)
         return BAD_INPUT

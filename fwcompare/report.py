@@ -34,7 +34,7 @@ import pandas as pd
 import yaml
 
 from . import claims, doctor, env, frameworks, load_results, models, run_studies
-from .atomic import write_text
+from .atomic import UnreadableFile, write_text
 from .forkserver import ForkServers, kill_group
 from .host import BUSY_HOST, host_load
 from .params import (REPORT_BUDGET_S, describe_overrides, merge_overrides,
@@ -81,9 +81,10 @@ def _measures_again(out: Path) -> bool:
     from .results import RUN_FAILED
 
     f = out / "results" / "results.parquet"
-    if not f.is_file():
+    try:
+        return bool(pd.read_parquet(f, columns=["status"])["status"].isin(RUN_FAILED).any())
+    except (OSError, ValueError):  # missing, or cut short: its notebook consolidates again
         return True
-    return bool(pd.read_parquet(f, columns=["status"])["status"].isin(RUN_FAILED).any())
 
 
 def _render_html(notebook: Path, target: Path) -> None:
@@ -181,7 +182,7 @@ def run_notebook(study: str, profile: str, params: dict, out: Path,
 def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = False,
           studies: list[str] | None = None, overrides: dict | None = None,
           progress: bool = True, budget_s: float | None = None,
-          dry_run: bool = False) -> Path | None:
+          dry_run: bool = False, scorecard: bool = True) -> Path | None:
     """The report of ``profile`` (``studies``: a subset), into
     ``out_root/<profile>``; with ``overrides`` (the command line's params,
     :func:`params.overrides_by_study`) into ``out_root/<profile>-<hash>``
@@ -190,7 +191,9 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     budget, which its extra rounds do not overrun (default: the profile's,
     ``params.REPORT_BUDGET_S``, where no override changes what it measures; 0: none).
     ``dry_run``: the params checked, each study's cells and estimate and the
-    report's printed (:func:`dry_run_text`), nothing measured; returns None."""
+    report's printed (:func:`dry_run_text`), nothing measured; returns None.
+    ``scorecard=False``: the studies alone, the scorecard not judged (a later
+    report over the same folder judges it and measures none of them again)."""
     t_begin = time.monotonic()
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if progress else (
         lambda *a, **k: None)
@@ -269,8 +272,10 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     out = out_root / SUMMARY
 
     def summary_job() -> list[NotebookJob]:
+        if not scorecard:
+            return []
         digest = _summary_hash(out_root)
-        if _unchanged(SUMMARY, out, digest):
+        if _unchanged(SUMMARY, out, digest) and _readable_scorecard(out):
             say(f"[scorecard] {SUMMARY}: inputs unchanged, not run again ({out})")
             return []
         return [NotebookJob(SUMMARY, label, out, digest, {"results_dir": str(out_root)},
@@ -455,10 +460,10 @@ def host_line(out_root: Path, studies: list[str]) -> str:
     took while a study's cells were sampled (host.py), per study."""
     parts = []
     for study in studies:
-        f = out_root / study / "results" / "results.parquet"
-        if not f.is_file():
+        try:
+            df = pd.read_parquet(out_root / study / "results" / "results.parquet")
+        except (OSError, ValueError):  # not consolidated, or cut short: no figure to give
             continue
-        df = pd.read_parquet(f)
         if "host_other_cpu" not in df:  # results from before host.py
             continue
         load = host_load(df["host_other_cpu"], df["host_steal"])
@@ -476,6 +481,15 @@ def _mmss(seconds: float) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds, 1), 60)
     return f"{int(minutes)}:{rest:04.1f}"
+
+
+def _readable_scorecard(out: Path) -> bool:
+    """Whether the scorecard in ``out`` can be read (one cut short is judged anew)."""
+    try:
+        claims.read(out)
+    except UnreadableFile:
+        return False
+    return True
 
 
 def _unchanged(name: str, out: Path, digest: str) -> bool:
@@ -713,8 +727,12 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
     """The claims scorecard, first thing on the page: one row per claim with
     its verdict, coloured; links to each claim's figure."""
     out = out_root / SUMMARY
-    card = claims.read(out)
     head = "<section id=\"scorecard\"><h2>Claims scorecard</h2>"
+    try:
+        card = claims.read(out)
+    except UnreadableFile as exc:
+        return f'{head}<p class="failed">{html.escape(str(exc))}</p></section>'
+
     if SUMMARY in failures or card is None:
         why = (f"The scorecard failed: {html.escape(failures[SUMMARY])}. "
                f'<a href="{SUMMARY}/{SUMMARY}.failed.ipynb">the failed notebook</a>'

@@ -26,12 +26,13 @@ import math
 import shutil
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from .atomic import write_atomic, write_json
+from .atomic import UnreadableFile, write_atomic, write_json
 from .energy import FIGURES as ENERGY_FIGURES
 from .spec import RunSpec, axes
 
@@ -205,12 +206,64 @@ def _write_atomic(df: pd.DataFrame, path: Path) -> None:
     write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
+class UnreadableResult(UserWarning):
+    """A stored result file that cannot be read (empty, cut short): it is set
+    aside and its cell measured again by the next run."""
+
+
+UNREADABLE = ".unreadable"  # the suffix of a result file set aside
+
+
+def _set_aside(path: Path, why: str) -> None:
+    """Rename an unreadable result file (and its cell's other file: a row
+    without its samples, or samples without their row, would stand for a
+    measurement that is not there) so no reader sees it and a resumed run
+    measures the cell again; say so in one line."""
+    store = path.parent.parent
+    names = [store / "cells" / path.name, store / "samples" / path.name] \
+        if path.parent.name in ("cells", "samples") else [path]
+    for f in names:
+        try:
+            if f.is_file():
+                f.rename(f.with_name(f.name + UNREADABLE))
+        except OSError:
+            pass  # a read-only copy: skipped all the same
+    warnings.warn(f"{path}: unreadable ({why}); set aside as {path.name}{UNREADABLE}: the "
+                  f"next run of this study measures the cell again (--fresh starts the "
+                  f"whole study over)", UnreadableResult, stacklevel=3)
+
+
 def _read_all(directory: Path, empty) -> pd.DataFrame:
-    """Every Parquet file of a directory as one frame; ``empty()`` when there is none."""
-    files = sorted(directory.glob("*.parquet"))
-    if not files:
+    """Every Parquet file of a directory as one frame; ``empty()`` when there is
+    none. A file that cannot be read is set aside (:func:`_set_aside`), never
+    the reason the others are lost."""
+    frames = []
+    for f in sorted(directory.glob("*.parquet")):
+        try:
+            frames.append(pd.read_parquet(f))
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            _set_aside(f, (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+    if not frames:
         return empty()
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_manifest(path: Path) -> dict:
+    """A run's environment manifest (``env.json``; {} where there is none),
+    or :class:`~fwcompare.atomic.UnreadableFile` naming it where it cannot be read."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        manifest = json.loads(path.read_text())
+        if not isinstance(manifest, dict):
+            raise ValueError(f"a JSON {type(manifest).__name__}, not an object")
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        raise UnreadableFile(
+            f"{path}: not a readable environment manifest ({str(exc).splitlines()[0]}); run "
+            f"the study again with --fresh (the earlier results are kept under previous/)"
+        ) from None
+    return manifest
 
 
 class ResultStore:
@@ -276,8 +329,7 @@ class ResultStore:
         from .stats import pct_of_peak
 
         df = _read_all(self.cells_dir, lambda: _frame([]))
-        env = self.dir / "env.json"
-        peak = json.loads(env.read_text()).get("peak") if env.is_file() else None
+        peak = read_manifest(self.dir / "env.json").get("peak")
         if peak and len(df):
             ceiling = df["dtype"].map(lambda d: (peak.get("flops_per_s") or {}).get(d))
             ceiling = ceiling.astype("float64").where(
@@ -296,7 +348,13 @@ class ResultStore:
     def row(self, cell_id: str, round: int = 0) -> dict | None:
         """The stored row of one cell and round, or None."""
         path = self.cells_dir / f"{cell_id}-r{round}.parquet"
-        return pd.read_parquet(path).iloc[0].to_dict() if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return pd.read_parquet(path).iloc[0].to_dict()
+        except (OSError, ValueError) as exc:
+            _set_aside(path, (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+            return None
 
     def stored_before(self, cell_id: str, before: int, holds) -> bool:
         """Whether a stored row of the cell in a round before ``before``
@@ -345,8 +403,7 @@ class StudyResults:
 def load_results(output_dir: str | Path) -> StudyResults:
     output_dir = Path(output_dir)
     store = ResultStore(output_dir / "results")
-    env_file = store.dir / "env.json"
-    manifest = json.loads(env_file.read_text()) if env_file.exists() else {}
+    manifest = read_manifest(store.dir / "env.json")
     results = store.load()
     return StudyResults(results, with_turns(store.load_samples(), results), manifest,
                         output_dir, store.load_losses())

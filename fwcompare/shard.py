@@ -329,7 +329,7 @@ class Merged:
 
 
 def _open(folder: Path) -> _Folder | str:
-    from .results import ResultStore
+    from .results import ResultStore, read_manifest
 
     store = results_dir(folder)
     if not store.is_dir():
@@ -338,8 +338,7 @@ def _open(folder: Path) -> _Folder | str:
     if info is None:
         return (f"{folder}: no {SHARD_FILE}: not a shard's folder, or its run did not finish "
                 "(run `fwcompare run STUDY --shard I/N --out FOLDER` again: it resumes)")
-    env_file = store / "env.json"
-    env = json.loads(env_file.read_text()) if env_file.is_file() else {}
+    env = read_manifest(store / "env.json")
     return _Folder(Path(folder), store, info, env, ResultStore(store).load())
 
 

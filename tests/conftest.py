@@ -1,13 +1,36 @@
-"""Shared fixtures: smoke-sized timing, and the check that nothing is left running."""
-import psutil
-import pytest
+"""Shared fixtures: smoke-sized timing, a test run's own cache, the smoke
+report, the tiers' guard (tests/tiers.py), and the check that nothing is left
+running."""
+import os
+import tempfile
+from pathlib import Path
 
-from fwcompare.timing import TimingConfig
+# Every test run gets a weights/peaks cache of its own, as CI's fresh clone does:
+# a bug that shows only with an empty cache shows here too. Set before fwcompare
+# is imported (paths.CACHE is read once); a cache given by the caller is kept.
+if "FWCOMPARE_CACHE" not in os.environ:
+    os.environ["FWCOMPARE_CACHE"] = tempfile.mkdtemp(prefix="fwcompare-test-cache-")
+    _OWN_CACHE = Path(os.environ["FWCOMPARE_CACHE"])
+else:
+    _OWN_CACHE = None
+
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+from fwcompare.timing import TimingConfig  # noqa: E402
+
+pytest_plugins = ["tiers", "pytester"]
 
 # Smoke-sized timing params: a few short samples per cell, enough for a median
 # and its CI (every test that runs cells through the runner uses these).
 SMOKE_TIMING = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 6, "min_time_s": 0.05,
                 "max_time_s": 0.3, "target_rel_ci": 0.1}
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_CACHE is not None and not hasattr(session.config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture
@@ -20,6 +43,28 @@ def smoke_timing() -> dict:
 def smoke_config() -> TimingConfig:
     """The same protocol settings as a TimingConfig, for in-process timing."""
     return TimingConfig(**SMOKE_TIMING)
+
+
+@pytest.fixture(scope="session")
+def tiny_weights():
+    """``tiny_weights(model, seed=0, head="base")``: the folder of a zoo
+    model's weights, built once per test run into its own cache (the
+    weights are a pure function of model, seed and head)."""
+    from fwcompare import models
+
+    def get(model: str = "tiny-bert", seed: int = 0, head: str = "base") -> Path:
+        return models.weights_dir(model, seed, head=head)
+    return get
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory, request):
+    """The smoke report of the studies this run's tests read (tests/smoke.py),
+    built once for every test process of the run."""
+    from smoke import SmokeReport, needed, shared_root
+
+    return SmokeReport(shared_root(tmp_path_factory, request.config),
+                       needed(request.session.items))
 
 
 def children_alive() -> list[psutil.Process]:

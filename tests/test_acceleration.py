@@ -162,6 +162,8 @@ def test_acceleration_claims_come_from_claims_yaml_and_pick_shapes(accel):
     assert "did not run" in xla["note"]
 
 
+# transformers' PyTorch classes import TensorFlow and Flax beside it, where installed
+@pytest.mark.frameworks("torch", "tensorflow", "jax")
 def test_torchscript_traces_once_and_matches_eager():
     torch_backend = get_backend("torch")
     torch_backend.configure(1, "cpu")

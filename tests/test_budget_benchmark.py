@@ -3,6 +3,8 @@ commit's, back to back on one machine, read from the reports' own logs."""
 import subprocess
 import sys
 
+import pytest
+
 from conftest import benchmark, running
 
 from fwcompare.paths import ROOT
@@ -52,6 +54,7 @@ def test_an_unfinished_report_is_refused():
         _parse(OLD.split("times:")[0])
 
 
+@pytest.mark.slow
 def test_the_pairs_ratio_and_what_it_makes_of_the_reference(tmp_path):
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     a.write_text(OLD)
@@ -68,6 +71,7 @@ def test_the_pairs_ratio_and_what_it_makes_of_the_reference(tmp_path):
         in r.stdout  # 0.818 and 0.800 of 20:00
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_the_running_report_and_its_workers(tmp_path):
     """The benchmark runs each report in a session of its own (Ctrl-C in the
     terminal does not reach it); stopped, it ends that session: the report

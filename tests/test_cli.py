@@ -164,6 +164,7 @@ def test_a_runs_table_shows_the_studys_own_axes_and_why_cells_did_not_run(tmp_pa
     assert out[6] == f"results: {tmp_path / 'results'}", out
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(monkeypatch,
                                                                          capsys):
     def closed(args):

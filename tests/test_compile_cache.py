@@ -42,6 +42,7 @@ def _run(framework: str, env: dict) -> str:
     return r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_a_kept_cache_holds_xla_programs_for_the_next_round(tmp_path, framework):
     env = dict(os.environ, PYTHONPATH=str(ROOT))

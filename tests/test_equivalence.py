@@ -7,6 +7,8 @@ from fwcompare.frameworks import FRAMEWORKS, contract_gaps, get_backend
 from fwcompare.precision import error_metrics
 from fwcompare.models import token_ids
 
+# The gate's subject: every framework, loaded in this process.
+pytestmark = pytest.mark.frameworks("torch", "tensorflow", "jax")
 
 def backend_module(framework: str):
     """A backend's module, for its own helpers beyond the contract."""
@@ -45,8 +47,8 @@ def outputs(wdir, ids):
 
 
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-gpt2"])
-def test_random_init_models_agree_across_frameworks(name, tmp_path):
-    wdir = models.weights_dir(name, seed=0, cache=tmp_path)
+def test_random_init_models_agree_across_frameworks(tiny_weights, name, tmp_path):
+    wdir = tiny_weights(name, 0)
     ids = token_ids(0, 2, 16, models.config_for(name).vocab_size)
     ref = torch_reference(wdir, ids)
     got = outputs(wdir, ids)
@@ -57,7 +59,7 @@ def test_random_init_models_agree_across_frameworks(name, tmp_path):
         assert err["max_abs_err"] < TOL, (variant, err)
         assert err["cosine_similarity"] > 0.999999
     # The gate can fail: a different seed is a different function.
-    other = torch_reference(models.weights_dir(name, seed=1, cache=tmp_path), ids)
+    other = torch_reference(tiny_weights(name, 1), ids)
     assert error_metrics(other, ref)["max_abs_err"] > 100 * TOL
 
 
@@ -119,12 +121,12 @@ def test_the_contract_names_every_call_made_on_a_backend():
 @pytest.mark.parametrize("framework, mode, kind", [("jax", "jit", "flax"),
                                                    ("tensorflow", "graph", "tf")])
 def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
-        tmp_path, monkeypatch, framework, mode, kind):
+        tiny_weights, tmp_path, monkeypatch, framework, mode, kind):
     from fwcompare import paths
 
     backend = backend_module(framework)
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
-    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    wdir = tiny_weights("tiny-bert", 0)
     backend.configure(2, "cpu")
     copy_of = backend.flax_copy if framework == "jax" else backend.tf_copy
     copy = copy_of(wdir)
@@ -158,7 +160,8 @@ def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
     assert copy_of(wdir) != copy
 
 
-def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tmp_path, monkeypatch):
+def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tiny_weights, tmp_path,
+                                                                     monkeypatch):
     """A data-parallel rank loads inside a strategy's scope, without the
     converter lock (which also made the cache's directory): on a fresh clone
     its first load must still write the copy, not fail for want of a folder."""
@@ -168,14 +171,14 @@ def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tmp_path, m
 
     backend = backend_module("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
-    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    wdir = tiny_weights("tiny-bert", 0)
     backend.configure(2, "cpu")
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         backend.load(wdir, "cpu")
     assert (backend.tf_copy(wdir) / "tf_model.h5").is_file()
 
 
-def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tmp_path,
+def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tiny_weights, tmp_path,
                                                                            monkeypatch):
     """A TensorFlow load builds its variables from zeros (the checkpoint
     overwrites them): the loaded weights are those of a build with Keras'
@@ -187,7 +190,7 @@ def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tmp_p
 
     backend = backend_module("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
-    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    wdir = tiny_weights("tiny-bert", 0)
     backend.configure(2, "cpu")
     backend.load(wdir, "cpu")  # the native copy written
     draws = []
@@ -209,7 +212,8 @@ def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tmp_p
 
 
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
-def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, framework):
+def test_lanes_loading_at_once_convert_the_weights_once(tiny_weights, tmp_path, monkeypatch,
+                                                        framework):
     """Lanes build at once: the first converts the PyTorch weights, the others
     wait for its native copy and read it (frameworks.one_converter)."""
     import threading
@@ -219,7 +223,7 @@ def test_lanes_loading_at_once_convert_the_weights_once(tmp_path, monkeypatch, f
 
     backend = get_backend(framework)
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
-    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
+    wdir = tiny_weights("tiny-bert", 0)
     backend.configure(2, "cpu")
     if framework == "jax":
         where, name = backend_module("jax"), "_from_safetensors"
@@ -324,7 +328,8 @@ def test_inference_gates_in_its_smallest_cells_first_call_and_compiles_each_shap
     assert strict["error"].str.contains("exceeds equiv_tol").all()
 
 
-def test_tensorflow_traces_the_same_graph_without_autograph(tmp_path, monkeypatch):
+def test_tensorflow_traces_the_same_graph_without_autograph(tiny_weights, tmp_path,
+                                                            monkeypatch):
     """``tf_autograph: false`` (the studies' default but acceleration's)
     changes how long the first call traces, not what runs: the forward's graph
     has the same ops, and outputs and training losses agree; the setup text
@@ -334,8 +339,8 @@ def test_tensorflow_traces_the_same_graph_without_autograph(tmp_path, monkeypatc
 
     backend = get_backend("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
-    wdir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path)
-    train_dir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path, head="seq_cls")
+    wdir = tiny_weights("tiny-bert", 0)
+    train_dir = tiny_weights("tiny-bert", 0, head="seq_cls")
     ids = token_ids(0, 4, 16, models.config_for("tiny-bert").vocab_size)
     labels = np.array([0, 1, 1, 0], dtype=np.int32)
     opt = {"learning_rate": 1e-3, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999,
@@ -364,7 +369,8 @@ def test_tensorflow_traces_the_same_graph_without_autograph(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("dtype, steps", [("float32", 1), ("float16", 1), ("float32", 2)])
-def test_a_tensorflow_training_step_traces_once(tmp_path, monkeypatch, dtype, steps):
+def test_a_tensorflow_training_step_traces_once(tiny_weights, tmp_path, monkeypatch, dtype,
+                                                 steps):
     """The optimizer's slots are made before the step's tf.function first
     runs: made inside it, at the first ``apply_gradients``, they made
     tf.function trace the whole step a second time (methodology.md). Plain,
@@ -377,7 +383,7 @@ def test_a_tensorflow_training_step_traces_once(tmp_path, monkeypatch, dtype, st
     real = tf.function
     monkeypatch.setattr(tf, "function", lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
     backend.configure(2, "cpu", {"tf_autograph": False})
-    train_dir = models.weights_dir("tiny-bert", seed=0, cache=tmp_path, head="seq_cls")
+    train_dir = tiny_weights("tiny-bert", 0, head="seq_cls")
     ids = token_ids(0, 4, 16, models.config_for("tiny-bert").vocab_size)
     opt = {"learning_rate": 1e-3, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999,
            "eps": 1e-8}

@@ -13,6 +13,7 @@ from fwcompare.paths import PARAMS, ROOT
 SMOKE = PARAMS / "inference_sweep" / "smoke.yaml"
 
 
+@pytest.mark.slow
 def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
     out = tmp_path / "sweep"
     r = subprocess.run([sys.executable, "-m", "fwcompare", "run", "inference_sweep",

@@ -35,6 +35,7 @@ def runs():
     return settings, out
 
 
+@pytest.mark.slow
 def test_the_three_start_from_the_same_loss_and_evaluate_alike(runs):
     settings, out = runs
     first = {fw: log.losses for fw, (log, _) in out.items()}
@@ -54,6 +55,7 @@ def test_the_three_start_from_the_same_loss_and_evaluate_alike(runs):
         assert max(abs(a - b) for a, b in zip(accs[fw], accs["torch"])) <= 0.1, accs
 
 
+@pytest.mark.slow
 def test_the_phases_and_the_target(runs):
     settings, out = runs
     for fw, (log, fig) in out.items():

@@ -145,6 +145,7 @@ def test_gpt2_family_has_the_public_sizes():
     assert round(n["gpt2-large"] / 1e6) == 774 and round(n["gpt2-xl"] / 1e6) == 1558
 
 
+@pytest.mark.slow
 def test_a_try_that_allocates_without_letting_go_of_python_is_stopped_from_outside():
     # One C call that fills 2 GiB holding Python's lock (its own guard thread
     # could not run); the parent's guard kills it past a 0.25 GiB budget.
@@ -231,6 +232,7 @@ def _held(setting: str) -> tuple[bool, int, str]:
     return took == "True", int(mapped), setup
 
 
+@pytest.mark.slow
 def test_glibc_keeps_freed_memory_where_pytorch_workers_ask_it_to():
     """``memory.reuse_freed_memory``: a 96 MiB block (BERT-base's largest
     gradient is 89 MB) comes from the heap, where glibc as it comes, or as

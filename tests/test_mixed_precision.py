@@ -104,11 +104,10 @@ def test_torch_autocast_errors_against_float64_on_real_weights():
     assert err["float32"] * 100 < err["float16"] < err["bfloat16"] < 0.1
 
 
-def test_torch_float16_training_scales_the_loss(tmp_path):
-    from fwcompare import models
+def test_torch_float16_training_scales_the_loss(tiny_weights, tmp_path):
     from fwcompare.frameworks.torch import backend as tb
 
-    wdir = models.weights_dir("tiny-bert", 0, cache=tmp_path, head="seq_cls")
+    wdir = tiny_weights("tiny-bert", 0, head="seq_cls")
     opt = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
            "weight_decay": 0.0}
     ids = np.random.default_rng(0).integers(5, 1000, size=(2, 16))
@@ -125,17 +124,16 @@ def test_torch_float16_training_scales_the_loss(tmp_path):
 
 
 @pytest.mark.parametrize("initial, skips", [(2.0 ** 40, True), (2.0 ** 10, False)])
-def test_jax_float16_training_skips_a_step_whose_gradients_overflow(tmp_path, monkeypatch,
-                                                                    initial, skips):
+def test_jax_float16_training_skips_a_step_whose_gradients_overflow(tiny_weights, tmp_path,
+                                                                    monkeypatch, initial, skips):
     """jmp's dynamic loss scale in JAX's jitted step: a loss scaled past
     float16's range overflows the gradients, and the step keeps its
     parameters (the same batch gives the same loss again) and halves the
     scale; a scale in range updates them and keeps the scale."""
-    from fwcompare import models
     from fwcompare.frameworks.jax import backend as jb
 
     monkeypatch.setattr(jb, "INITIAL_LOSS_SCALE", initial)
-    wdir = models.weights_dir("tiny-bert", 0, cache=tmp_path, head="seq_cls")
+    wdir = tiny_weights("tiny-bert", 0, head="seq_cls")
     opt = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
            "weight_decay": 0.0}
     ids = np.random.default_rng(0).integers(5, 1000, size=(2, 16))

@@ -148,6 +148,7 @@ def test_a_dry_run_lists_its_cells_as_not_here_once(no_tensorflow, tmp_path, cap
     assert lines.count(f"  not here: {REASON}") == 1, lines
 
 
+@pytest.mark.slow
 def test_a_path_this_machine_cannot_try_is_not_judged(no_tensorflow, tmp_path, monkeypatch):
     """tf2onnx's cells on a machine without TensorFlow: the claim that the path
     works is not measured here (on the H200 of 2026-11-30 it was

@@ -14,6 +14,8 @@ import pytest
 
 from fwcompare.paths import ROOT
 
+pytestmark = pytest.mark.slow  # each test starts an interpreter
+
 SHOW = ("import json, fwcompare, fwcompare.paths as p, fwcompare.peak as peak; "
         "print(json.dumps({'file': fwcompare.__file__, 'cache': str(p.CACHE), "
         "'outputs': str(p.OUTPUTS), 'params': str(p.PARAMS), 'checkout': p.IN_CHECKOUT, "

@@ -8,6 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fwcompare import models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch, seq", [(1, 32), (2, 128), (8, 512)])
 def test_the_flop_estimate_agrees_with_pytorchs_flop_counter(batch, seq):
     """bert-base-cased at random init, attention as plain matmuls (the counter

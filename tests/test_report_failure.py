@@ -7,6 +7,7 @@ from conftest import running
 from fwcompare import report
 
 
+@pytest.mark.report
 def test_failed_study_is_reported_not_lost(tmp_path, monkeypatch):
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
@@ -30,6 +31,7 @@ def test_failed_study_is_reported_not_lost(tmp_path, monkeypatch):
     assert not (out / "inference_sweep" / ".inputs").exists()  # will run again next time
 
 
+@pytest.mark.report
 def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
     """The notebooks run side by side in processes of their own; Ctrl-C in the
     report (SIGINT to its process alone) ends them and their kernels."""
@@ -84,6 +86,7 @@ def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.report
 def test_the_time_breakdown_keeps_the_measurements_over_a_notebooks_retry(tmp_path,
                                                                            monkeypatch):
     """A study's notebook that measures a failed cell again writes its own run's
@@ -125,6 +128,7 @@ def test_the_time_breakdown_keeps_the_measurements_over_a_notebooks_retry(tmp_pa
     assert phases["study, other (params, plan, loading results)"] == 0.0
 
 
+@pytest.mark.report
 def test_the_time_breakdown_leaves_out_an_earlier_reports_measuring(tmp_path, monkeypatch):
     """A report whose cells were all measured before (no --fresh, params
     unchanged) measures nothing: the breakdowns stored by the earlier report
@@ -169,6 +173,7 @@ def test_report_times_round_before_they_split_into_minutes():
     assert report._mmss(1656.1) == "27:36.1"
 
 
+@pytest.mark.report
 def test_notebook_processes_take_job_after_job_and_one_that_dies_loses_its_own(tmp_path):
     """The notebooks run in a few processes that each take job after job (their
     imports once: about 3 s a notebook before); a process that dies loses only

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import benchmark
 
 from fwcompare.paths import ROOT
@@ -17,6 +19,7 @@ def _card(path, claims):
     return path / "scorecard.json"
 
 
+@pytest.mark.slow
 def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path):
     a = _card(tmp_path / "a", [("x", 1.30, 1.20, 1.40, "supported"),
                                ("y", 0.90, 0.80, 1.05, "inconclusive"),
