@@ -160,11 +160,11 @@ report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.htm
 
 # The tiers (docs/contributing.md#the-tests): every test, or the fast ones (no process
 # started, no notebook run), on TEST_WORKERS test processes (pytest-xdist; `auto`: one
-# per core, at most 4: each may hold a few frameworks' workers; a group's tests share
-# one), the 15 slowest named; then the few tests marked serial, in one process. Both
-# parts run; either failing fails the target.
+# per core, at most 4: each may hold a few frameworks' workers; a file's tests share one,
+# so the smoke report is built once), the 15 slowest named; then the few tests marked
+# serial, in one process. Both parts run; either failing fails the target.
 TEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup --durations 15
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations 15
 test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke profile end to end, the report in headless Chromium)
 	@$(PYTEST) -m "not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m serial; b=$$?; \
 	  test $$a = 0 && test $$b = 0

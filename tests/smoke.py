@@ -10,9 +10,10 @@ report. A study whose measuring or notebook fails fails the tests that read
 it, each naming it (the report goes on with the others, and its index says
 so); the tests of the other studies pass.
 
-Under pytest-xdist the smoke tests share one test process (``xdist_group``);
-a file lock keeps the build to one process all the same if another test
-process asks for it (pytest-xdist's recipe for a session fixture run once).
+Under pytest-xdist the tests of one file share a test process (``make test``'s
+``--dist loadfile``); a file lock keeps the build to one process all the same
+if a test of another file asks for it (pytest-xdist's recipe for a session
+fixture run once).
 """
 from __future__ import annotations
 

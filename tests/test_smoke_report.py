@@ -21,8 +21,7 @@ from fwcompare.paths import PARAMS
 from fwcompare.params import load_file
 from fwcompare.studies import STUDIES, acceleration, deployment, distributed, generation, memory
 
-# One test process builds the report and runs every test that reads it.
-pytestmark = [pytest.mark.report, pytest.mark.xdist_group("smoke-report")]
+pytestmark = pytest.mark.report
 
 
 def results_and_params(smoke, study):

@@ -93,8 +93,10 @@ def _tier_guard(request, monkeypatch):
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, the costly tests first (papermill, then processes,
-    then the fast ones): the test processes share the long ones out while the
-    short ones fill the end. The order is the same in every test process."""
+    then the fast ones): with ``--dist loadfile --no-loadscope-reorder`` the
+    files are handed out in the order of their first test, so the long ones
+    start first and the short ones fill the end. The order is the same in
+    every test process."""
     if not hasattr(config, "workerinput"):
         return
 
