@@ -86,6 +86,7 @@ def _slow_step(where, tmp, log, out):
     out.write_text(json.dumps(dict(path=str(path), seconds=seconds, made=made, waited=waited)))
 
 
+@pytest.mark.slow  # it forks the two processes
 def test_a_step_two_export_processes_ask_for_at_once_is_made_once(tmp_path, monkeypatch):
     """The SavedModel under the TFLite paths of two export processes: whoever
     asks first makes it; the other waits, then reads it where it was moved,

@@ -6,10 +6,16 @@ from fwcompare.precision import error_metrics
 
 
 def test_peak_rss_sees_a_transient_allocation():
+    import mmap
+
     before = current_rss_bytes()
     with PeakRSS() as peak:
-        block = np.ones(200 * 2**20 // 8)  # 200 MiB, touched
-        del block
+        # fresh pages, whatever the process's allocator keeps (an earlier test in
+        # this process may have told glibc to reuse freed memory)
+        block = mmap.mmap(-1, 200 * 2**20)
+        for i in range(0, len(block), mmap.PAGESIZE):
+            block[i] = 1  # touched: resident
+        block.close()
     assert peak.method in ("cpu_rss_hwm", "cpu_rss_sampled")
     assert peak.peak_bytes - before > 180 * 2**20
 

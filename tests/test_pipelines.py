@@ -49,7 +49,10 @@ def reference(examples, n):
     return [(ids[i], mask[i], examples.labels[i]) for i in idx]
 
 
-@pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
+# PyTorch's DataLoader forks its workers: slow
+@pytest.mark.frameworks("torch", "tensorflow", "jax")
+@pytest.mark.parametrize("framework", [pytest.param("torch", marks=pytest.mark.slow),
+                                       "tensorflow", "jax"])
 def test_every_kind_yields_the_same_batches(examples, framework):
     backend = get_backend(framework)
     n = 14  # two epochs and a part of the third
@@ -85,6 +88,7 @@ def test_a_bad_kind_or_batch_is_refused_with_its_name(examples, framework):
         backend.make_pipeline("memory", examples, 200, "cpu")
 
 
+@pytest.mark.slow  # it forks DataLoader workers
 def test_a_dataloader_worker_ends_with_its_pipeline(examples):
     """The worker is gone once the pipeline is closed, and nothing else of it
     is left (the runner's tests after this one count every child)."""
