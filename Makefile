@@ -169,8 +169,10 @@ test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke pro
 	@$(PYTEST) -m "not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m serial; b=$$?; \
 	  test $$a = 0 && test $$b = 0
 
+FAST := not slow and not report and not gpu
 test-fast: $(STAMP) ## the fast tier: no process started, no notebook run (under 3 minutes on 2 cores)
-	$(PYTEST) -m "not slow and not report and not gpu and not serial"
+	@$(PYTEST) -m "$(FAST) and not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m "$(FAST) and serial"; \
+	  b=$$?; test $$a = 0 && test $$b = 0
 
 # The report's browser test opens index.html in Debian's Chromium through chromedriver
 # (Playwright's own browser download does not work offline). Installed when missing

@@ -26,7 +26,10 @@ pytest_plugins = ["tiers", "pytester"]
 SMOKE_TIMING = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 6, "min_time_s": 0.05,
                 "max_time_s": 0.3, "target_rel_ci": 0.1}
 
+
 def pytest_sessionfinish(session, exitstatus):
+    """The run's own cache goes with it (pytest-xdist's workers share the
+    controller's, which removes it)."""
     if _OWN_CACHE is not None and not hasattr(session.config, "workerinput"):
         import shutil
 

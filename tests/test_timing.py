@@ -1,8 +1,12 @@
 import time
 
 import numpy as np
+import pytest
 
 from fwcompare.timing import TimingConfig, measure
+
+# Workloads of known duration, timed for real: they need the cores to themselves.
+pytestmark = pytest.mark.serial
 
 FAST = TimingConfig(warmup_iters=1, warmup_s=0.01, min_iters=15, min_time_s=0.1,
                     max_time_s=2.0, target_rel_ci=0.01)
