@@ -159,11 +159,13 @@ report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.htm
 	$(PY) -m fwcompare report --profile $(PROFILE)
 
 # The tiers (docs/contributing.md#the-tests): every test, or the fast ones (no process
-# started, no notebook run), on TEST_WORKERS test processes (pytest-xdist; `auto`: one
-# per core, at most 4: each may hold a few frameworks' workers; a file's tests share one,
-# so the smoke report is built once), the 15 slowest named; then the few tests marked
-# serial, in one process. Both parts run; either failing fails the target.
-TEST_WORKERS ?= auto
+# started, no notebook run), the 15 slowest named; then the few tests marked serial, in
+# one process. Both parts run; either failing fails the target. TEST_WORKERS=auto runs the
+# first part in one test process per core (pytest-xdist, at most 4; a file's tests share
+# one, so the smoke report is built once). On 2 cores, 2 processes took 24:46 of pytest
+# against 28:46 for one (another CPU) and distorted what the tests time
+# (docs/measurements.md, 2026-12-06): one process (0) is the default.
+TEST_WORKERS ?= 0
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations 15
 test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke profile end to end, the report in headless Chromium)
 	@$(PYTEST) -m "not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m serial; b=$$?; \
