@@ -167,14 +167,14 @@ report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.htm
 # (docs/measurements.md, 2026-12-06): one process (0) is the default.
 TEST_WORKERS ?= 0
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations 15
+# $(call TIERS,EXPR): the tests EXPR selects (empty: all), the serial ones after the rest
+TIERS = $(PYTEST) -m "$(1)not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m "$(1)serial"; \
+	b=$$?; test $$a = 0 && test $$b = 0
 test: $(STAMP) browser ## run the test suite (unit, notebook contract, smoke profile end to end, the report in headless Chromium)
-	@$(PYTEST) -m "not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m serial; b=$$?; \
-	  test $$a = 0 && test $$b = 0
+	@$(call TIERS,)
 
-FAST := not slow and not report and not gpu
 test-fast: $(STAMP) ## the fast tier: no process started, no notebook run (under 3 minutes on 2 cores)
-	@$(PYTEST) -m "$(FAST) and not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m "$(FAST) and serial"; \
-	  b=$$?; test $$a = 0 && test $$b = 0
+	@$(call TIERS,not slow and not report and not gpu and )
 
 # The report's browser test opens index.html in Debian's Chromium through chromedriver
 # (Playwright's own browser download does not work offline). Installed when missing

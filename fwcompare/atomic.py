@@ -13,6 +13,27 @@ class UnreadableFile(ValueError):
     hold); the message names the file and what to do."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message in one line (its type's name where it has none)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def read_json(path: Path | str, what: str, then: str, holds=None) -> dict:
+    """The JSON object stored in ``path``, or :class:`UnreadableFile` saying that
+    it is not a readable ``what`` (why) and ``then``, what to do. ``holds(doc)``:
+    a further check, the reason it fails or None."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        why = (f"a JSON {type(doc).__name__}, not an object" if not isinstance(doc, dict)
+               else holds(doc) if holds else None)
+        if why:
+            raise ValueError(why)
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        raise UnreadableFile(f"{path}: not a readable {what} ({first_line(exc)}); {then}") \
+            from None
+    return doc
+
+
 def write_atomic(path: Path | str, write: Callable[[Path], Any]) -> Path:
     """``write(tmp)`` writes a temporary file beside ``path``, then it is
     renamed into place (an atomic replace on one filesystem)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .atomic import UnreadableFile, write_text
+from .atomic import read_json, write_text
 from .env import hardware_line, lacks_package
 from .judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE, SHARED_METRICS,  # noqa: F401
                       SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known, Measurement, Metric,
@@ -514,13 +514,9 @@ def read(directory: Path) -> dict | None:
     f = f if f.is_file() else f / "scorecard.json"
     if not f.is_file():
         return None
-    try:
-        doc = json.loads(f.read_text())
-        if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
-            raise ValueError("no list of claims in it")
-    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError too
-        raise UnreadableFile(f"{f}: not a readable scorecard ({str(exc).splitlines()[0]}); "
-                             f"run `fwcompare report` again: it judges the claims anew") from None
+    doc = read_json(f, "scorecard", "run `fwcompare report` again: it judges the claims anew",
+                    lambda d: None if isinstance(d.get("claims"), list)
+                    else "no list of claims in it")
     for r in doc["claims"]:  # JSON has no infinity or NaN: written as "inf" / null
         for k, v in r.items():
             if v in ("inf", "-inf") or (v is None and k in _NUMERIC):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import UnreadableFile, write_atomic, write_json
+from .atomic import first_line, read_json, write_atomic, write_json
 from .energy import FIGURES as ENERGY_FIGURES
 from .spec import RunSpec, axes
 
@@ -233,16 +233,21 @@ def _set_aside(path: Path, why: str) -> None:
                   f"whole study over)", UnreadableResult, stacklevel=3)
 
 
+def _read_parquet(path: Path) -> pd.DataFrame | None:
+    """A stored result file's frame, or None where it cannot be read: it is set
+    aside (:func:`_set_aside`), never the reason the others are lost."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        _set_aside(path, first_line(exc))
+        return None
+
+
 def _read_all(directory: Path, empty) -> pd.DataFrame:
-    """Every Parquet file of a directory as one frame; ``empty()`` when there is
-    none. A file that cannot be read is set aside (:func:`_set_aside`), never
-    the reason the others are lost."""
-    frames = []
-    for f in sorted(directory.glob("*.parquet")):
-        try:
-            frames.append(pd.read_parquet(f))
-        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-            _set_aside(f, (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+    """Every readable Parquet file of a directory as one frame; ``empty()`` when
+    there is none."""
+    frames = [df for f in sorted(directory.glob("*.parquet"))
+              if (df := _read_parquet(f)) is not None]
     if not frames:
         return empty()
     return pd.concat(frames, ignore_index=True)
@@ -250,20 +255,12 @@ def _read_all(directory: Path, empty) -> pd.DataFrame:
 
 def read_manifest(path: Path) -> dict:
     """A run's environment manifest (``env.json``; {} where there is none),
-    or :class:`~fwcompare.atomic.UnreadableFile` naming it where it cannot be read."""
-    path = Path(path)
-    if not path.is_file():
+    or :class:`~fwcompare.atomic.UnreadableFile` naming it where it cannot be read
+    (:func:`~fwcompare.atomic.read_json`)."""
+    if not Path(path).is_file():
         return {}
-    try:
-        manifest = json.loads(path.read_text())
-        if not isinstance(manifest, dict):
-            raise ValueError(f"a JSON {type(manifest).__name__}, not an object")
-    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError too
-        raise UnreadableFile(
-            f"{path}: not a readable environment manifest ({str(exc).splitlines()[0]}); run "
-            f"the study again with --fresh (the earlier results are kept under previous/)"
-        ) from None
-    return manifest
+    return read_json(path, "environment manifest", "run the study again with --fresh (the "
+                     "earlier results are kept under previous/)")
 
 
 class ResultStore:
@@ -348,13 +345,8 @@ class ResultStore:
     def row(self, cell_id: str, round: int = 0) -> dict | None:
         """The stored row of one cell and round, or None."""
         path = self.cells_dir / f"{cell_id}-r{round}.parquet"
-        if not path.is_file():
-            return None
-        try:
-            return pd.read_parquet(path).iloc[0].to_dict()
-        except (OSError, ValueError) as exc:
-            _set_aside(path, (str(exc).strip().splitlines() or [type(exc).__name__])[0])
-            return None
+        df = _read_parquet(path) if path.is_file() else None
+        return None if df is None else df.iloc[0].to_dict()
 
     def stored_before(self, cell_id: str, before: int, holds) -> bool:
         """Whether a stored row of the cell in a round before ``before``

@@ -89,8 +89,6 @@ def _tier_guard(request, monkeypatch):
         pytest.fail("; ".join(seen), pytrace=False)
 
 
-
-
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, the costly tests first (papermill, then processes,
     then the fast ones): with ``--dist loadfile --no-loadscope-reorder`` the
