@@ -160,12 +160,11 @@ report: $(STAMP) ## run every study for PROFILE into outputs/PROFILE/ (index.htm
 
 # The tiers (docs/contributing.md#the-tests): every test, or the fast ones (no process
 # started, no notebook run), the 15 slowest named; then the few tests marked serial, in
-# one process. Both parts run; either failing fails the target. TEST_WORKERS=auto runs the
-# first part in one test process per core (pytest-xdist, at most 4; a file's tests share
-# one, so the smoke report is built once). On 2 cores, 2 processes took 24:46 of pytest
-# against 28:46 for one (another CPU) and distorted what the tests time
-# (docs/measurements.md, 2026-12-06): one process (0) is the default.
-TEST_WORKERS ?= 0
+# one process. Both parts run; either failing fails the target. The first part runs in
+# one test process per core (pytest-xdist, at most 4, each pinned to its own cores by
+# tests/tiers.py; a file's tests share one, so each smoke build runs once);
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= auto
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations 15
 # $(call TIERS,EXPR): the tests EXPR selects (empty: all), the serial ones after the rest
 TIERS = $(PYTEST) -m "$(1)not serial"; a=$$?; $(PY) -m pytest -p no:xdist -m "$(1)serial"; \

@@ -9,8 +9,13 @@ counters (``/proc/stat`` and each process's CPU time, through psutil):
 
 - ``host_other_cpu``: the CPU time of every process but the run's own (the
   process that drives the cells and its workers), as a share of the
-  machine's capacity over the window (1.0: every core busy all the time);
+  capacity of the cores the run may use over the window (1.0: every one of
+  them busy all the time);
 - ``host_steal``: the time the hypervisor took, as the same share.
+
+The cores are the run's CPU affinity (every core, unless it was started
+under ``taskset`` or a scheduler's CPU set): work on cores the run cannot use
+takes no CPU time from its cells, and is not counted.
 
 Their sum is a cell's ``host_load`` (:func:`host_load`); above :data:`BUSY_HOST` the scorecard
 says that a verdict was measured on a busy machine. The counters advance in
@@ -31,10 +36,20 @@ import psutil
 BUSY_HOST = 0.10
 
 
-def _busy(t) -> tuple[float, float]:
-    """(CPU seconds of work, CPU seconds stolen) since boot, all cores."""
-    work = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-    return work, getattr(t, "steal", 0.0)
+def _busy(times) -> tuple[float, float]:
+    """(CPU seconds of work, CPU seconds stolen) since boot, summed over ``times``
+    (psutil's per-core counters)."""
+    work = sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+               for t in times)
+    return work, sum(getattr(t, "steal", 0.0) for t in times)
+
+
+def run_cores(pid: int = 0) -> list[int]:
+    """The cores process ``pid`` (0: this one) may run on (its CPU affinity),
+    or every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(pid))
+    return list(range(psutil.cpu_count() or 1))
 
 
 def _own_cpu(pids) -> float:
@@ -81,12 +96,14 @@ class HostMeter:
     The process that calls it is always its own (not its other children: a
     study run from a test or a notebook has unrelated ones)."""
 
-    def __init__(self):
-        self.cores = psutil.cpu_count() or 1
+    def __init__(self, cpus: list[int] | None = None):
+        self.cpus = list(cpus) if cpus is not None else run_cores()
+        self.cores = len(self.cpus)
         self._mark: _Mark | None = None
 
     def _now(self, pids) -> _Mark:
-        work, steal = _busy(psutil.cpu_times())
+        per_core = psutil.cpu_times(percpu=True)
+        work, steal = _busy([per_core[c] for c in self.cpus if c < len(per_core)])
         return _Mark(time.monotonic(), work, steal, _own_cpu(pids))
 
     def start(self, pids=()) -> None:

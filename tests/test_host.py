@@ -59,3 +59,28 @@ def test_a_meter_never_started_gives_no_figure():
     figures = HostMeter().stop()
     assert set(figures) == {"host_other_cpu", "host_steal"}
     assert all(v != v for v in figures.values())  # NaN
+
+
+@pytest.mark.slow  # it starts a process
+@pytest.mark.serial  # a second test process would be work on the other core
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell apart")
+def test_work_on_a_core_the_run_cannot_use_is_not_counted(burner):
+    """A meter of one core and a meter of two, over the same window, with the
+    busy process pinned to the second core: the first sees none of its work,
+    the second all of it (as a run under ``taskset`` meters the cores it has)."""
+    mine, other = sorted(os.sched_getaffinity(0))[:2]
+    spinner = psutil.Process(burner.pid).children()[0]
+    spinner.cpu_affinity([other])
+    time.sleep(0.2)  # moved
+    one, both = HostMeter([mine]), HostMeter([mine, other])
+    before, t0 = cpu_of_tree(burner.pid), time.monotonic()
+    one.start()
+    both.start()
+    time.sleep(1.5)
+    got_both, got_one = both.stop(), one.stop()
+    burned, wall = cpu_of_tree(burner.pid) - before, time.monotonic() - t0
+    assert burned > 0.5 * wall, burned  # it spun on its own core most of the window
+    # the two cores' counters differ by the spinner's time, a few 10 ms ticks of slack
+    assert 2 * got_both["host_other_cpu"] - got_one["host_other_cpu"] == pytest.approx(
+        burned / wall, abs=0.08), (got_one, got_both, burned / wall)
+    assert one.cores == 1 and both.cores == 2

@@ -89,16 +89,34 @@ def _tier_guard(request, monkeypatch):
         pytest.fail("; ".join(seen), pytrace=False)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each test process on cores of its own (as many
+    processes as cores: one each). A study a test runs measures with the
+    cores it is given (``threads: 0``), so two test processes do not share a
+    core: measured times neither swing with the other process's work nor
+    oversubscribe the frameworks' thread pools (a PyTorch cell ran 7-22
+    times slower that way: docs/measurements.md, 2026-12-06)."""
+    info = getattr(config, "workerinput", None)
+    if info is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    n, i = int(info["workercount"]), int(info["workerid"].removeprefix("gw"))
+    if n <= len(cores):
+        os.sched_setaffinity(0, cores[i * len(cores) // n:(i + 1) * len(cores) // n])
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist, the costly tests first (papermill, then processes,
-    then the fast ones): with ``--dist loadfile --no-loadscope-reorder`` the
-    files are handed out in the order of their first test, so the long ones
-    start first and the short ones fill the end. The order is the same in
-    every test process."""
+    """Under pytest-xdist, the costly tests first (the smoke report's two
+    files, then the other papermill tests, then processes, then the fast
+    ones): with ``--dist loadfile --no-loadscope-reorder`` the files are handed
+    out in the order of their first test, so the two smoke builds start at
+    once in two test processes, the long ones next, and the short ones fill
+    the end. The order is the same in every test process."""
     if not hasattr(config, "workerinput"):
         return
 
     def cost(item):
-        return 0 if item.get_closest_marker("report") else \
-            1 if item.get_closest_marker("slow") else 2
+        return 0 if "smoke" in item.fixturenames else \
+            1 if item.get_closest_marker("report") else \
+            2 if item.get_closest_marker("slow") else 3
     items.sort(key=cost)  # stable: a file's own order within each tier

@@ -107,6 +107,7 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
     compute = _compute_dtype(dtype)
     auto = auto_class("Flax", weights_dir, head)
     config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
+    _numpy_clip_keywords(config.model_type)
     model = auto.from_config(config, dtype=compute, _do_init=False)
     copy = flax_copy(weights_dir)
     with one_converter(copy):
@@ -122,6 +123,40 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
     model._is_initialized = True
     model.params = _jax().device_put(params, _device(device))
     return model
+
+
+class _ClipKeywords:
+    """``jax.numpy`` whose ``clip`` also takes NumPy's old ``a_min``/``a_max``."""
+
+    def __init__(self, jnp):
+        self._jnp = jnp
+
+    def __getattr__(self, name):
+        return getattr(self._jnp, name)
+
+    def clip(self, x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002
+        return self._jnp.clip(x, min=a_min if min is None else min,
+                              max=a_max if max is None else max)
+
+
+# transformers 4.57's Flax model modules that call ``jnp.clip(x, a_max=...)``,
+# keywords JAX 0.10 removed (a TypeError when the model is built or traced).
+_OLD_CLIP = {"t5": "transformers.models.t5.modeling_flax_t5",
+             "longt5": "transformers.models.longt5.modeling_flax_longt5"}
+
+
+def _numpy_clip_keywords(model_type: str) -> None:
+    """Give the Flax module of ``model_type``, where it calls ``jnp.clip``
+    with NumPy's old keywords, a ``jnp`` that still takes them (that module
+    alone; once per process)."""
+    import importlib
+    import inspect
+
+    if model_type not in _OLD_CLIP:
+        return
+    module = importlib.import_module(_OLD_CLIP[model_type])
+    if "a_max" not in inspect.signature(module.jnp.clip).parameters:
+        module.jnp = _ClipKeywords(module.jnp)
 
 
 def _from_safetensors(model, weights_dir) -> dict:

@@ -169,7 +169,7 @@ class Rank:
         sampled (``host.HostMeter``; the launch's own processes are its
         parent's, the launcher's or the fork server's, children), as the
         interleaved and sequential schedules record it for their cells."""
-        from ...host import HostMeter
+        from ...host import HostMeter, run_cores
         from ...timing import StoppingRule
 
         cfg, dp = self.cfg, self.dp
@@ -187,7 +187,9 @@ class Rank:
         self.spent("warm-up and block size", time.perf_counter() - t0)
         rule = StoppingRule(cfg)
         samples = []
-        meter, own = (HostMeter() if self.rank0 else None), [os.getppid()]
+        # the launch's processes are the run's own, and its cores the ones metered
+        # (this rank is pinned to its share of them)
+        meter, own = (HostMeter(run_cores(os.getppid())) if self.rank0 else None), [os.getppid()]
         if meter:
             meter.start(own)
         # A sample is one flag all-reduce and one step. The flag that ends the
