@@ -4,13 +4,15 @@ gave before the redesign of issue 47 (tools/behaviour_snapshot.py made it). A pa
 file that drops cells drops their ids there; the others must stay as they were
 (2026-11-28: generation's quick profile without torch static-compile; 2026-11-29:
 distributed's quick profile without its 1-worker launches, memory's gpu profile without
-TensorFlow's checkpointing)."""
+TensorFlow's checkpointing). A cell's threads are part of its id, and ``threads: 0``
+means the cores the run may use: the ids were stored on 2 cores, so the test counts 2
+(a test process of ``make test`` is pinned to one)."""
 import json
 from pathlib import Path
 
 import pytest
 
-from fwcompare import params
+from fwcompare import env, params
 from fwcompare.studies import STUDIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +26,8 @@ def test_every_params_file_is_stored():
 
 
 @pytest.mark.parametrize("path", sorted(STORED))
-def test_cell_ids_unchanged(path):
+def test_cell_ids_unchanged(path, monkeypatch):
+    monkeypatch.setattr(env, "default_threads", lambda: 2)
     file = ROOT / path
     study = STUDIES[file.parent.name]
     ids = [c.cell_id for c in study.cells(params.load_file(file, study.name))]

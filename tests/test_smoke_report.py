@@ -7,8 +7,6 @@ test processes.
 Each test names the studies it reads (``@pytest.mark.smoke``; none: the whole
 report, scorecard and index); tests/smoke.py builds them once. A study that
 fails fails the tests that read it, each naming it, and the others pass."""
-
-
 import io
 import re
 import socket
@@ -20,13 +18,14 @@ import pytest
 from html import escape
 
 from fwcompare import claims, export, load_results, models, report, tables
-from fwcompare.studies import STUDIES, deployment, generation, memory
 from fwcompare.params import load_file
 from fwcompare.paths import PARAMS
+from fwcompare.studies import STUDIES, deployment, generation, memory
 from smoke import (GROUPS, each, has_its_share_of_the_peak, n_variants,
                    renders_page_and_figures, results_and_params)
 
 pytestmark = pytest.mark.report
+
 
 @pytest.mark.parametrize("name", each(GROUPS[0]))
 def test_each_study_renders_its_page_and_figures(smoke, name):

@@ -2,8 +2,6 @@
 of tests/smoke.py's two groups (``test_smoke_report.py`` holds the first's and
 the whole report's tests), built in one report at the same time as the first.
 Each test names the studies it reads (``@pytest.mark.smoke``)."""
-
-
 import numpy as np
 import pytest
 
@@ -17,6 +15,7 @@ from smoke import (GROUPS, each, has_its_share_of_the_peak, n_variants,
                    renders_page_and_figures, results_and_params)
 
 pytestmark = pytest.mark.report
+
 
 @pytest.mark.smoke("inference_sweep")
 def test_every_cell_ran_and_is_real(smoke):
