@@ -30,6 +30,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"fwcompare {version('fwcompare')}"
 
 
+@pytest.mark.frameworks("torch")
 @pytest.mark.parametrize("what", ["studies", "profiles", "models", "claims"])
 def test_list(capsys, what):
     assert cli.main(["list", what]) == cli.DONE

@@ -99,6 +99,7 @@ def test_inductors_precompiled_headers_outlive_the_worker_in_its_compile_cache(t
     assert list((kept / "precompiled_headers").glob("*.gch")), "no header was precompiled there"
 
 
+@pytest.mark.frameworks("torch")
 def test_keep_inductor_globals_links_only_a_workers_own_temporary_directory(tmp_path, monkeypatch):
     import tempfile
 

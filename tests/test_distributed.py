@@ -351,6 +351,7 @@ def test_hung_rank_times_out_without_orphans(tmp_path, monkeypatch, ports_used):
     assert stored["cell_timeout_s"] == 15.0
 
 
+@pytest.mark.frameworks("jax", "tensorflow")
 def test_the_spread_check_gathers_weights_in_bounded_buckets_in_order():
     from fwcompare.frameworks.tensorflow.parallel import _buckets
 
@@ -748,6 +749,7 @@ def _one_rank_study(tmp_path, max_time_s: float):
     return runner
 
 
+@pytest.mark.frameworks("torch")
 def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_batch(
         tmp_path, monkeypatch, capsys):
     """The gate batch is strong scaling's global batch at the cells' length:

@@ -38,6 +38,7 @@ def test_a_bad_share_is_refused():
         data.make_task(0, 10, 10, own_share=0.4)
 
 
+@pytest.mark.frameworks("torch")
 @pytest.mark.skipif(models.not_installed("all-minilm-l6-v2") != "", reason="MiniLM package")
 def test_minilm_tokenizes_every_sentence_within_its_length():
     task = data.make_task(0, 200, 50)

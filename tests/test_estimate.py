@@ -32,6 +32,7 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.frameworks("torch")
 def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
     params = load_file(SMOKE, "inference_sweep")
     first = estimate(STUDIES["inference_sweep"], params, tmp_path)

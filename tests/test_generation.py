@@ -31,6 +31,7 @@ def test_prompt_buckets():
     assert generation.bucket(100, buckets) == 100  # past the largest: its own length
 
 
+@pytest.mark.frameworks("torch")
 def test_kv_cache_size_follows_the_architecture():
     gpt2 = generation.kv_bytes_per_token(models.config_for("gpt2"))
     assert gpt2 == (2 * 12 * 12 * 64 * 4, 0)  # keys and values, 12 layers x 768 wide

@@ -14,6 +14,7 @@ from fwcompare.studies import STUDIES
 GIB = 2 ** 30
 
 
+@pytest.mark.frameworks("torch")
 @pytest.mark.parametrize("study", list(STUDIES))
 def test_every_study_has_a_gpu_profile_that_dry_runs(study, tmp_path, capsys):
     full = params.load_file(PARAMS / study / "gpu.yaml", study)

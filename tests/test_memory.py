@@ -134,6 +134,7 @@ def test_cells_are_techniques_and_one_search_per_framework_and_mode():
     assert len({c.cell_id for c in cells}) == len(cells)
 
 
+@pytest.mark.frameworks("torch")
 def test_gpt2_family_has_the_public_sizes():
     n = {}
     for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"):

@@ -142,6 +142,7 @@ def test_jax_gpu_memory_on_a_fake_allocator(monkeypatch):
                     "xla_plan_bytes": 41_800}
 
 
+@pytest.mark.frameworks("jax")
 def test_jax_hold_allocates_its_buffer_without_running_a_program():
     """The lift's buffer must be the only allocation: a buffer made by a
     compiled program (``jnp.zeros``) left a 256-byte argument's peak above the
@@ -161,6 +162,7 @@ def test_jax_hold_allocates_its_buffer_without_running_a_program():
     jax.numpy.zeros((123_459,), np.uint8).block_until_ready()  # the check itself can see a compile
     assert compiled
 
+@pytest.mark.frameworks("torch")
 def test_torch_gpu_memory_on_a_fake_allocator_adds_the_cuda_graph_pool(monkeypatch):
     """PyTorch's peak is reset before the call; a CUDA-graph replay allocates
     nothing, so its pool's reserved bytes are added (seen on an H100:
@@ -185,6 +187,8 @@ def test_torch_gpu_memory_on_a_fake_allocator_adds_the_cuda_graph_pool(monkeypat
                     "mem_method": "torch_allocator_peak_plus_cuda_graph_pool"}
 
 
+# building a transformers model imports TensorFlow and JAX too, where they are installed
+@pytest.mark.frameworks("torch", "tensorflow", "jax")
 def test_torch_marks_cuda_graph_modes_only(monkeypatch):
     from fwcompare.frameworks.torch import backend
 

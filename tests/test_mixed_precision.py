@@ -88,6 +88,7 @@ def test_stability_table_counts_skips_and_measures_deviation():
     assert row["first_loss_scale"] == 2.0 ** 16 and row["final_loss_scale"] == 2.0 ** 14
 
 
+@pytest.mark.frameworks("jax", "tensorflow", "torch")
 def test_torch_autocast_errors_against_float64_on_real_weights():
     """PyTorch's mixed precision on all-MiniLM-L6-v2: bfloat16 errs ~1e-2, float16
     ~1e-3, float32 ~1e-6 relative to float64; the GradScaler step reports its scale."""
@@ -123,6 +124,7 @@ def test_torch_float16_training_scales_the_loss(tiny_weights, tmp_path):
     assert losses["float16"][0] == pytest.approx(losses["float32"][0], rel=1e-2)
 
 
+@pytest.mark.frameworks("jax", "torch", "tensorflow")  # the zoo's weights: built with PyTorch
 @pytest.mark.parametrize("initial, skips", [(2.0 ** 40, True), (2.0 ** 10, False)])
 def test_jax_float16_training_skips_a_step_whose_gradients_overflow(tiny_weights, tmp_path,
                                                                     monkeypatch, initial, skips):

@@ -134,6 +134,7 @@ def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypa
     assert probed == []
 
 
+@pytest.mark.frameworks("torch")
 def test_a_dry_run_lists_its_cells_as_not_here_once(no_tensorflow, tmp_path, capsys):
     from fwcompare import cli
 

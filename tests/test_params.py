@@ -218,6 +218,7 @@ def test_a_checkpoint_the_studies_cannot_feed_is_refused(tmp_path):
     assert "vocab_size" in msg, msg
 
 
+@pytest.mark.frameworks("torch")
 def test_one_validation_per_entry_in_a_quick_report(monkeypatch, tmp_path):
     """`fwcompare report --profile quick` checks each study's params once, at its
     entry; the round passes, the tasks and the runners it hands them to check
