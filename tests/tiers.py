@@ -93,9 +93,9 @@ def pytest_configure(config):
     """Under pytest-xdist, each test process on cores of its own (as many
     processes as cores: one each). A study a test runs measures with the
     cores it is given (``threads: 0``), so two test processes do not share a
-    core: measured times neither swing with the other process's work nor
-    oversubscribe the frameworks' thread pools (a PyTorch cell ran 7-22
-    times slower that way: docs/measurements.md, 2026-12-06)."""
+    core: its thread pools never compete with the other process's work (a
+    PyTorch cell measured beside another test process on shared cores ran
+    7-22 times slower: docs/measurements.md, 2026-12-06)."""
     info = getattr(config, "workerinput", None)
     if info is None or not hasattr(os, "sched_setaffinity"):
         return
