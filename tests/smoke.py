@@ -183,8 +183,6 @@ def has_its_share_of_the_peak(smoke: "SmokeReport", study: str) -> None:
     """Every study's run measured the machine's ceilings with the frameworks'
     own matmuls (env.json), every measured row has pct_of_peak = 100 x
     achieved FLOP/s / its precision's ceiling, and every study drew a roofline."""
-    # Generation is left out: its smoke profile's T5 has no FLOP estimate (an
-    # encoder-decoder; its decoders' rows have one, and it draws a roofline).
     res = load_results(smoke.study(study))
     peak = res.manifest["peak"]
     assert peak["flops_per_s"]["float32"] > 1e9, peak  # a real CPU's matmul
