@@ -136,7 +136,7 @@ def pin_threads(threads: int) -> None:
     so that ranks do not compete for the same cores."""
     if not hasattr(os, "sched_setaffinity"):
         return
-    cores = sorted(os.sched_getaffinity(0))
+    cores = run_cores()
     n = max(1, min(threads, len(cores)))
     start = (int(os.environ.get("LOCAL_RANK", "0")) * threads) % len(cores)
     os.sched_setaffinity(0, (cores + cores)[start:start + n])

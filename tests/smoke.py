@@ -14,8 +14,9 @@ The studies come in two :data:`GROUPS`, one build each, whose tests sit in
 two files (``test_smoke_report.py`` and ``test_smoke_studies.py``): under
 pytest-xdist (``make test``'s ``--dist loadfile``) the two builds run in two
 test processes at once. The whole report's tests then judge the scorecard
-over both groups' folders, measuring nothing again. A file lock per group keeps each build to one process
-(pytest-xdist's recipe for a session fixture run once).
+over both groups' folders, measuring nothing again. A file lock per group
+keeps each build to one process (pytest-xdist's recipe for a session fixture
+run once).
 """
 from __future__ import annotations
 
