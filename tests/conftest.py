@@ -1,6 +1,6 @@
 """Shared fixtures: smoke-sized timing, a test run's own cache, the smoke
-report, the tiers' guard (tests/tiers.py), and the check that nothing is left
-running."""
+report, the tiers' guard (tests/tiers.py), the fork servers a test process
+keeps (tests/servers.py), and the check that nothing is left running."""
 import os
 import tempfile
 from pathlib import Path
@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 from fwcompare.timing import TimingConfig  # noqa: E402
 
-pytest_plugins = ["tiers", "pytester"]
+pytest_plugins = ["tiers", "servers", "pytester"]
 
 # Smoke-sized timing params: a few short samples per cell, enough for a median
 # and its CI (every test that runs cells through the runner uses these).
@@ -71,8 +71,13 @@ def smoke(tmp_path_factory, request):
 
 
 def children_alive() -> list[psutil.Process]:
-    """This process's children, now (a worker the runner ended was waited for)."""
-    return psutil.Process().children(recursive=True)
+    """This process's children, now (a worker the runner ended was waited for),
+    but the fork servers it keeps for every test (tests/servers.py): their
+    workers count."""
+    from servers import kept_pids
+
+    kept = kept_pids()
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in kept]
 
 
 def benchmark(name: str):

@@ -17,7 +17,8 @@ from fwcompare.forkserver import ForkServers
 from fwcompare.paths import ROOT
 from fwcompare.frameworks import worker_env
 
-pytestmark = pytest.mark.slow  # it starts worker processes
+# it starts worker processes, and tests the servers of a run: its own
+pytestmark = [pytest.mark.slow, pytest.mark.own_servers]
 
 BASE = {"models": ["tiny-bert"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
         "batch_sizes": [1], "seq_lens": [8], "group_timeout_s": 120.0, **SMOKE_TIMING}

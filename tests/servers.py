@@ -1,0 +1,141 @@
+"""Fork servers kept for a whole test process (a pytest plugin, loaded by
+conftest.py).
+
+A study run starts a fork server per framework and one for its prepare job,
+and closes them when it ends (fwcompare.forkserver): each test that runs a
+study paid the frameworks' imports again (seconds each on one core:
+docs/measurements.md, 2026-12-06). Here a built-in
+study's run takes its servers from one set that the test process keeps until
+it ends, as ``fwcompare report`` keeps one set for its studies. The workers
+are still forked fresh for every cell group, so what a test measures is
+unchanged; what is shared is the imported modules.
+
+Not shared: the servers of a study a test registers (a server imports its
+study by name once, and two tests may register different studies of one
+name), and every server of a test marked ``own_servers`` (it tests how
+servers start, fail or end with their run).
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fwcompare import forkserver
+from fwcompare.studies import STUDIES
+
+BUILT_IN = frozenset(STUDIES)
+# Read by the worker at run time from the environment its request carries, not by
+# the server's imports: a server of another value of these serves just as well.
+RUN_TIME_ENV = ("PYTEST_CURRENT_TEST", "FWCOMPARE_FAULT")
+KEEP = 8  # servers kept at most: each holds its framework's modules in memory
+
+
+def _key(env: dict) -> tuple:
+    return forkserver.env_key({k: v for k, v in env.items() if k not in RUN_TIME_ENV})
+
+
+class KeptServers:
+    """The test process's servers, by environment; one that died (a test
+    killed it) or failed is started again by the next run that needs it."""
+
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.servers: dict[tuple, forkserver.ForkServer] = {}
+
+    def start(self, env, threads, framework, study, study_file, models) -> None:
+        key = _key(env)
+        server = self.servers.get(key)
+        if server is not None and server.alive() and server.proc.poll() is None:
+            self.servers[key] = self.servers.pop(key)  # the most recent last
+            return
+        if server is not None:
+            server.close()
+            del self.servers[key]
+        while len(self.servers) >= KEEP:
+            self.servers.pop(next(iter(self.servers))).close()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.servers[key] = forkserver.ForkServer(
+            env, threads, framework, study, study_file, models,
+            self.log_dir / f"forkserver-{framework}.log")
+
+    def server_for(self, env, timeout):
+        server = self.servers.get(_key(env))
+        if server is None:
+            return None
+        if server.alive() and server.proc.poll() is None and server.wait_ready(timeout):
+            # the run-time keys may differ from the server's: the worker takes the
+            # request's environment (ForkServer.spawn checks the rest)
+            server.key = forkserver.env_key(env)
+            return server
+        server.close()
+        del self.servers[_key(env)]
+        return None
+
+    def pids(self) -> set[int]:
+        return {s.proc.pid for s in self.servers.values()}
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.shutdown()
+        for server in self.servers.values():
+            server.close()
+        self.servers.clear()
+
+
+class RunServers:
+    """What a study run gets in place of its own ``ForkServers``: the kept
+    servers for a built-in study, servers of its own (closed with it) for a
+    study a test registered."""
+
+    def __init__(self, kept: KeptServers, log_dir):
+        self.kept = kept
+        self.own = _ForkServers(log_dir)
+
+    def start(self, env, threads, framework, study, study_file, models) -> None:
+        (self.kept if study in BUILT_IN else self.own).start(
+            env, threads, framework, study, study_file, models)
+
+    def server_for(self, env, timeout):
+        return self.own.server_for(env, timeout) or self.kept.server_for(env, timeout)
+
+    def close(self) -> None:
+        self.own.close()
+
+    def __enter__(self) -> "RunServers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_ForkServers = forkserver.ForkServers
+KEPT: KeptServers | None = None
+
+
+def kept_pids() -> set[int]:
+    """The kept servers' processes (children of this one that no test left)."""
+    return KEPT.pids() if KEPT is not None else set()
+
+
+@pytest.fixture(autouse=True)
+def _shared_servers(request, monkeypatch, tmp_path_factory):
+    """A study run of this test takes its fork servers from the kept set
+    (``ForkServers`` replaced for the test, where ``fwcompare.run_study`` and
+    ``report.build`` make theirs), unless the test is marked ``own_servers``."""
+    global KEPT
+    if request.node.get_closest_marker("own_servers") is None:
+        if KEPT is None:
+            KEPT = KeptServers(tmp_path_factory.mktemp("kept-forkservers"))
+
+        def servers(log_dir):
+            return RunServers(KEPT, log_dir)
+        monkeypatch.setattr(forkserver, "ForkServers", servers)  # a study run's
+        if "fwcompare.report" in sys.modules:  # a report's (imported by the tests that build one)
+            monkeypatch.setattr(sys.modules["fwcompare.report"], "ForkServers", servers)
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if KEPT is not None:
+        KEPT.close()

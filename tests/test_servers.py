@@ -1,0 +1,44 @@
+"""The fork servers a test process keeps (tests/servers.py): two runs of a
+built-in study fork their workers from the same server, which no test counts
+as left running; one that died is started again by the next run."""
+import os
+import re
+import signal
+import time
+
+import pytest
+from conftest import SMOKE_TIMING, children_alive, running
+from servers import kept_pids
+
+from fwcompare import run_study
+
+pytestmark = pytest.mark.slow  # it runs the study's workers
+
+BASE = {"models": ["tiny-bert"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
+        "batch_sizes": [1], "seq_lens": [8], "group_timeout_s": 120.0, **SMOKE_TIMING}
+
+
+def parents(out) -> set[int]:
+    """The parents of the run's workers (the line each writes to its log)."""
+    logs = (out / "results" / "work" / "jobs").glob("torch-*.log")
+    return {int(p) for log in logs
+            for p in re.findall(r"fwcompare worker: pid \d+, parent (\d+)", log.read_text())}
+
+
+def test_runs_fork_from_the_kept_server_and_one_that_died_is_started_again(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        res = run_study("inference_sweep", BASE, output_dir=tmp_path / name, progress=False)
+        assert set(res.results["status"]) == {"ok"}
+        runs.append(parents(tmp_path / name))
+    assert runs[0] == runs[1] and len(runs[0]) == 1  # one server forked both runs' workers
+    (server,) = runs[0]
+    assert server in kept_pids() and server != os.getpid()
+    assert server not in {p.pid for p in children_alive()}  # kept, not left running
+    os.kill(server, signal.SIGKILL)
+    while running(server):
+        time.sleep(0.05)
+    res = run_study("inference_sweep", BASE, output_dir=tmp_path / "c", progress=False)
+    assert set(res.results["status"]) == {"ok"}
+    (again,) = parents(tmp_path / "c")
+    assert again != server and again in kept_pids()
