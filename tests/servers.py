@@ -4,11 +4,11 @@ conftest.py).
 A study run starts a fork server per framework and one for its prepare job,
 and closes them when it ends (fwcompare.forkserver): each test that runs a
 study paid the frameworks' imports again (seconds each on one core:
-docs/measurements.md, 2026-12-06). Here a built-in
-study's run takes its servers from one set that the test process keeps until
-it ends, as ``fwcompare report`` keeps one set for its studies. The workers
-are still forked fresh for every cell group, so what a test measures is
-unchanged; what is shared is the imported modules.
+docs/measurements.md, 2026-12-06). Here a built-in study's run takes its
+servers from one set that the test process keeps until it ends, as
+``fwcompare report`` keeps one set for its studies. The workers are still
+forked fresh for every cell group, so what a test measures is unchanged; what
+is shared is the imported modules.
 
 Not shared: the servers of a study a test registers (a server imports its
 study by name once, and two tests may register different studies of one
