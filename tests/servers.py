@@ -35,32 +35,32 @@ def _key(env: dict) -> tuple:
     return forkserver.env_key({k: v for k, v in env.items() if k not in RUN_TIME_ENV})
 
 
-class KeptServers:
-    """The test process's servers, by environment; one that died (a test
-    killed it) or failed is started again by the next run that needs it."""
+_ForkServers = forkserver.ForkServers  # the library's, before a test replaces it
 
-    def __init__(self, log_dir):
-        self.log_dir = log_dir
-        self.servers: dict[tuple, forkserver.ForkServer] = {}
+
+class KeptServers(_ForkServers):
+    """The test process's servers, by environment less the run-time keys;
+    one that died (a test killed it) or failed is started again by the next
+    run that needs it."""
 
     def start(self, env, threads, framework, study, study_file, models) -> None:
         key = _key(env)
-        server = self.servers.get(key)
+        server = self._servers.get(key)
         if server is not None and server.alive() and server.proc.poll() is None:
-            self.servers[key] = self.servers.pop(key)  # the most recent last
+            self._servers[key] = self._servers.pop(key)  # the most recent last
             return
         if server is not None:
-            server.close()
-            del self.servers[key]
-        while len(self.servers) >= KEEP:
-            self.servers.pop(next(iter(self.servers))).close()
+            self._servers.pop(key).close()
+        while len(self._servers) >= KEEP:
+            self._servers.pop(next(iter(self._servers))).close()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.servers[key] = forkserver.ForkServer(
+        self._servers[key] = forkserver.ForkServer(
             env, threads, framework, study, study_file, models,
             self.log_dir / f"forkserver-{framework}.log")
 
     def server_for(self, env, timeout):
-        server = self.servers.get(_key(env))
+        key = _key(env)
+        server = self._servers.get(key)
         if server is None:
             return None
         if server.alive() and server.proc.poll() is None and server.wait_ready(timeout):
@@ -68,48 +68,30 @@ class KeptServers:
             # request's environment (ForkServer.spawn checks the rest)
             server.key = forkserver.env_key(env)
             return server
-        server.close()
-        del self.servers[_key(env)]
+        self._servers.pop(key).close()
         return None
 
     def pids(self) -> set[int]:
-        return {s.proc.pid for s in self.servers.values()}
-
-    def close(self) -> None:
-        for server in self.servers.values():
-            server.shutdown()
-        for server in self.servers.values():
-            server.close()
-        self.servers.clear()
+        return {s.proc.pid for s in self._servers.values()}
 
 
-class RunServers:
+class RunServers(_ForkServers):
     """What a study run gets in place of its own ``ForkServers``: the kept
     servers for a built-in study, servers of its own (closed with it) for a
     study a test registered."""
 
     def __init__(self, kept: KeptServers, log_dir):
+        super().__init__(log_dir)
         self.kept = kept
-        self.own = _ForkServers(log_dir)
 
     def start(self, env, threads, framework, study, study_file, models) -> None:
-        (self.kept if study in BUILT_IN else self.own).start(
+        (self.kept.start if study in BUILT_IN else super().start)(
             env, threads, framework, study, study_file, models)
 
     def server_for(self, env, timeout):
-        return self.own.server_for(env, timeout) or self.kept.server_for(env, timeout)
-
-    def close(self) -> None:
-        self.own.close()
-
-    def __enter__(self) -> "RunServers":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return super().server_for(env, timeout) or self.kept.server_for(env, timeout)
 
 
-_ForkServers = forkserver.ForkServers
 KEPT: KeptServers | None = None
 
 

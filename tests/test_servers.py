@@ -2,13 +2,13 @@
 built-in study fork their workers from the same server, which no test counts
 as left running; one that died is started again by the next run."""
 import os
-import re
 import signal
 import time
 
 import pytest
 from conftest import SMOKE_TIMING, children_alive, running
 from servers import kept_pids
+from test_forkserver import _pids
 
 from fwcompare import run_study
 
@@ -20,9 +20,8 @@ BASE = {"models": ["tiny-bert"], "frameworks": ["torch"], "modes": {"torch": ["e
 
 def parents(out) -> set[int]:
     """The parents of the run's workers (the line each writes to its log)."""
-    logs = (out / "results" / "work" / "jobs").glob("torch-*.log")
-    return {int(p) for log in logs
-            for p in re.findall(r"fwcompare worker: pid \d+, parent (\d+)", log.read_text())}
+    return {parent for name, found in _pids(out / "results" / "work" / "jobs").items()
+            if name.startswith("torch-") for _, parent in found}
 
 
 def test_runs_fork_from_the_kept_server_and_one_that_died_is_started_again(tmp_path):
