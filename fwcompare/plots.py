@@ -339,8 +339,15 @@ def save_figure(fig, directory: Path | str, name: str) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
-    fig.savefig(path, dpi=PNG_DPI, bbox_inches="tight")
-    fig.savefig(directory / f"{name}.svg", bbox_inches="tight")
+    # One layout and one tight box for both files: with bbox_inches="tight",
+    # each savefig lays the figure out again (two draws of four). Laid out at
+    # the PNG's dpi, as its own tight box is: text measures wider at fewer dpi.
+    fig.set_dpi(PNG_DPI)
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+    fig.set_layout_engine(None)  # laid out above; left set, each savefig lays out again
+    fig.savefig(path, dpi=PNG_DPI, bbox_inches=box)
+    fig.savefig(directory / f"{name}.svg", bbox_inches=box)
     drawn_data(fig).to_csv(directory / f"{name}.csv", index=False)
     (directory / f"{name}.caption.txt").write_text(caption(fig, name) + "\n")
     plt.close(fig)
