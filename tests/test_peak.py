@@ -1,9 +1,6 @@
 """The figures behind pct_of_peak: the FLOP estimate checked against an
 independent count (PyTorch's FLOP counter on the same forward)."""
 import pytest
-import torch
-import transformers
-from torch.utils.flop_counter import FlopCounterMode
 
 from fwcompare import models
 
@@ -16,6 +13,10 @@ def test_the_flop_estimate_agrees_with_pytorchs_flop_counter(batch, seq):
     models.forward_flops against FlopCounterMode's count of every matmul,
     within 2% (Kaplan's attention term alone, the logits without the values,
     was 4.2% short at 8 x 512)."""
+    import torch  # here, not at collection: every test process would import it
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
     config = models.config_for("bert-base-cased")
     config._attn_implementation = "eager"
     with torch.device("meta"):  # shapes alone: the counter needs no values
