@@ -6,12 +6,11 @@ import sys
 
 import pytest
 
-from fwcompare import run_study
+from fwcompare import doctor, run_study
 from fwcompare.doctor import DoctorError, PASSED_VAR
 
-pytestmark = pytest.mark.slow  # fresh interpreters import each framework
 
-
+@pytest.mark.slow  # fresh interpreters import each framework
 def test_doctor_passes_the_cpu_and_reports_no_gpu_clearly():
     out = subprocess.run([sys.executable, "-m", "fwcompare", "doctor"], capture_output=True,
                          text=True, timeout=600)
@@ -29,11 +28,29 @@ def test_doctor_passes_the_cpu_and_reports_no_gpu_clearly():
         assert "gpu" in dev.lower(), dev
     assert "no NVIDIA GPU" in gpu or "no NVML" in gpu or "GiB, driver" in gpu
     assert "device: gpu runs stop before measuring" in text
-    strict = subprocess.run([sys.executable, "-m", "fwcompare", "doctor", "--device", "gpu",
-                             "--frameworks", "jax"], capture_output=True, text=True, timeout=300)
-    assert strict.returncode == 1 and "FAIL" in strict.stdout, strict.stdout
 
 
+def test_asked_for_the_gpu_alone_the_doctor_exits_1_where_a_framework_fails(monkeypatch,
+                                                                            capsys):
+    """``--device gpu``: a framework that cannot use the GPU fails the command
+    (with ``all`` it is a finding, exit 0); the probes' findings are the ones
+    the test above gets from real interpreters."""
+    def examine(frameworks, device):
+        asked.append((frameworks, device))
+        return {fw: [{"check": "import", "ok": True, "detail": f"{fw} imported"},
+                     {"check": "device", "ok": device == "cpu", "detail": "RuntimeError: no GPU"}]
+                for fw in frameworks}
+    asked = []
+    monkeypatch.setattr(doctor, "examine", examine)
+    assert doctor.main(["--device", "gpu", "--frameworks", "jax"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "device gpu: not usable here" in out
+    assert asked == [(["jax"], "gpu")]
+    assert doctor.main(["--frameworks", "jax"]) == 0  # all: the CPU, then the GPU's finding
+    assert asked[1:] == [(["jax"], "cpu"), (["jax"], "gpu")]
+
+
+@pytest.mark.slow  # a probe interpreter
 def test_a_gpu_run_stops_before_measuring_with_the_doctors_findings(tmp_path, monkeypatch):
     monkeypatch.delenv(PASSED_VAR, raising=False)
     with pytest.raises(DoctorError, match=r"device gpu: torch cannot run here") as err:
