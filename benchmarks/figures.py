@@ -3,7 +3,7 @@ scorecard's claim figures of a finished report, each saved by
 ``plots.save_figure`` (one layout and one tight box for its PNG and SVG) and
 by the two ``bbox_inches="tight"`` savefigs it replaced, alternating, in one
 process. Prints each way's median seconds for all the figures, the ratio, and
-whether the PNGs came out the same size.
+whether the PNGs came out the same size (in pixels).
 
 Usage: .venv/bin/python benchmarks/figures.py RESULTS_DIR [--profile smoke] [--repeats 3]
 (RESULTS_DIR: a report's folder, e.g. outputs/quick, holding a folder per study)
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import warnings
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -33,6 +33,11 @@ def both_tight(fig, directory: Path, name: str) -> None:
     plots.drawn_data(fig).to_csv(directory / f"{name}.csv", index=False)
     (directory / f"{name}.caption.txt").write_text(plots.caption(fig, name) + "\n")
     plt.close(fig)
+
+
+def size(png: Path) -> tuple[int, int]:
+    with Image.open(png) as im:
+        return im.size
 
 
 def save_all(card, save, directory: Path) -> float:
@@ -58,15 +63,16 @@ def main() -> None:
         ways = {"save_figure": plots.save_figure, "two tight savefigs": both_tight}
         seconds: dict[str, list[float]] = {w: [] for w in ways}
         for i in range(args.repeats):
-            for way, save in ways.items():
+            order = list(ways.items())  # each way first in every other repeat
+            for way, save in order if i % 2 == 0 else order[::-1]:
                 out = tmp / way.replace(" ", "-")
                 out.mkdir(exist_ok=True)
                 seconds[way].append(save_all(card, save, out))
             print(f"repeat {i + 1}: " + ", ".join(f"{w} {s[-1]:.2f} s" for w, s in seconds.items()),
                   flush=True)
-        n = len(list((tmp / "save_figure").glob("*.png")))
-        same = sum(Image.open(p).size == Image.open(tmp / "two-tight-savefigs" / p.name).size
-                   for p in (tmp / "save_figure").glob("*.png"))
+        pngs = sorted((tmp / "save_figure").glob("*.png"))
+        n, same = len(pngs), sum(size(p) == size(tmp / "two-tight-savefigs" / p.name)
+                                 for p in pngs)
     med = {w: statistics.median(s) for w, s in seconds.items()}
     print(f"{n} claim figures, {args.repeats} repeats, {env.cpu_model()}:")
     for way, m in med.items():

@@ -332,20 +332,21 @@ def save_figure(fig, directory: Path | str, name: str) -> None:
     dpi), ``<name>.svg``, ``<name>.csv`` (every number drawn,
     :func:`drawn_data`) and ``<name>.caption.txt`` (its title and footer:
     what it shows, the hardware, the versions; the report's index shows it
-    under the figure). In a notebook, show that very PNG. The figure is drawn
-    once per file: left open, the inline backend drew it again to show it
-    (0.15-0.3 s a figure on a 2-core AMD EPYC)."""
+    under the figure). In a notebook, show that very PNG. The figure is laid
+    out once and drawn once per file: left open, the inline backend drew it
+    again to show it (0.15-0.3 s a figure on a 2-core AMD EPYC)."""
     check_slug(name)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
-    # One layout and one tight box for both files: with bbox_inches="tight",
-    # each savefig lays the figure out again (two draws of four). Laid out at
-    # the PNG's dpi, as its own tight box is: text measures wider at fewer dpi.
+    # One layout for both files ("tight" lays out per savefig), at the PNG's dpi as its box was
     fig.set_dpi(PNG_DPI)
     fig.draw_without_rendering()
     box = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
-    fig.set_layout_engine(None)  # laid out above; left set, each savefig lays out again
+    # No engine: a placeholder lays out again; None alone takes the user's autolayout rc
+    with matplotlib.rc_context({"figure.autolayout": False,
+                                "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)
     fig.savefig(path, dpi=PNG_DPI, bbox_inches=box)
     fig.savefig(directory / f"{name}.svg", bbox_inches=box)
     drawn_data(fig).to_csv(directory / f"{name}.csv", index=False)

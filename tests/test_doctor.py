@@ -33,8 +33,8 @@ def test_doctor_passes_the_cpu_and_reports_no_gpu_clearly():
 def test_asked_for_the_gpu_alone_the_doctor_exits_1_where_a_framework_fails(monkeypatch,
                                                                             capsys):
     """``--device gpu``: a framework that cannot use the GPU fails the command
-    (with ``all`` it is a finding, exit 0); the probes' findings are the ones
-    the test above gets from real interpreters."""
+    (with ``all`` it is a finding, exit 0). The findings are shaped like the
+    probes' that the test above gets from real interpreters."""
     def examine(frameworks, device):
         asked.append((frameworks, device))
         return {fw: [{"check": "import", "ok": True, "detail": f"{fw} imported"},

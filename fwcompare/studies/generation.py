@@ -192,7 +192,8 @@ def torch_generator(model, mode: str, device: str, params: dict, inputs) -> Gene
     def call(ids, n):
         x = inputs(ids)
         mask = torch.ones_like(x)
-        cache = full_static_cache(model, x.shape[1] + n) if mode == "static-compile" else None
+        # the slots generate() gives its own static cache: the last token is never fed back
+        cache = full_static_cache(model, x.shape[1] + n - 1) if mode == "static-compile" else None
         kwargs = extra if cache is None else dict(extra, cache_implementation=None,
                                                   past_key_values=cache)
 
@@ -214,10 +215,11 @@ def full_static_cache(model, length: int):
     step compiles again (transformers#44609; docs/measurements.md, 2026-12-06 night)."""
     from transformers import StaticCache
 
-    config = copy.deepcopy(model.config.get_text_config(decoder=True))
+    config = model.config.get_text_config(decoder=True)
     window = getattr(config, "sliding_window", None)
     if config.is_encoder_decoder or not window or window < length:
         return None
+    config = copy.deepcopy(config)
     kinds = getattr(config, "layer_types", None) or ["sliding_attention"] * config.num_hidden_layers
     config.layer_types = ["full_attention" if k == "sliding_attention" else k for k in kinds]
     return StaticCache(config=config, max_cache_len=length)
