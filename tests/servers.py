@@ -4,7 +4,7 @@ conftest.py).
 A study run starts a fork server per framework and one for its prepare job,
 and closes them when it ends (fwcompare.forkserver): each test that runs a
 study paid the frameworks' imports again (seconds each on one core:
-docs/measurements.md, 2026-12-06). Here a built-in study's run takes its
+docs/measurements.md). Here a built-in study's run takes its
 servers from one set that the test process keeps until it ends, as
 ``fwcompare report`` keeps one set for its studies. The workers are still
 forked fresh for every cell group, so what a test measures is unchanged; what
@@ -35,6 +35,11 @@ def _key(env: dict) -> tuple:
     return forkserver.env_key({k: v for k, v in env.items() if k not in RUN_TIME_ENV})
 
 
+def _running(server) -> bool:
+    """Alive and its process not ended (a SIGKILL shows in poll() before alive())."""
+    return server.alive() and server.proc.poll() is None
+
+
 _ForkServers = forkserver.ForkServers  # the library's, before a test replaces it
 
 
@@ -46,7 +51,7 @@ class KeptServers(_ForkServers):
     def start(self, env, threads, framework, study, study_file, models) -> None:
         key = _key(env)
         server = self._servers.get(key)
-        if server is not None and server.alive() and server.proc.poll() is None:
+        if server is not None and _running(server):
             self._servers[key] = self._servers.pop(key)  # the most recent last
             return
         if server is not None:
@@ -63,7 +68,7 @@ class KeptServers(_ForkServers):
         server = self._servers.get(key)
         if server is None:
             return None
-        if server.alive() and server.proc.poll() is None and server.wait_ready(timeout):
+        if _running(server) and server.wait_ready(timeout):
             # the run-time keys may differ from the server's: the worker takes the
             # request's environment (ForkServer.spawn checks the rest)
             server.key = forkserver.env_key(env)

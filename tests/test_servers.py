@@ -6,16 +6,13 @@ import signal
 import time
 
 import pytest
-from conftest import SMOKE_TIMING, children_alive, running
+from conftest import children_alive, running
 from servers import kept_pids
-from test_forkserver import _pids
+from test_forkserver import BASE, _pids
 
 from fwcompare import run_study
 
 pytestmark = pytest.mark.slow  # it runs the study's workers
-
-BASE = {"models": ["tiny-bert"], "frameworks": ["torch"], "modes": {"torch": ["eager"]},
-        "batch_sizes": [1], "seq_lens": [8], "group_timeout_s": 120.0, **SMOKE_TIMING}
 
 
 def parents(out) -> set[int]:

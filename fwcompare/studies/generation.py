@@ -212,7 +212,7 @@ def full_static_cache(model, length: int):
     ``length`` tokens (None otherwise: generate() builds its own). Its keys are
     those a sliding layer would hold, but transformers' sliding layer keeps its
     fill count as a Python int that torch.compile guards on, so every decode
-    step compiles again (transformers#44609; docs/measurements.md, 2026-12-06 night)."""
+    step compiles again (transformers#44609; its cost: docs/measurements.md)."""
     from transformers import StaticCache
 
     config = model.config.get_text_config(decoder=True)
