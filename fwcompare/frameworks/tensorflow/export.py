@@ -26,12 +26,20 @@ class TensorFlowExporter(Exporter):
         return serve
 
     def saved(self) -> Path:
-        """The model as a SavedModel with a serving signature."""
+        """The model as a SavedModel: its variables and the serving signature
+        in a ``tf.Module``, as Keras' ``model.export()`` (``ExportArchive``)
+        writes one for serving. Saving the Keras model itself also traces each
+        layer's call for Keras to restore: twice the save's time, and slower
+        TFLite conversions and loads (docs/measurements.md, 2026-12-07)."""
         def make(d: Path) -> Path:
             import tensorflow as tf
 
-            tf.saved_model.save(self.model, str(d / "savedmodel"), signatures={
-                "serving_default": self.serve().get_concrete_function()})
+            serve = self.serve()
+            module = tf.Module()
+            module.model_variables = list(self.model.variables)
+            module.serve = serve
+            tf.saved_model.save(module, str(d / "savedmodel"), signatures={
+                "serving_default": serve.get_concrete_function()})
             return d / "savedmodel"
         return self.step("savedmodel", make)
 
@@ -39,7 +47,8 @@ class TensorFlowExporter(Exporter):
         import shutil
 
         shutil.copytree(self.saved(), out / "savedmodel")
-        return "tf.saved_model.save(signatures=serving_default: int32 ids [None, None])"
+        return ("tf.saved_model.save of a tf.Module: the variables and signatures="
+                "serving_default (int32 ids [None, None])")
 
     def _tflite(self, out: Path, kind: str) -> str:
         import tensorflow as tf
