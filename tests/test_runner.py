@@ -56,7 +56,7 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
 
 def test_hung_group_times_out_in_bounded_time(tmp_path, monkeypatch):
     monkeypatch.setenv("FWCOMPARE_FAULT", "hang:b=2 s=8")
-    st, df = statuses(run_study("inference_sweep", {**BASE, "group_timeout_s": 25.0},
+    st, df = statuses(run_study("inference_sweep", {**BASE, "group_timeout_s": 12.0},
                                 output_dir=tmp_path, progress=False))
     assert st == {(1, 8): "ok", (2, 8): "timeout"}
     assert "group timeout" in df[df["status"] == "timeout"]["error"].iloc[0]
