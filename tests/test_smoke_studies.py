@@ -192,6 +192,32 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     one = table[(table["variant"] == weak["variant"]) & (table["scaling"] == "weak")
                 & (table["workers"] == 1)].iloc[0]
     assert np.isclose(weak["efficiency"], one["median_s"] / weak["median_s"], rtol=1e-9)
+    # Each engine says how it ran. PyTorch's fp16 compression hook and the
+    # parameter server train as their plain engines do: the replicas stay equal
+    # and the last agreement step's loss is the plain engine's.
+    two = df[(df["workers"] == 2) & (df["scaling"] == "strong")].set_index("mode")
+    assert "fp16_compress_hook" in two.loc["ddp-fp16", "mode_setup"]
+    assert "compress" not in two.loc["eager", "mode_setup"]
+    assert "ParameterServerStrategy, synchronous: 2 worker(s)" in two.loc["ps", "mode_setup"]
+    assert two.loc["ps", "mem_method"].startswith("cpu_rss_after_a_step_over_task_start")
+    assert (two.loc[["ddp-fp16", "graph"], "weight_max_abs_diff"] == 0).all()
+    assert (df["rank_mem_min_bytes"] <= df["rank_mem_bytes"]).all()
+    host = df[["host_other_cpu", "host_steal"]]  # each launch meters the rest of the machine
+    assert host.notna().all().all() and host.ge(0).all().all() and host.le(1).all().all(), host
+    last = losses[losses["mode"].str.endswith(" x2")].sort_values("step").groupby("mode")[
+        "loss"].last()
+    assert last["ddp-fp16 x2"] == pytest.approx(last["eager x2"], rel=1e-3), last
+    assert last["ps x2"] == pytest.approx(last["graph x2"], rel=1e-4), last
+    # The engine claim reads its two launches; one process each decides nothing.
+    engines = distributed.engine_table(tables.summarize(df, res.samples), res.samples)
+    ps = engines.set_index(["mode", "workers", "scaling"]).loc[("ps", 2, "strong")]
+    (claim,) = [c for c in claims.load_claims() if c.id == "ring-allreduce-beats-parameter-server"]
+    row, _ = claims.evaluate(claim, claims.StudyData(smoke.study("distributed")))
+    assert row["value"] == ps["speedup"] and row["rounds"] == 1
+    assert row["verdict"] == "inconclusive" and "one process" in row["note"]
+    pair = two.loc[["graph", "ps"]]
+    assert row["host_load"] == pytest.approx(float((pair["host_other_cpu"]
+                                                    + pair["host_steal"]).max()))
 
 
 @pytest.mark.smoke("inference_sweep")
