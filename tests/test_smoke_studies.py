@@ -192,15 +192,15 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     one = table[(table["variant"] == weak["variant"]) & (table["scaling"] == "weak")
                 & (table["workers"] == 1)].iloc[0]
     assert np.isclose(weak["efficiency"], one["median_s"] / weak["median_s"], rtol=1e-9)
-    # Each engine says how it ran. PyTorch's fp16 compression hook and the
-    # parameter server train as their plain engines do: the replicas stay equal
-    # and the last agreement step's loss is the plain engine's.
-    two = df[(df["workers"] == 2) & (df["scaling"] == "strong")].set_index("mode")
-    assert "fp16_compress_hook" in two.loc["ddp-fp16", "mode_setup"]
-    assert "compress" not in two.loc["eager", "mode_setup"]
-    assert "ParameterServerStrategy, synchronous: 2 worker(s)" in two.loc["ps", "mode_setup"]
-    assert two.loc["ps", "mem_method"].startswith("cpu_rss_after_a_step_over_task_start")
-    assert (two.loc[["ddp-fp16", "graph"], "weight_max_abs_diff"] == 0).all()
+    # Each engine says how it ran; PyTorch's fp16 compression hook keeps the
+    # replicas equal, and it and the parameter server end their agreement steps
+    # at their plain engine's loss.
+    strong = df[(df["workers"] == 2) & (df["scaling"] == "strong")].set_index("mode")
+    assert "fp16_compress_hook" in strong.loc["ddp-fp16", "mode_setup"]
+    assert "compress" not in strong.loc["eager", "mode_setup"]
+    assert "ParameterServerStrategy, synchronous: 2 worker(s)" in strong.loc["ps", "mode_setup"]
+    assert strong.loc["ps", "mem_method"].startswith("cpu_rss_after_a_step_over_task_start")
+    assert (strong.loc[["ddp-fp16", "graph"], "weight_max_abs_diff"] == 0).all()
     assert (df["rank_mem_min_bytes"] <= df["rank_mem_bytes"]).all()
     host = df[["host_other_cpu", "host_steal"]]  # each launch meters the rest of the machine
     assert host.notna().all().all() and host.ge(0).all().all() and host.le(1).all().all(), host
@@ -215,7 +215,7 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     row, _ = claims.evaluate(claim, claims.StudyData(smoke.study("distributed")))
     assert row["value"] == ps["speedup"] and row["rounds"] == 1
     assert row["verdict"] == "inconclusive" and "one process" in row["note"]
-    pair = two.loc[["graph", "ps"]]
+    pair = strong.loc[["graph", "ps"]]
     assert row["host_load"] == pytest.approx(float((pair["host_other_cpu"]
                                                     + pair["host_steal"]).max()))
 
