@@ -34,7 +34,7 @@ FRAMEWORK = Framework(
     fit_pipelines=("tfdata-prefetch", "tfdata", "tfdata-pyfunc"),
     deploy_paths={
         "graph": DeployPath("tf.function (the baseline)", "TensorFlow"),
-        "savedmodel": DeployPath("tf.saved_model.save with a serving signature, tf.saved_model.load", "TensorFlow", artifact="savedmodel"),
+        "savedmodel": DeployPath("tf.saved_model.save of a tf.Module (variables, serving signature), tf.saved_model.load", "TensorFlow", artifact="savedmodel"),
         "tflite-float32": DeployPath("TFLiteConverter, no optimisation", "LiteRT", artifact="tflite"),
         "tflite-float16": DeployPath("TFLiteConverter, Optimize.DEFAULT, float16 weights", "LiteRT", "float16", "tflite"),
         "tflite-dynamic-int8": DeployPath("TFLiteConverter, Optimize.DEFAULT (dynamic-range INT8 weights)", "LiteRT", "int8", "tflite"),

@@ -29,17 +29,18 @@ class TensorFlowExporter(Exporter):
         """The model as a SavedModel: its variables and the serving signature
         in a ``tf.Module``, as Keras' ``model.export()`` (``ExportArchive``)
         writes one for serving. Saving the Keras model itself also traces each
-        layer's call for Keras to restore: twice the save's time, and slower
-        TFLite conversions and loads (docs/measurements.md, 2026-12-07)."""
+        layer's call for Keras to restore: a slower save, TFLite conversions and
+        load (docs/measurements.md, 2026-12-07)."""
         def make(d: Path) -> Path:
             import tensorflow as tf
 
             serve = self.serve()
+            concrete = serve.get_concrete_function()  # traced first: every layer built
             module = tf.Module()
             module.model_variables = list(self.model.variables)
             module.serve = serve
-            tf.saved_model.save(module, str(d / "savedmodel"), signatures={
-                "serving_default": serve.get_concrete_function()})
+            tf.saved_model.save(module, str(d / "savedmodel"),
+                                signatures={"serving_default": concrete})
             return d / "savedmodel"
         return self.step("savedmodel", make)
 
