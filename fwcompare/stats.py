@@ -391,9 +391,7 @@ class VariancePrior:
         """Whether a variance on ``dof`` degrees of freedom is no outlier:
         s^2 / s0^2 has the F law on (d, d0) degrees of freedom under the
         prior; its upper tail there is at least :attr:`OUTLIER_P`."""
-        # special.fdtrc is what stats.f.sf computes, less the distribution
-        # wrapper's argument handling, which cost more than the tail itself
-        # (docs/measurements.md, 2026-12-07)
+        # f.sf's function without f.sf's slow argument handling (measurements.md, 2026-12-07)
         return bool(_special.fdtrc(dof, min(self.dof, 1e9), var / self.var) >= self.OUTLIER_P)
 
     def moderate(self, var: float, dof: float) -> tuple[float, float]:
