@@ -192,9 +192,18 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     one = table[(table["variant"] == weak["variant"]) & (table["scaling"] == "weak")
                 & (table["workers"] == 1)].iloc[0]
     assert np.isclose(weak["efficiency"], one["median_s"] / weak["median_s"], rtol=1e-9)
-    # Each engine says how it ran; PyTorch's fp16 compression hook keeps the
-    # replicas equal, and it and the parameter server end their agreement steps
-    # at their plain engine's loss.
+
+
+@pytest.mark.smoke("distributed")
+def test_distributed_engines_train_as_their_plain_engines(smoke):
+    """The two-worker strong launches: each engine says how it ran; PyTorch's
+    fp16 compression hook keeps the replicas equal, and it and TensorFlow's
+    parameter server end their agreement steps at their plain engine's loss;
+    the engine table and the parameter-server claim read the launches. (A
+    launch's processes, ports and logs after it ends: the crash, hang and
+    SIGTERM tests of test_distributed.py.)"""
+    res, _ = results_and_params(smoke, "distributed")
+    df, losses = res.results, res.losses
     strong = df[(df["workers"] == 2) & (df["scaling"] == "strong")].set_index("mode")
     assert "fp16_compress_hook" in strong.loc["ddp-fp16", "mode_setup"]
     assert "compress" not in strong.loc["eager", "mode_setup"]
@@ -211,6 +220,8 @@ def test_distributed_two_workers_agree_with_one_process(smoke):
     # The engine claim reads its two launches; one process each decides nothing.
     engines = distributed.engine_table(tables.summarize(df, res.samples), res.samples)
     ps = engines.set_index(["mode", "workers", "scaling"]).loc[("ps", 2, "strong")]
+    ratio = strong.loc["graph", "median_s"] / strong.loc["ps", "median_s"]
+    assert ps["speedup"] == pytest.approx(ratio, rel=0.35), (ps["speedup"], ratio)
     (claim,) = [c for c in claims.load_claims() if c.id == "ring-allreduce-beats-parameter-server"]
     row, _ = claims.evaluate(claim, claims.StudyData(smoke.study("distributed")))
     assert row["value"] == ps["speedup"] and row["rounds"] == 1
