@@ -391,7 +391,7 @@ class VariancePrior:
         """Whether a variance on ``dof`` degrees of freedom is no outlier:
         s^2 / s0^2 has the F law on (d, d0) degrees of freedom under the
         prior; its upper tail there is at least :attr:`OUTLIER_P`."""
-        # f.sf's function without f.sf's slow argument handling (measurements.md, 2026-12-07)
+        # the function f.sf wraps: its argument handling cost more than the tail (measurements.md)
         return bool(_special.fdtrc(dof, min(self.dof, 1e9), var / self.var) >= self.OUTLIER_P)
 
     def moderate(self, var: float, dof: float) -> tuple[float, float]:

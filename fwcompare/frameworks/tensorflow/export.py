@@ -30,7 +30,7 @@ class TensorFlowExporter(Exporter):
         in a ``tf.Module``, as Keras' ``model.export()`` (``ExportArchive``)
         writes one for serving. Saving the Keras model itself also traces each
         layer's call for Keras to restore: a slower save, TFLite conversions and
-        load (docs/measurements.md, 2026-12-07)."""
+        load (their cost: docs/measurements.md)."""
         def make(d: Path) -> Path:
             import tensorflow as tf
 
