@@ -233,10 +233,12 @@ def _make(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Com
         pytest.skip("no make")
     for name in ("pyproject.toml", "requirements.lock"):  # what the .venv stamp depends on
         (tmp_path / name).touch()
+    # Not the calling make's variables: `make test-fast VENV=...` passes them on in MAKEFLAGS.
+    outer = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     return subprocess.run([make, "-s", "-f", str(MAKEFILE), "-C", str(tmp_path), *args,
                            "--eval", "picked: ; @p=$$($(PICK_PYTHON)) && echo $$p"],
                           capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {}), "PATH": str(tmp_path / "bin")})
+                          env={**outer, **(env or {}), "PATH": str(tmp_path / "bin")})
 
 
 def test_make_setup_takes_the_first_supported_python(tmp_path):
