@@ -10,10 +10,11 @@ servers from one set that the test process keeps until it ends, as
 forked fresh for every cell group, so what a test measures is unchanged; what
 is shared is the imported modules.
 
-Not shared: the servers of a study a test registers (a server imports its
-study by name once, and two tests may register different studies of one
-name), and every server of a test marked ``own_servers`` (it tests how
-servers start, fail or end with their run).
+A study a test registers gets kept servers of its own, by its name and the
+file it is defined in as well as the environment: a server imports its study
+by name once, from that file, and two tests may register different studies of
+one name (from two files). Not shared: every server of a test marked
+``own_servers`` (it tests how servers start, fail or end with their run).
 """
 from __future__ import annotations
 
@@ -29,10 +30,17 @@ BUILT_IN = frozenset(STUDIES)
 # the server's imports: a server of another value of these serves just as well.
 RUN_TIME_ENV = ("PYTEST_CURRENT_TEST", "FWCOMPARE_FAULT")
 KEEP = 8  # servers kept at most: each holds its framework's modules in memory
+# A registered study's servers, kept apart: theirs never push out a built-in
+# framework's (whose imports take longer to make again).
+KEEP_REGISTERED = 4
 
 
 def _key(env: dict) -> tuple:
     return forkserver.env_key({k: v for k, v in env.items() if k not in RUN_TIME_ENV})
+
+
+def _registered(key: tuple) -> bool:
+    return bool(key) and key[0] == "registered"
 
 
 def _running(server) -> bool:
@@ -48,23 +56,24 @@ class KeptServers(_ForkServers):
     one that died (a test killed it) or failed is started again by the next
     run that needs it."""
 
-    def start(self, env, threads, framework, study, study_file, models) -> None:
-        key = _key(env)
+    def start(self, env, threads, framework, study, study_file, models, key=None) -> None:
+        key = key or _key(env)
         server = self._servers.get(key)
         if server is not None and _running(server):
             self._servers[key] = self._servers.pop(key)  # the most recent last
             return
         if server is not None:
             self._servers.pop(key).close()
-        while len(self._servers) >= KEEP:
-            self._servers.pop(next(iter(self._servers))).close()
+        kind = [k for k in self._servers if _registered(k) == _registered(key)]
+        while len(kind) >= (KEEP_REGISTERED if _registered(key) else KEEP):
+            self._servers.pop(kind.pop(0)).close()  # the least recent first
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._servers[key] = forkserver.ForkServer(
             env, threads, framework, study, study_file, models,
             self.log_dir / f"forkserver-{framework}.log")
 
-    def server_for(self, env, timeout):
-        key = _key(env)
+    def server_for(self, env, timeout, key=None):
+        key = key or _key(env)
         server = self._servers.get(key)
         if server is None:
             return None
@@ -82,19 +91,23 @@ class KeptServers(_ForkServers):
 
 class RunServers(_ForkServers):
     """What a study run gets in place of its own ``ForkServers``: the kept
-    servers for a built-in study, servers of its own (closed with it) for a
-    study a test registered."""
+    servers, by environment for a built-in study, by environment, name and
+    file for a study a test registered."""
 
     def __init__(self, kept: KeptServers, log_dir):
         super().__init__(log_dir)
         self.kept = kept
+        self.registered: dict[tuple, tuple] = {}  # this run's env keys: their kept keys
 
     def start(self, env, threads, framework, study, study_file, models) -> None:
-        (self.kept.start if study in BUILT_IN else super().start)(
-            env, threads, framework, study, study_file, models)
+        key = None
+        if study not in BUILT_IN:
+            key = self.registered[_key(env)] = ("registered", _key(env), study,
+                                                str(study_file))
+        self.kept.start(env, threads, framework, study, study_file, models, key=key)
 
     def server_for(self, env, timeout):
-        return super().server_for(env, timeout) or self.kept.server_for(env, timeout)
+        return self.kept.server_for(env, timeout, key=self.registered.get(_key(env)))
 
 
 KEPT: KeptServers | None = None
