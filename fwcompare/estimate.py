@@ -197,54 +197,24 @@ def _grid(shapes) -> str:
 
 
 # What a run costs beyond its sampling, where no earlier run here says better
-# (seconds at a base-sized model's 12 layers; docs/measurements.md).
+# (seconds at a base-sized model's 12 layers; where each figure comes from:
+# docs/measurements.md, "the figures the library's comments quoted").
 #
 # A traced mode's first call at a shape either compiles device code (XLA: JAX's
 # jit, TensorFlow's xla; Inductor: torch.compile) or traces on the host
 # (tf.function without XLA, TorchScript, Keras fit), ``Framework.compiles``. A
 # compile ("compile") is paid in the first round only: the later rounds' processes
 # load the program from its persistent cache ("cached"). A host trace is paid in
-# every process, and it is the same Python and graph work on a GPU machine as on
-# the CPU, so both devices take the CPU's figure: on the 2-core AMD EPYC's quick
-# report of e7dacd5 (2026-11-29), tf.function's first call of bert-base 1.1-1.2 s
-# in each round ("trace", distilbert's first shape in a process 2.4 s) and of its
-# training step 8.1-9.7 s ("trace_train", every task but inference: MiniLM's
-# 4.1-4.6 s, 8-9 s at base size); TorchScript's 0.6-0.8 s.
-# JAX's eager mode compiles each operation at its first shape ("op_compiles"),
-# paid and cached like a compile but far dearer on a GPU: on an H200 (2026-11-26)
-# JAX added up to 211 s to acceleration's first round of distilbert at two shapes
-# (torch.compile also recompiled b=16 as a dynamic graph in that run), of which its
-# jit compiles, build and sampling about 35 s: at most 85-90 s of op compiles a
-# shape (175 s at base size); on an H100 (2026-11-22) 254 s for bert-base at one
-# shape (its compiles 272 s, the jit's first call 17.9 s): 200 s a base-sized
-# shape, between the two. On the EPYC's quick report of e7dacd5, distilbert's 1.5
-# and 2.3 s in round 0 (0.4-0.8 s after): 4 s at base size.
-#
-# GPU: one H200's gpu-profile runs of 2026-11-26 and 2026-11-27: process start and
-# imports 12.3 s, a JAX jit of bert-base 20-21 s per shape, an eager first call
-# 0.02-0.23 s, a variant's build 0.3-3.4 s, a first call that finds its round-0
-# program in the compile cache 0.2 s (PyTorch; JAX's and TensorFlow's xla about 2 s,
-# as on the CPU); the references each (model, task) prepares on the host's CPU
-# (weights, the gate batch's reference outputs, a training task's agreement steps,
-# float64 references) 68 s for 6.5 base-sized pairs; a largest-batch try (a fresh
-# process) 4.6 s (gpt2, PyTorch eager; a traced mode's try adds its first call's
-# trace or compile, at a new batch each). CPU: the quick reports on 2 cores (a compile of a
-# base-sized model 5-10 s, a build 2-4 s, a try 4.3 s of MiniLM, 8 s of references
-# for about 5 base-sized pairs).
-# A whole run (``Study.whole_run``) is a fresh process ("process") plus, where its
-# stack compiles, the cold compiles of its training and evaluation steps
-# ("run_compiles"): on the H200 (2026-11-27) the Flax loop's run of distilbert (6
-# layers, 200 steps) took 72 and 84 s against Trainer's 6 s (about 140 s a
-# base-sized model); on the EPYC the Flax loop's run of MiniLM (6 layers) 14.5 s
-# against Trainer's 6.6 s (about 16 s). Where its stack traces on the host (Keras
-# fit), its traces ("run_traces", both devices): Keras fit's run 20.6 s on the
-# EPYC (its first step 10.2 s), about 28 s a base-sized model.
-# A data-parallel launch (``Study.launch_key``) beyond its sampling: its processes,
-# rendezvous, builds, first step (TensorFlow's traced cold in every launch), agreement
-# steps, timed all-reduce, memory pass, and steps slower than max_time_s (min_iters):
-# the quick report of f85354c on the 2-core Xeon without AMX flags (2026-11-28), 11
-# launches of distilbert (6 layers) in 273 s: 40 s each at base size puts the estimate's
-# upper end there. Not measured on GPUs (one GPU runs none): the CPU's figure stands.
+# every process and is the same Python and graph work on a GPU machine as on the
+# CPU, so both devices take the CPU's figure. JAX's eager mode compiles each
+# operation at its first shape ("op_compiles"), paid and cached like a compile but
+# far dearer on a GPU. A whole run (``Study.whole_run``) is a fresh process
+# ("process") plus the cold compiles of its training and evaluation steps
+# ("run_compiles") where its stack compiles, its traces ("run_traces") where it
+# traces on the host (Keras fit). A data-parallel launch (``Study.launch_key``):
+# everything beyond its sampling (processes, rendezvous, builds, first step,
+# agreement steps, all-reduce, memory pass); never measured on a GPU (one GPU runs
+# none), where the CPU's figure stands.
 _HOST = {"trace": 2.0, "trace_train": 8.5, "run_traces": 28.0}
 # The first-call kinds paid in a variant's first round only, "cached" after it.
 _COMPILES = ("compile", "op_compiles")
@@ -259,10 +229,8 @@ FIXED_S = {
 
 
 # What a report takes after its measurements, in seconds (low, high): a wave of
-# notebooks (report.notebook_jobs() at a time), and the scorecard's. Measured:
-# 2-core quick reports 8 notebooks, 2 at a time, in 31.6 s, the scorecard 11-15 s
-# (2026-11-26); an H200's 16-core host the first 4 notebooks in 25-27 s, the next
-# in 13-14 s, the scorecard 27 s (2026-11-27, its first notebooks on that image).
+# notebooks (report.notebook_jobs() at a time), and the scorecard's (measured on
+# 2 cores and on an H200's host: docs/measurements.md, as above).
 NOTEBOOK_S = (8.0, 26.0)
 SCORECARD_S = (11.0, 27.0)
 

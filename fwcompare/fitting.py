@@ -153,7 +153,7 @@ class FitLog:
             "steps_s": float(last - start - first - eval_s),
             "eval_s": eval_s,
             # after the last evaluation (or step) until the stack returned: its
-            # teardown (Keras' fit took 0-10 s there, 2026-11-27, measurements.md)
+            # teardown (seconds for Keras' fit: docs/measurements.md)
             "end_s": float(total - last),
             "total_s": total,
             "steps": len(ends),

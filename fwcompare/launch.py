@@ -189,7 +189,7 @@ class Launch:
     # What the runner reads of any worker it watches (runner.Worker's): a
     # launch's ranks are never stopped for a budget of the runner's own, so
     # none; without it a rank killed by SIGKILL ended the whole study run
-    # (AttributeError in Runner.after_stop, CI of 2026-11-29).
+    # (AttributeError in Runner.after_stop).
     stop_note = ""
 
     def __init__(self, job, job_dir: Path, name: str, env: dict, *, framework: str,
@@ -309,7 +309,7 @@ class Launch:
         after that of a peer it made fail: ends land for ``SETTLE_S``, and
         for up to ``SETTLE_MAX_S`` while none is a crash and some process
         still runs (a crash's end landing after a peer's SIGKILL made the
-        cell out of memory instead of an error, CI of 2026-11-29)."""
+        cell out of memory instead of an error)."""
         if not any(p.poll() not in (None, 0) for p in self.procs):
             return None
 

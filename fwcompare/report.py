@@ -108,10 +108,9 @@ SUMMARY = "summary"  # the claims scorecard: judged after every study, opens ind
 FOREST = "scorecard_forest"  # its figure of every judged claim, above its table
 SUMMARY_NOTEBOOK = "summary.ipynb"
 # A quiet machine's typical round-to-round spread of the timed claims (the
-# variance prior's s0): 0.73%, 1.16% and 0.86% in three fresh quick reports of
-# 4baa13b on a 2-core Xeon with AMX, 2026-11-26 (measurements.md). Where a
-# run's spread is above NOISY_FACTOR times it, the first page says the machine
-# was noisy, and by how much.
+# variance prior's s0, from three fresh quick reports: docs/measurements.md, "the
+# figures the library's comments quoted"). Where a run's spread is above
+# NOISY_FACTOR times it, the first page says the machine was noisy, and by how much.
 QUIET_SPREAD = 0.01
 NOISY_FACTOR = 2.0
 # Its parameters: the report sets results_dir (and profile, output_dir, as for

@@ -140,13 +140,11 @@ def round_log_ratio(a: CellSamples, b: CellSamples, r: int) -> float:
     otherwise log(median a / median b).
 
     Why paired: the blocks of one turn follow each other (a block lasts
-    ``block_s`` or more), and what slows the machine for a moment slows both.
-    On a noisy 2-core EPYC (2026-11-27, two runs of the error-rate benchmark,
-    8 runs x 3 cells x 6 rounds each) the log times of two variants' blocks
-    in one turn correlated by 0.53-0.60 (median per round, per cell; -0.02 to
-    0.46 a turn or two apart), and the per-turn ratio's median moved between
-    rounds 28-58% less than the ratio of medians in five of the six (cell,
-    run) pairs (docs/methodology.md). Comparing two variants measured together,
+    ``block_s`` or more), and what slows the machine for a moment slows both:
+    the log times of two variants' blocks in one turn correlate, and the
+    per-turn ratio's median moves between rounds less than the ratio of
+    medians (docs/measurements.md, "the figures the library's comments
+    quoted"; docs/methodology.md). Comparing two variants measured together,
     not each alone, is the duet procedure of Bulej et al. ("Duet
     Benchmarking: Improving Measurement Accuracy in the Cloud", ICPE 2020),
     here with the pair a turn apart rather than at once (two cores)."""
@@ -287,24 +285,19 @@ def rounds_t_interval(values, confidence: float = 0.95, floor_var: float = 0.0,
     bootstrap quantile variance estimator") and comes out above the true one
     on a round's 10-30 blocks (constructed rounds: by 10% for normal blocks,
     by 20-50% for blocks with occasional slow spikes); over a max() with the
-    rounds' own variance it adds its noise upward. On a noisy 2-core EPYC
-    (2026-11-27, measurements.md) the floor set the width of 70-75% of the
-    error-rate benchmark's moderated intervals: every one of 72 held its
-    truth, at twice the half-width of the intervals without it, which held
-    69 of 72.
+    rounds' own variance it adds its noise upward: on a noisy machine it set
+    most of the error-rate benchmark's moderated intervals, at about twice
+    the width they needed (docs/measurements.md, "the figures the library's
+    comments quoted").
 
     Why the median: pairing cancels a slow stretch only where it slows every
-    variant alike. In the reproducibility benchmark of e45629a (AMD EPYC,
-    2026-11-25) one round of one run was slow for 22 of its set's 29 turns,
-    the INT8 variants by 40-45% and the float32 ones by 10-17%: that round's
-    INT8 speed-ups fell to 3.08 and 2.12 (the other rounds' 4.05-4.18 and
-    2.54-2.57), the mean of the three rounds' logs went to 3.74 and 2.40, and
-    three of the four intervals of the other runs missed them. The median
-    of the rounds ignores one such round; the half-width, scaled to the
-    median's standard error, still covers under normal round effects (400,000
-    constructed runs of 3 rounds: 96.1% at 95%, the mean's t interval 95.0%;
-    without the scale the median's covered 94.7%). With 2 rounds the median
-    is the mean and nothing changes."""
+    variant alike: one round slowed for most of its turns, some variants
+    more than others, moved the mean of the rounds' logs past the other
+    runs' intervals (docs/measurements.md, as above). The median of the
+    rounds ignores one such round; the half-width, scaled to the median's
+    standard error, still covers at its level under normal round effects
+    (constructed runs, as above). With 2 rounds the median is the mean and
+    nothing changes."""
     v = np.asarray(values, dtype=float)
     centre = float(np.median(v)) if v.size else math.nan
     if v.size < 2:

@@ -8,6 +8,8 @@
   checked.
 - Every entry of docs/measurements.md (each ``##`` heading) names a date and a
   commit, and the entries run newest first.
+- No date and no commit in the library's source or the params files: a figure
+  that needs one is an entry of docs/measurements.md, and the comment points there.
 
 Each check is a function of a folder that returns its problems; the tests run it
 on this repository and on a small copy broken on purpose, to show it can fail.
@@ -175,8 +177,22 @@ def placeholders(root: Path) -> list[str]:
             if PLACEHOLDER.search(line)]
 
 
+# A commit in source: 7 to 40 hex digits with a letter and a digit among them
+# (a plain number is no commit).
+SOURCE_COMMIT = re.compile(r"(?<![\w-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w-])")
+
+
+def dated_source(root: Path) -> list[str]:
+    """A date or a commit in fwcompare/**.py or params/**.yaml: it belongs in
+    docs/measurements.md, which the comment names instead."""
+    files = sorted([*root.glob("fwcompare/**/*.py"), *root.glob("params/**/*.yaml")])
+    return [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in files
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if DATE.search(line) or SOURCE_COMMIT.search(line)]
+
+
 CHECKS = (broken_links, readme_too_long, dates_outside_latest_figures,
-          measurement_entry_problems, placeholders)
+          measurement_entry_problems, placeholders, dated_source)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
@@ -323,3 +339,13 @@ def test_a_placeholder_is_found(tiny):
     _edit(tiny / "README.md", "took 20 minutes", "took INSTALL_TIME_TBD")
     assert placeholders(tiny) == ["README.md:12: The report of 2026-11-25 (commit abc1234) "
                                   "took INSTALL_TIME_TBD."]
+
+
+def test_a_date_or_a_commit_in_source_is_found(tiny):
+    (tiny / "fwcompare").mkdir()
+    (tiny / "fwcompare" / "a.py").write_text("X = 1  # 0x1f2e3d4c, 1234567 and 1e-8 are none\n"
+                                              "Y = 2  # 4.2 s (2-core EPYC, 2026-11-25)\n")
+    (tiny / "params" / "s").mkdir(parents=True)
+    (tiny / "params" / "s" / "quick.yaml").write_text("max_time_s: 1.0  # was 2.0 before e7dacd5\n")
+    assert dated_source(tiny) == ["fwcompare/a.py:2: Y = 2  # 4.2 s (2-core EPYC, 2026-11-25)",
+                                  "params/s/quick.yaml:1: max_time_s: 1.0  # was 2.0 before e7dacd5"]

@@ -420,8 +420,8 @@ def _hold(dev, nbytes: int):
     """A buffer of ``nbytes`` on ``dev``, allocated before this returns: a
     host array copied over, which allocates the buffer and nothing else.
     (``jnp.zeros(..., device=dev)`` runs a program whose 256-byte scalar
-    argument lifted the peak past the bytes in use at every try: on an H100,
-    2026-11-24, no JAX cell could be lifted and the doctor failed.)"""
+    argument lifted the peak past the bytes in use at every try: on a GPU no
+    JAX cell could be lifted and the doctor failed.)"""
     import jax
     import numpy as np
 
@@ -460,12 +460,11 @@ class DataParallel(Engine):
     shard's gradients, ``jax.lax.pmean`` averages them over the processes as
     one flat vector (one all-reduce, as DDP's buckets), and every process
     applies the same AdamW update: the update of the mean loss over the
-    global batch, as DDP's. Why one vector: over gloo on this CPU an
-    all-reduce took 4.0-4.5 ms whatever its size (1,000 to 1,000,000
-    floats, two processes), and tiny-bert's step took 165-174 ms on two
-    processes when the collectives were left to XLA's partitioner (a
-    ``jax.jit`` with the batch sharded) or to autodiff (below), against
-    4.2 ms with the one pmean and 0.7 ms in one process (2026-11-25)."""
+    global batch, as DDP's. Why one vector: over gloo on a CPU an all-reduce
+    costs about the same whatever its size, and the step was dozens of times
+    slower with the collectives left to XLA's partitioner (a ``jax.jit`` with
+    the batch sharded) or to autodiff (docs/measurements.md, "the figures the
+    library's comments quoted")."""
 
     engine = "jax.distributed, jax.shard_map with jax.lax.pmean"
 

@@ -46,9 +46,8 @@ def _device_name(device: str) -> str:
 # (the ``tf_autograph`` param). The models' and steps' Python has no
 # tensor-dependent control flow, so the graph is the same either way
 # (tests/test_equivalence.py compares the ops); AutoGraph's conversion of
-# transformers' layer code is most of a first call's trace: MiniLM's forward
-# 3.8 s with it and 0.7 s without, its training step 14.0 and 9.0 s (a 2-core
-# AMD EPYC, 2026-11-25, one process each).
+# transformers' layer code is most of a first call's trace (docs/measurements.md,
+# "the figures the library's comments quoted").
 _AUTOGRAPH = True
 
 
@@ -210,9 +209,9 @@ def _adamw(opt: dict, variables):
     the caller's device and strategy scope). Made at the first
     ``apply_gradients`` instead, inside the step's tf.function, they make
     tf.function trace the step twice (a function that creates variables is
-    traced again without): MiniLM's training step at 2 x 32 took its first
-    call in 6.2-7.0 s against 3.7-3.9 s, the same losses and step time after
-    (2-core Xeon, 2026-11-28)."""
+    traced again without), which made a training step's first call nearly
+    twice as long, with the same losses and step time after
+    (docs/measurements.md, "the figures the library's comments quoted")."""
     import tf_keras
 
     optimizer = tf_keras.optimizers.AdamW(

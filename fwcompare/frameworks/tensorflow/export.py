@@ -92,9 +92,8 @@ class TensorFlowExporter(Exporter):
 
         class Refuse(logging.Handler):
             """Ends the conversion where tf2onnx logs the ops it has no handler
-            for: it would go on to optimize and write a model that cannot run
-            (10 s of its graph optimizer for MiniLM's six Erfc, 2-core AMD
-            EPYC, 2026-11-29)."""
+            for: it would go on to optimize (seconds of its graph optimizer)
+            and write a model that cannot run."""
 
             def emit(self, record):
                 if "Unsupported ops" in record.getMessage():

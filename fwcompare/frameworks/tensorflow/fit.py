@@ -11,9 +11,9 @@ split after each. A callback keeps the run's clock (``fitting.FitLog``); a
 step's loss is recovered from Keras' running mean of the epoch (the first
 steps' only, within the first Keras epoch: ``agreement_steps`` at most
 ``eval_every``). Keras' Adam adds its epsilon to the bias-uncorrected
-denominator ("epsilon hat"), PyTorch's and optax's to the corrected one: at
-epsilon 1e-8 the losses of the first steps differ by about 5e-5 (2026-11-27,
-measurements.md), a difference of the frameworks, kept."""
+denominator ("epsilon hat"), PyTorch's and optax's to the corrected one: the
+losses of the first steps differ slightly (docs/measurements.md), a difference of
+the frameworks, kept."""
 from __future__ import annotations
 
 import time

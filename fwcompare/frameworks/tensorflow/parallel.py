@@ -34,9 +34,8 @@ def DataParallel(be, weights_dir, device: str, head: str, opt: dict, mode: str =
 
 
 # Weights per all-gather of the spread check (float32 elements: 64 MiB): a
-# few collectives, not one per weight. One per weight (105 for distilbert)
-# made its first call 7 s slower, 8.5 s against 1.4 s for the second (2-core
-# AMD EPYC, 2026-11-29), once in every launch.
+# few collectives, not one per weight, which made every launch's first call
+# seconds slower (docs/measurements.md, "the figures the library's comments quoted").
 SPREAD_BUCKET = 2**24
 
 
@@ -191,7 +190,7 @@ def serve_cluster_task() -> None:
     # Two inter-op threads: one runs a closure's function while it waits for
     # what another fetches from a parameter server. TensorFlow's default is
     # the cores the process may use: a worker pinned to one core never
-    # finished its first closure (2-core AMD EPYC, 2026-11-25).
+    # finished its first closure.
     config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=tf.config.threading.get_intra_op_parallelism_threads(),
         inter_op_parallelism_threads=2)

@@ -57,11 +57,9 @@ def keep_inductor_globals() -> str | None:
     cache (``torch._inductor.codecache._HEADER_DIR``, pytorch/pytorch#144002).
     A worker's temporary directory is its own and goes with it, so every worker
     compiled those headers again even where its compiled graphs came from round
-    0's cache: torch.compile's first call at 1 x 64 took 6.8-7.3 s in rounds 1
-    and 2 of the acceleration study's quick run, 2.4 s with the link
-    (DistilBERT, 2-core AMD EPYC, commits 3d04b90 and 8bd6853, 2026-11-28:
-    docs/measurements.md; py-spy put the difference in
-    ``_precompile_header``'s g++). Linked, the headers share the compile
+    0's cache, and that g++ was most of a later round's first call
+    (docs/measurements.md, "the figures the library's comments quoted").
+    Linked, the headers share the compile
     cache's life: round 0 builds them cold, as a new user's first compile
     does, and later rounds read them, as they read its graphs.
 

@@ -24,10 +24,9 @@ class OnnxRuntime(Runtime):
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         # ONNX Runtime's idle threads spin for tens of ms after a call by
-        # default: beside it in the interleaved schedule, PyTorch eager then
-        # ran MiniLM 1 x 128 in 54 ms instead of 26 ms (5 ms after an ORT
-        # call; 44 ms after 20 ms), while ORT itself took 22.3 ms without
-        # spinning against 25.4 ms with it (2-core AMD EPYC, 2026-11-24).
+        # default, slowing what runs next beside it in the interleaved schedule
+        # (and ORT itself): docs/measurements.md, "the figures the library's
+        # comments quoted".
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path / "model.onnx"), so,
                                             providers=["CPUExecutionProvider"])

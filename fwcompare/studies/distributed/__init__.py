@@ -207,8 +207,9 @@ class Distributed(Study):
         """A strong-scaling cell at fewer workers than the most is measured in
         round 0 only: the claims that compare engines read the most workers
         (``engine_speedup``, ``engine_memory_ratio``), and the one that reads
-        every worker count, ``scaling_efficiency``, reads weak scaling. (Quick
-        profile, 2026-11-27: round 2's four such launches took 54 of its 139 s.)"""
+        every worker count, ``scaling_efficiency``, reads weak scaling. (Such
+        launches took over a third of a later round: docs/measurements.md, "the
+        figures the library's comments quoted".)"""
         return spec.scaling != "strong" or spec.workers == max(params["workers"])
 
     def rounds_of(self, spec, params):

@@ -184,9 +184,8 @@ class EndToEnd(Study):
     def spawn(self, runner, job, name):
         if job.task == FIT:
             # A whole run compiles cold in every round, as a user's run does (the
-            # runner keeps a variant's compile caches for its later rounds: JAX's
-            # first step read round 0's program, 1.5 s against 2.6 s cold, quick
-            # profile 2026-11-27).
+            # runner keeps a variant's compile caches for its later rounds, where
+            # JAX's first step would read round 0's program).
             shutil.rmtree(runner.compile_cache(job), ignore_errors=True)
         w = runner.spawn_worker(job, name)
         if job.task == FIT:  # the run says when it is done

@@ -166,8 +166,8 @@ class Memory(Study):
     def processes(self, ref) -> int:
         """A largest-batch search's tries, each a fresh process: about 7 in
         its first round (1, 4, growth, the line's batch, a bisection), 2 in a
-        later one where the limit holds (``next_batch``'s seeds; H200 and
-        2-core quick runs of 2026-11-26/27: 7-8, then 2)."""
+        later one where the limit holds (``next_batch``'s seeds; as counted in
+        quick and gpu runs: docs/measurements.md)."""
         return (7 if ref.round == 0 else 2) if ref.spec.task == SEARCH else 0
 
     def head(self, task, model):

@@ -139,9 +139,8 @@ def _predict(tried, ok, budget) -> int | None:
     up), yet its two points are far enough apart for the allocator's noise
     not to tilt it; no such try (a seeded search's tries a step apart), no
     line. Where that slope is not positive (small batches whose peaks the
-    allocator's noise hides: TensorFlow's MiniLM tries at 4 and 8 peaked at
-    692 and 689 MB on 2026-11-25, and the search then grew 8-fold and came
-    back down in four out-of-memory tries), the line through the smallest
+    allocator's noise hides: a smaller batch may peak higher, and the search
+    then overshoots into out-of-memory tries), the line through the smallest
     fitting try instead: its slope spans the whole range tried."""
     base = [b for b in ok[:-1] if b <= LINE_SPAN * ok[-1]]
     if not base or not budget:
