@@ -1,5 +1,5 @@
 """The house has floors: no import circle among fwcompare's modules, and the low
-floor (pure functions and data) imports nothing above it (DESIGN.md, Layers).
+floor (pure functions and data) imports nothing above it (docs/contributing.md, Layout).
 
 Read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from ... import`` of a fwcompare module counts, at module level or inside a
