@@ -233,8 +233,12 @@ def _make(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Com
         pytest.skip("no make")
     for name in ("pyproject.toml", "requirements.lock"):  # what the .venv stamp depends on
         (tmp_path / name).touch()
-    # Not the calling make's variables: `make test-fast VENV=...` passes them on in MAKEFLAGS.
-    outer = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    # Not the calling make's variables: `make test-fast VENV=... PYTHON=...` passes them
+    # on in MAKEFLAGS (after " -- ") and in the environment of its commands.
+    flags = os.environ.get("MAKEFLAGS", "")
+    given = {w.split("=", 1)[0] for w in flags.partition(" -- ")[2].split() if "=" in w}
+    outer = {k: v for k, v in os.environ.items()
+             if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", *given}}
     return subprocess.run([make, "-s", "-f", str(MAKEFILE), "-C", str(tmp_path), *args,
                            "--eval", "picked: ; @p=$$($(PICK_PYTHON)) && echo $$p"],
                           capture_output=True, text=True, timeout=60,

@@ -314,9 +314,13 @@ def mark_processes(monkeypatch) -> str:
 
 
 def left_running(mark: str) -> list[str]:
-    found = []
+    """The marked processes still running, but the fork servers this test
+    process keeps on purpose (tests/servers.py)."""
+    from servers import kept_pids
+
+    found, kept = [], kept_pids()
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+        if proc.pid in {os.getpid(), *kept} or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         try:
             if proc.environ().get("FWCOMPARE_TEST_MARK") == mark:
