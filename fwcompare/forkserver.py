@@ -46,7 +46,7 @@ from .paths import ROOT
 # The environment a worker may set on top of its server's (read at use, not
 # at import): its own compile caches and temporary directory, a data-parallel
 # rank's place in its launch (torch.distributed's env:// variables, TensorFlow's
-# TF_CONFIG, JAX's coordinator and process: frameworks.jax.backend.DataParallel),
+# TF_CONFIG, JAX's coordinator and process: frameworks.jax.parallel.DataParallel),
 # and the launch's directory (protocol.LAUNCH_DIR_ENV).
 PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_CACHE",
                   "TMPDIR", "RANK", "LOCAL_RANK",

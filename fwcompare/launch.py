@@ -15,7 +15,7 @@
   the others serve it until the launch ends them.
 - JAX: one process per rank with the coordinator's address (rank 0's host),
   the process count and this process's id, for ``jax.distributed.initialize``
-  (``frameworks.jax.backend.DataParallel``); forked likewise.
+  (``frameworks.jax.parallel.DataParallel``); forked likewise.
 
 What each framework's launch is (its command, the variables of each rank,
 its ports) lives in its package (``frameworks/<name>/launch.py``, named by

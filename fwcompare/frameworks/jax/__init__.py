@@ -1,12 +1,12 @@
 """JAX with Flax, declared (light: nothing here imports jax). The backend is
-``backend.py`` (with its data-parallel engine, ``DataParallel``), its deployment
+``backend.py``, its data-parallel engine ``parallel.py``, its deployment
 exporter and jax.export runtime ``export.py``, its launch (a coordinator,
 jax.distributed) ``launch.py``."""
 from __future__ import annotations
 
 from ..base import DeployPath, Framework
 
-# What ``backend.DataParallel`` reads on each rank (``launch.rank_envs`` sets them).
+# What ``parallel.DataParallel`` reads on each rank (``launch.rank_envs`` sets them).
 COORDINATOR_ENV = "FWCOMPARE_JAX_COORDINATOR"
 PROCESS_ID_ENV = "FWCOMPARE_JAX_PROCESS_ID"
 PROCESSES_ENV = "FWCOMPARE_JAX_PROCESSES"

@@ -1,7 +1,7 @@
 """How JAX's data-parallel ranks are launched (fwcompare.launch asks): one
 process per rank with the coordinator's address (rank 0's host), the process
 count and this process's id, for ``jax.distributed.initialize``
-(``backend.DataParallel``); forked from a fork server where there is one.
+(``parallel.DataParallel``); forked from a fork server where there is one.
 Light: nothing here imports jax."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def ports_needed(workers: int, servers: int = 0) -> int:
 
 
 def jax_rank_envs(workers: int, hosts: list[str], node_rank: int, port: int) -> list[dict]:
-    """What ``backend.DataParallel`` reads on each rank of this host: the
+    """What ``parallel.DataParallel`` reads on each rank of this host: the
     coordinator (served by process 0, on ``hosts[0]``), the process count
     and this process's id (host i holds processes i*k .. i*k+k-1)."""
     k = workers // len(hosts)
