@@ -129,8 +129,9 @@ def circles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward(g: dict[str, set[str]]) -> list[str]:
-    low = {f"fwcompare.{m}" for m in LOW}
-    return sorted(f"{a} imports {b}" for a in low for b in g.get(a, ()) if b not in low)
+    """Imports from the low floor (a low module, or one of a low package) upward."""
+    return sorted(f"{a} imports {b}" for a, deps in g.items() if floor_of(a) == 0
+                  for b in deps if floor_of(b) > 0)
 
 
 def test_no_import_circle():
