@@ -37,22 +37,20 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 
-from .. import models
-from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ..judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
-from ..models import token_ids
-from ..schema import TIMING, Param, grid_params, positive, replace_param
-from ..results import MEASURED, Columns
-from ..spec import Axis
-from ..tables import CELL_KEYS
-from .base import Study
+from ... import models
+from ...cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
+from ...judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
+from ...models import token_ids
+from ...schema import TIMING, Param, grid_params, positive, replace_param
+from ...results import MEASURED, Columns
+from ...spec import Axis
+from ...tables import CELL_KEYS
+from ..base import Study
+from .figures import compile_cost, latency, throughput  # noqa: F401
+from .modes import GEN_MODES, UNCOMPILED  # noqa: F401
+from .tables import agreement_table, breakeven, generation_table  # noqa: F401
 
-GEN_MODES = {"torch": ("eager", "static-compile"), "tensorflow": ("eager", "xla"),
-             "jax": ("jit",)}
-# The mode each compiled mode is compared with (its compile's breakeven).
-UNCOMPILED = {("torch", "static-compile"): "eager", ("tensorflow", "xla"): "eager"}
 # What a generation cell shares with its one-token cell (the shared cell keys).
 KEYS = CELL_KEYS
 
@@ -108,7 +106,7 @@ def prepare(job) -> None:
     logit margins for every (batch, prompt) of the params."""
     import torch
 
-    from ..gate import reference_model, write_gate
+    from ...gate import reference_model, write_gate
 
     _, net, info = reference_model(job)
     config = net.config
@@ -185,7 +183,7 @@ def torch_generator(model, mode: str, device: str, params: dict, inputs) -> Gene
                       "new tokens (a sliding one recompiles at every decode step)")
         compiles = lambda: int(dynamo_utils.counters["stats"]["unique_graphs"])  # noqa: E731
     elif mode != "eager":
-        from ..frameworks import Unsupported
+        from ...frameworks import Unsupported
 
         raise Unsupported(f"torch generation mode {mode!r} is not implemented")
 
@@ -263,7 +261,7 @@ def tf_generator(model, mode: str, device: str, params: dict, inputs) -> Generat
                          lambda: (xla.experimental_get_tracing_count()
                                   + first.experimental_get_tracing_count()),
                          lambda p: bucket(p, buckets))
-    from ..frameworks import Unsupported
+    from ...frameworks import Unsupported
 
     raise Unsupported(f"tensorflow generation mode {mode!r} is not implemented")
 
@@ -289,7 +287,7 @@ def first_token_tf(model, x, mask):
 def jax_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
     import jax
 
-    from ..frameworks import Unsupported
+    from ...frameworks import Unsupported
 
     if mode != "jit":
         raise Unsupported(f"jax generation mode {mode!r} is not implemented")
@@ -423,7 +421,7 @@ class Generation(Study):
     def cells(self, params):
         from dataclasses import replace
 
-        from .base import grid_cells
+        from ..base import grid_cells
 
         grid = grid_cells(params, self.name, "inference")
         return [replace(s, axes={"new_tokens": n}) for s in grid
@@ -434,99 +432,6 @@ class Generation(Study):
 
     def plan(self, ctx, spec):
         return plan_generation(ctx, spec)
-
-
-# -- tables (the notebook's) ----------------------------------------------------------
-def generation_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per generation cell (new_tokens > 1) beside its variant's
-    one-token cell of the same prompt: time to first token, generation time,
-    decode time per token = (generation - first token) / (new_tokens - 1)
-    with an interval from the two cells' intervals (the ends apart: wider
-    than a joint interval, never narrower), tokens/s, the first calls, the
-    compile cost (first call - steady call) and its breakeven in generated
-    tokens against the framework's uncompiled mode, memory beside the
-    analytic KV cache, and the token agreement."""
-    if summary.empty:
-        return pd.DataFrame()
-    one = summary[summary["new_tokens"] == 1].set_index(["variant", *KEYS])
-    rows = []
-    for _, r in summary[summary["new_tokens"] > 1].iterrows():
-        key = (r["variant"], *(r[k] for k in KEYS))
-        t = one.loc[key] if key in one.index else None
-        n = int(r["new_tokens"])
-        ok = r["status"] in MEASURED and t is not None and t["status"] in MEASURED
-        row = {"model": r["model"], "variant": r["variant"], "framework": r["framework"],
-               "mode": r["mode"], "device": r["device"], "batch_size": r["batch_size"],
-               "prompt": r["seq_len"], "padded_prompt": r["padded_len"], "new_tokens": n,
-               "status": r["status"] if t is None or t["status"] == "ok" or r["status"] != "ok"
-               else f"first token {t['status']}",
-               "ttft_s": t["median_s"] if ok else math.nan,
-               "ttft_low_s": t["ci_low_s"] if ok else math.nan,
-               "ttft_high_s": t["ci_high_s"] if ok else math.nan,
-               "generate_s": r["median_s"], "generate_low_s": r["ci_low_s"],
-               "generate_high_s": r["ci_high_s"]}
-        if ok:
-            row.update(decode_s_per_token=(r["median_s"] - t["median_s"]) / (n - 1),
-                       decode_low_s=(r["ci_low_s"] - t["ci_high_s"]) / (n - 1),
-                       decode_high_s=(r["ci_high_s"] - t["ci_low_s"]) / (n - 1))
-        else:
-            row.update(decode_s_per_token=math.nan, decode_low_s=math.nan,
-                       decode_high_s=math.nan)
-        row.update(tokens_per_s=r["batch_size"] * n / r["median_s"],
-                   first_call_s=r["first_call_s"],
-                   ttft_first_call_s=t["first_call_s"] if t is not None else math.nan,
-                   compile_s=r["first_call_s"] - r["median_s"],
-                   recompiles=r["recompiles"],
-                   ttft_recompiles=t["recompiles"] if t is not None else math.nan,
-                   peak_mem_mb=r["peak_mem_bytes"] / 1e6, kv_cache_mb=r["kv_cache_bytes"] / 1e6,
-                   tokens_agreed=r["tokens_agreed"], ref_min_margin=r["ref_min_margin"],
-                   load_s=r["load_s"], error=r["error"])
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    out["breakeven_tokens"] = [breakeven(out, r) for _, r in out.iterrows()]
-    order = {v: i for i, v in enumerate(f"{fw}/{m}" for fw, ms in GEN_MODES.items() for m in ms)}
-    out["_o"] = out["variant"].map(order)
-    return out.sort_values(["model", "_o", "batch_size", "prompt", "new_tokens"]) \
-        .drop(columns="_o").reset_index(drop=True)
-
-
-def breakeven(table: pd.DataFrame, r) -> float:
-    """Generated tokens after which a compiled mode's compile has paid for
-    itself against its framework's uncompiled mode at the same shape: the
-    extra first-call seconds over the decode seconds saved per token. NaN
-    for an uncompiled mode, and inf when it saves nothing per token."""
-    base_mode = UNCOMPILED.get((r["framework"], r["mode"]))
-    if base_mode is None:
-        return math.nan
-    b = table[(table["variant"] == f"{r['framework']}/{base_mode}")
-              & (table["model"] == r["model"]) & (table["batch_size"] == r["batch_size"])
-              & (table["prompt"] == r["prompt"]) & (table["new_tokens"] == r["new_tokens"])]
-    if b.empty:
-        return math.nan
-    b = b.iloc[0]
-    saved = b["decode_s_per_token"] - r["decode_s_per_token"]
-    extra = r["compile_s"] - b["compile_s"]
-    if not (math.isfinite(saved) and math.isfinite(extra)):
-        return math.nan
-    return extra / saved if saved > 0 else math.inf
-
-
-def agreement_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per model, variant and prompt: generated tokens that match PyTorch
-    eager's greedy tokens out of those compared, PyTorch's smallest top-2
-    logit margin over them (a margin near float32 rounding is a near tie),
-    the status and the first line of the message."""
-    if summary.empty:
-        return pd.DataFrame()
-    g = summary[summary["new_tokens"] > 0].copy()
-    g["agreed"] = [f"{a:.0f}/{n}" if np.isfinite(a) else "-"
-                   for a, n in zip(g["tokens_agreed"], g["new_tokens"])]
-    g["message"] = [e.splitlines()[0][:200] if e else "" for e in g["error"]]
-    return g[["model", "variant", "batch_size", "seq_len", "new_tokens", "status", "agreed",
-              "ref_min_margin", "message"]].rename(columns={"seq_len": "prompt"}) \
-        .reset_index(drop=True)
 
 
 # -- claim metrics (params/claims.yaml names them) ------------------------------------
@@ -588,119 +493,3 @@ Generation.metrics = {
     "new_prompt_compiles": Metric(new_prompt_compiles, ("a",), check_cells, count=True),
 }
 STUDY = Generation()
-
-
-# -- figures (matplotlib is imported when a figure is drawn, never in a worker) -------
-def latency(table: pd.DataFrame, manifest: dict):
-    """Per model (rows) and batch size: time to first token (left) and
-    decode time per generated token (right) per variant and prompt, with
-    their 95% intervals; a failed or flagged cell says so in its label."""
-    import matplotlib.pyplot as plt
-
-    from ..plots import PLAIN, PLAIN_MINOR, footer, no_data, palette
-
-    if table.empty:
-        return no_data("no generation cells")
-    keys = list(table.groupby(["model", "batch_size"]).groups)
-    fig, axes = plt.subplots(len(keys), 2, squeeze=False,
-                             figsize=(11, 0.45 * table.groupby(["model", "batch_size"]).size().max()
-                                      * 1 + 2.2 * len(keys)))
-    colors = palette(table["variant"])
-    for i, (model, batch) in enumerate(keys):
-        g = table[(table["model"] == model) & (table["batch_size"] == batch)].iloc[::-1]
-        labels = [f"{v}  p={p}+{n}" + ("" if st == "ok" else f" ({st})")
-                  for v, p, n, st in zip(g["variant"], g["prompt"], g["new_tokens"], g["status"])]
-        for ax, (y, lo, hi, title) in zip(axes[i], [
-                ("ttft_s", "ttft_low_s", "ttft_high_s", "time to first token (ms)"),
-                ("decode_s_per_token", "decode_low_s", "decode_high_s",
-                 "decode time per generated token (ms)")]):
-            v = g[y].to_numpy(float) * 1e3
-            err = np.array([v - g[lo].to_numpy(float) * 1e3, g[hi].to_numpy(float) * 1e3 - v])
-            ax.barh(range(len(g)), np.nan_to_num(v), xerr=np.nan_to_num(np.abs(err)),
-                    color=[colors[x] for x in g["variant"]], capsize=3)
-            ax.set_yticks(range(len(g)), labels if ax is axes[i, 0] else [""] * len(g),
-                          fontsize=8)
-            ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(PLAIN)
-            ax.xaxis.set_minor_formatter(PLAIN_MINOR)
-            ax.tick_params(axis="x", which="minor", labelsize=7)
-            ax.set_xlabel(title)
-            ax.set_title(f"{model}, batch {batch}", fontsize=9, loc="left")
-            ends = g[hi].to_numpy(float) * 1e3
-            for k, val in enumerate(v):  # the value right of its interval
-                if np.isfinite(val):
-                    ax.annotate(f"{val:.3g}", (np.nanmax([val, ends[k]]), k), xytext=(4, -3),
-                                textcoords="offset points", fontsize=7)
-            ax.set_xlim(right=np.nanmax([*v, *ends, 1e-3]) * 1.6)
-    fig.suptitle("Text generation: time to first token and per-token decode time "
-                 "(greedy, KV cache; bars: 95% CI)", x=0.02, ha="left")
-    footer(fig, manifest, "decode per token = (generation - first token) / (new tokens - 1); "
-                          "its interval spans the two cells' intervals")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
-    return fig
-
-
-def throughput(table: pd.DataFrame, manifest: dict):
-    """Generated tokens per second (batch x new tokens / generation time)
-    against batch size, per variant, one panel per model and prompt."""
-    import matplotlib.pyplot as plt
-
-    from ..plots import legend_right, no_data, palette
-
-    ok = table[table["status"].isin(MEASURED)] if not table.empty else table
-    if ok.empty:
-        return no_data("no measured generation cells")
-    keys = list(ok.groupby(["model", "prompt", "new_tokens"]).groups)
-    fig, axes = plt.subplots(1, len(keys), squeeze=False, figsize=(4.2 * len(keys) + 2.6, 3.6))
-    colors = palette(ok["variant"])
-    for j, (model, prompt, n) in enumerate(keys):
-        ax = axes[0, j]
-        g = ok[(ok["model"] == model) & (ok["prompt"] == prompt) & (ok["new_tokens"] == n)]
-        for var, h in g.groupby("variant"):
-            h = h.sort_values("batch_size")
-            tps = h["tokens_per_s"].to_numpy(float)
-            lo = h["batch_size"] * h["new_tokens"] / h["generate_high_s"]
-            hi = h["batch_size"] * h["new_tokens"] / h["generate_low_s"]
-            ax.errorbar(h["batch_size"], tps, yerr=[tps - lo, hi - tps], marker="o", ms=5,
-                        capsize=3, color=colors[var], label=var)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("generated tokens / s")
-        ax.set_title(f"{model}, prompt {prompt}, {n} new tokens", fontsize=9)
-    return legend_right(fig, axes, "Generation throughput (95% CI)", manifest,
-                        "one batch size: a point per variant", 0.8)
-
-
-def compile_cost(table: pd.DataFrame, manifest: dict):
-    """Each variant's first call against its steady-state call (log scale),
-    for the one-token call and the full generation: what tracing and
-    compiling cost before the first token a user sees."""
-    import matplotlib.pyplot as plt
-
-    from ..plots import PLAIN, footer, no_data
-
-    if table.empty:
-        return no_data("no generation cells")
-    g = table.iloc[::-1]
-    labels = [f"{m}  {v}  {b}x{p}+{n}" for m, v, b, p, n in
-              zip(g["model"], g["variant"], g["batch_size"], g["prompt"], g["new_tokens"])]
-    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(g) + 1.8))
-    y = np.arange(len(g))
-    h = 0.27
-    for k, (col, name, color) in enumerate([
-            ("ttft_first_call_s", "first call, one token", "#cc79a7"),
-            ("first_call_s", "first call, all tokens", "#d55e00"),
-            ("generate_s", "steady call, all tokens", "#0072b2")]):
-        v = g[col].to_numpy(float)
-        ax.barh(y + (1 - k) * h, np.nan_to_num(v), height=h, color=color, label=name)
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(PLAIN)
-    ax.set_xlabel("seconds")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("First call (trace and compile) against the steady state", loc="left")
-    footer(fig, manifest, "breakeven: the generated tokens after which the compile has paid "
-                          "for itself (table below)")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    return fig
