@@ -1,5 +1,6 @@
 """The house has floors: no import circle among fwcompare's modules, and the low
-floor (pure functions and data) imports nothing above it (docs/contributing.md, Layout).
+floor (pure functions and data) imports nothing above it (docs/contributing.md, Layout);
+no module is over 600 lines.
 
 Read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from ... import`` of a fwcompare module counts, at module level or inside a
@@ -167,3 +168,22 @@ def test_the_reader_sees_a_circle_and_an_upward_import(tmp_path):
     assert g["fwcompare.studies.x"] == {"fwcompare.stats"}  # TYPE_CHECKING left out
     assert circles(g) == [["fwcompare.stats", "fwcompare.studies.x"]]
     assert upward(g) == ["fwcompare.stats imports fwcompare.studies.x"]
+
+
+MAX_LINES = 600  # a module longer than this does more than one job: split it by job
+
+
+def long_modules(package: Path = PACKAGE) -> list[str]:
+    """The modules over MAX_LINES lines, with their length."""
+    return sorted(f"{path.relative_to(package.parent)}: {n} lines"
+                  for path in package.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > MAX_LINES)
+
+
+def test_no_module_is_over_600_lines(tmp_path):
+    assert long_modules() == []
+    pkg = tmp_path / "fwcompare"  # the check can fail
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (pkg / "small.py").write_text("x = 1\n" * MAX_LINES)
+    assert long_modules(pkg) == [f"fwcompare/sub/big.py: {MAX_LINES + 1} lines"]
