@@ -99,7 +99,7 @@ def test_the_contract_names_every_call_made_on_a_backend():
     assert {"configure", "load", "n_params", "make_forward", "make_train_step",
             "precision_setup", "set_precision", "make_inputs", "make_batch", "sync",
             "to_numpy", "gpu_memory", "memory_plan_bytes", "is_oom", "runtime_info",
-            "make_peak_kernels", "DataParallel", "tf32_enabled", "memory_plan"} \
+            "make_peak_kernels", "DataParallel", "make_generator", "tf32_enabled", "memory_plan"} \
         <= set(contract())
 
     class Partial(Backend):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwcompare import models, params, run_study
+from fwcompare import frameworks, models, params, run_study
 from fwcompare.studies import STUDIES, generation
 
 
@@ -27,8 +27,8 @@ def test_agreement_finds_the_first_departure_and_the_margin_there():
 
 def test_prompt_buckets():
     buckets = [16, 32, 64]
-    assert [generation.bucket(p, buckets) for p in (1, 16, 17, 32, 64)] == [16, 16, 32, 32, 64]
-    assert generation.bucket(100, buckets) == 100  # past the largest: its own length
+    assert [frameworks.bucket(p, buckets) for p in (1, 16, 17, 32, 64)] == [16, 16, 32, 32, 64]
+    assert frameworks.bucket(100, buckets) == 100  # past the largest: its own length
 
 
 @pytest.mark.frameworks("torch")

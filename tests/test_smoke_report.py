@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from html import escape
 
-from fwcompare import claims, export, load_results, models, report, tables
+from fwcompare import claims, export, frameworks, load_results, models, report, tables
 from fwcompare.params import load_file
 from fwcompare.paths import PARAMS
 from fwcompare.studies import STUDIES, deployment, generation, memory
@@ -151,7 +151,7 @@ def test_generation_tokens_agree_and_prefill_decode_and_compile_are_apart(smoke)
         assert len(v) == 1 and v["recompiles"].iloc[0] >= 1, variant
         assert v["first_call_s"].iloc[0] > 5 * v["median_s"].iloc[0], variant
     xla = g[(g["variant"] == "tensorflow/xla") & (g["seq_len"] == second)]
-    assert (xla["padded_len"] == generation.bucket(first, p["prompt_buckets"])).all()
+    assert (xla["padded_len"] == frameworks.bucket(first, p["prompt_buckets"])).all()
     assert len(xla) == lengths and (xla["recompiles"] == 0).all(), xla
     jax_second = g[(g["variant"] == "jax/jit") & (g["seq_len"] == second)]
     assert (jax_second["recompiles"] >= 1).all()  # no buckets: a new shape compiles

@@ -16,10 +16,14 @@
   what it is by subclassing, and cannot be made with a call missing.
 - :class:`Engine`: the base of a data-parallel engine (``Backend.DataParallel``),
   with the flags only some engines have.
+- :class:`Generator`: one mode's text generation (``Backend.make_generator``),
+  with the greedy settings and the prompt buckets every framework's shares.
 """
 from __future__ import annotations
 
 import abc
+import copy
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Union
@@ -261,6 +265,12 @@ class Backend(abc.ABC):
         """(an n x n matmul, an add over ``elements`` float32s): the peak probe's calls."""
         raise Unsupported(f"{type(self).__name__} has no peak kernels")
 
+    def make_generator(self, model, mode: str, device: str, params: dict, inputs) -> "Generator":
+        """Greedy text generation in ``mode`` (a :class:`Generator`, built but
+        not called) with the generation study's ``params``; ``inputs`` makes
+        a device input from token ids (``make_inputs``)."""
+        raise Unsupported(f"{type(self).__name__} has no text generation")
+
     def DataParallel(self, weights_dir, device: str, head: str, opt: dict, mode: str,
                      timeout_s: float = 1800.0) -> "Engine":
         """This process's :class:`Engine` of a data-parallel launch."""
@@ -303,3 +313,40 @@ class Engine:
 
     def signal_task(self, who: str, signum: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no serving tasks")
+
+
+# -- text generation (the generation study), shared by every framework's generator ------
+@dataclass
+class Generator:
+    """One mode's generation, built but not called: ``call(ids, n)`` makes
+    the inputs and returns the timed callable; ``tokens(out, n)`` the
+    generated ids as numpy; ``compiles()`` the traces or compilations the
+    framework counted so far (None where it exposes none); ``padded(p)`` the
+    prompt length the model is given (a bucket, for TensorFlow's XLA)."""
+
+    call: Callable[[np.ndarray, int], Callable[[], Any]]
+    tokens: Callable[[Any, int], np.ndarray]
+    setup: str
+    compiles: Callable[[], int | None] = lambda: None
+    padded: Callable[[int], int] = lambda p: p
+    load_s: float = math.nan
+
+
+def bucket(prompt: int, buckets: list[int]) -> int:
+    """The smallest bucket that holds a prompt (past the largest: the prompt's
+    own length, which then traces a program of its own)."""
+    return min((b for b in buckets if b >= prompt), default=prompt)
+
+
+def greedy_config(model, vocab_size: int):
+    """The model's generation config set for these measurements: greedy, one
+    beam, and an end-of-sequence id no logit has (``vocab_size``), so no
+    call stops early (Flax's generate needs an integer id there)."""
+    gc = copy.deepcopy(model.generation_config)
+    pad = gc.pad_token_id
+    if pad is None:
+        eos = gc.eos_token_id
+        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    gc.update(do_sample=False, num_beams=1, eos_token_id=vocab_size, pad_token_id=pad,
+              forced_eos_token_id=None, min_length=0, min_new_tokens=None)
+    return gc

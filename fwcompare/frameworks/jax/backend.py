@@ -10,6 +10,7 @@ import numpy as np
 from ...atomic import write_atomic
 from .. import (Unsupported, auto_class, check_precision, forward_fn, head_output,
                looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
+from .generate import make_generator  # noqa: F401  (the contract's call)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
 # Initial dynamic loss scale for float16 training: jmp's documented default

@@ -27,6 +27,7 @@ import transformers  # noqa: E402
 
 from .. import (Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
                head_output, looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
+from .generate import make_generator  # noqa: E402,F401  (the contract's call)
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
 _POLICY = {"float32": "float32", "tf32": "float32", "bfloat16": "mixed_bfloat16",

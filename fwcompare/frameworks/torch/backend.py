@@ -10,6 +10,7 @@ import transformers
 from ...protocol import TMPDIR_PREFIX
 from .. import (Engine, Unsupported, auto_class, check_precision, crc32_of, forward_fn,
                head_output, looks_like_oom, tf32_note, module_backend)
+from .generate import make_generator  # noqa: F401  (the contract's call)
 
 
 def _device(device: str) -> torch.device:

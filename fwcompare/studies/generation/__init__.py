@@ -11,8 +11,10 @@ token is (generation time - time to first token) / (new_tokens - 1), with an
 interval from the two cells' intervals (:func:`generation_table`); both cells
 of a variant run in its one worker process, the one-token call first.
 
-Modes (:data:`GEN_MODES`): PyTorch ``eager`` (the default dynamic cache) and
-``static-compile`` (a static cache, the decode steps' forward compiled by
+Modes (:data:`GEN_MODES`; each framework's generation is its backend's
+``make_generator``, in ``frameworks/<name>/generate.py``): PyTorch ``eager``
+(the default dynamic cache) and ``static-compile`` (a static cache, the decode
+steps' forward compiled by
 ``torch.compile``: transformers' own auto-compile); TensorFlow ``eager`` and
 ``xla`` (``tf.function(model.generate, jit_compile=True)`` with the prompt
 left-padded to a fixed bucket, the recipe of Hugging Face's "Faster Text
@@ -31,15 +33,13 @@ random-init logits shows as a margin close to float32 rounding).
 """
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import numpy as np
 
 from ... import models
 from ...cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
+from ...frameworks import Generator, greedy_config
 from ...judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
 from ...models import token_ids
 from ...schema import TIMING, Param, grid_params, positive, replace_param
@@ -68,20 +68,6 @@ def reference_tokens(params: dict, prompt: int, max_positions: int) -> int:
     cell asks, within the model's positions."""
     n = max(params["new_tokens"])
     return min(n, max_positions - prompt) if max_positions else n
-
-
-def greedy_config(model, vocab_size: int):
-    """The model's generation config set for these measurements: greedy, one
-    beam, and an end-of-sequence id no logit has (``vocab_size``), so no
-    call stops early (Flax's generate needs an integer id there)."""
-    gc = copy.deepcopy(model.generation_config)
-    pad = gc.pad_token_id
-    if pad is None:
-        eos = gc.eos_token_id
-        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
-    gc.update(do_sample=False, num_beams=1, eos_token_id=vocab_size, pad_token_id=pad,
-              forced_eos_token_id=None, min_length=0, min_new_tokens=None)
-    return gc
 
 
 def kv_bytes_per_token(config) -> tuple[int, int]:
@@ -136,185 +122,12 @@ def prepare(job) -> None:
     write_gate(job.gate_path, ids, ids, reference, info, refs)
 
 
-# -- generators (worker side) ---------------------------------------------------------
-@dataclass
-class Generator:
-    """One mode's generation, built but not called: ``call(ids, n)`` makes
-    the inputs and returns the timed callable; ``tokens(out, n)`` the
-    generated ids as numpy; ``compiles()`` the traces or compilations the
-    framework counted so far (None where it exposes none); ``padded(p)`` the
-    prompt length the model is given (a bucket, for TensorFlow's XLA)."""
-
-    call: Callable[[np.ndarray, int], Callable[[], Any]]
-    tokens: Callable[[Any, int], np.ndarray]
-    setup: str
-    compiles: Callable[[], int | None] = lambda: None
-    padded: Callable[[int], int] = lambda p: p
-    load_s: float = math.nan
-
-
-def bucket(prompt: int, buckets: list[int]) -> int:
-    """The smallest bucket that holds a prompt (past the largest: the prompt's
-    own length, which then traces a program of its own)."""
-    return min((b for b in buckets if b >= prompt), default=prompt)
-
-
-def torch_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
-    import torch
-
-    gc = greedy_config(model, model.config.vocab_size)
-    extra: dict = {}
-    setup = "generate(), greedy, dynamic KV cache"
-    compiles = lambda: None  # noqa: E731
-    if mode == "static-compile":
-        import torch._dynamo.utils as dynamo_utils
-        from transformers import CompileConfig
-
-        cc = CompileConfig(fullgraph=True, dynamic=False,
-                           mode="reduce-overhead" if device == "gpu" else "default")
-        if device != "gpu":  # transformers auto-compiles on CUDA only unless told
-            cc._compile_all_devices = True
-        extra = dict(cache_implementation="static", compile_config=cc)
-        setup = (f"generate(), greedy, static KV cache, the decode steps' forward compiled by "
-                 f"torch.compile(fullgraph=True, dynamic=False, mode={cc.mode!r}) "
-                 f"(transformers' auto-compile; the prefill runs uncompiled)")
-        if getattr(model.config, "sliding_window", None):
-            setup += ("; full static layers where the sliding window spans the prompt and the "
-                      "new tokens (a sliding one recompiles at every decode step)")
-        compiles = lambda: int(dynamo_utils.counters["stats"]["unique_graphs"])  # noqa: E731
-    elif mode != "eager":
-        from ...frameworks import Unsupported
-
-        raise Unsupported(f"torch generation mode {mode!r} is not implemented")
-
-    def call(ids, n):
-        x = inputs(ids)
-        mask = torch.ones_like(x)
-        # the slots generate() gives its own static cache: the last token is never fed back
-        cache = full_static_cache(model, x.shape[1] + n - 1) if mode == "static-compile" else None
-        kwargs = extra if cache is None else dict(extra, cache_implementation=None,
-                                                  past_key_values=cache)
-
-        def fn():
-            with torch.inference_mode():
-                if cache is not None:  # as generate() resets the static cache it keeps
-                    cache.reset()
-                return model.generate(x, attention_mask=mask, generation_config=gc,
-                                      max_new_tokens=n, **kwargs)
-        return fn
-    return Generator(call, lambda out, n: out[:, -n:].cpu().numpy(), setup, compiles)
-
-
-def full_static_cache(model, length: int):
-    """A static cache of full layers for a decoder whose sliding window spans
-    ``length`` tokens (None otherwise: generate() builds its own). Its keys are
-    those a sliding layer would hold, but transformers' sliding layer keeps its
-    fill count as a Python int that torch.compile guards on, so every decode
-    step compiles again (transformers#44609; its cost: docs/measurements.md)."""
-    from transformers import StaticCache
-
-    config = model.config.get_text_config(decoder=True)
-    window = getattr(config, "sliding_window", None)
-    if config.is_encoder_decoder or not window or window < length:
-        return None
-    config = copy.deepcopy(config)
-    kinds = getattr(config, "layer_types", None) or ["sliding_attention"] * config.num_hidden_layers
-    config.layer_types = ["full_attention" if k == "sliding_attention" else k for k in kinds]
-    return StaticCache(config=config, max_cache_len=length)
-
-
-def tf_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
-    import tensorflow as tf
-
-    model.generation_config = greedy_config(model, model.config.vocab_size)
-    pad = model.generation_config.pad_token_id
-
-    def tokens(out, n):
-        return out[:, -n:].numpy()
-    if mode == "eager":
-        def call(ids, n):
-            x = inputs(ids.astype(np.int32))
-            mask = inputs(np.ones_like(ids, dtype=np.int32))
-            return lambda: model.generate(x, attention_mask=mask, max_new_tokens=n)
-        return Generator(call, tokens, "generate() eager, greedy")
-    if mode == "xla":
-        xla = tf.function(model.generate, jit_compile=True)
-        first = tf.function(lambda x, mask: first_token_tf(model, x, mask), jit_compile=True)
-        buckets = params["prompt_buckets"]
-
-        def call(ids, n):
-            b, p = ids.shape
-            length = bucket(p, buckets)
-            x = np.full((b, length), pad, np.int32)
-            x[:, length - p:] = ids
-            mask = np.zeros((b, length), np.int32)
-            mask[:, length - p:] = 1
-            x, mask = inputs(x), inputs(mask)
-            if n == 1:
-                return lambda: first(x, mask)
-            return lambda: xla(x, attention_mask=mask, max_new_tokens=n)
-        return Generator(call, tokens,
-                         f"tf.function(generate, jit_compile=True), greedy, the prompt left-padded "
-                         f"to the smallest of {buckets} tokens that holds it; one token: the "
-                         f"prefill forward and argmax in tf.function(jit_compile=True) "
-                         f"(generate with XLA fails for max_new_tokens=1)",
-                         lambda: (xla.experimental_get_tracing_count()
-                                  + first.experimental_get_tracing_count()),
-                         lambda p: bucket(p, buckets))
-    from ...frameworks import Unsupported
-
-    raise Unsupported(f"tensorflow generation mode {mode!r} is not implemented")
-
-
-def first_token_tf(model, x, mask):
-    """The first generated token as TensorFlow's generate computes it: the
-    prompt's forward with generate's own inputs (positions from the attention
-    mask, a cache), then the argmax of the last position's logits; an
-    encoder-decoder's first decoder step from its start id. transformers
-    4.57's XLA generate cannot make a single token (a negative padding size
-    in ``_initialize_attention``)."""
-    import tensorflow as tf
-
-    if model.config.is_encoder_decoder:
-        start = tf.fill((tf.shape(x)[0], 1), model.generation_config.decoder_start_token_id)
-        out = model(input_ids=x, attention_mask=mask, decoder_input_ids=start, use_cache=True)
-    else:
-        out = model(**model.prepare_inputs_for_generation(x, attention_mask=mask,
-                                                          use_cache=True))
-    return tf.argmax(out.logits[:, -1], axis=-1, output_type=tf.int32)[:, None]
-
-
-def jax_generator(model, mode: str, device: str, params: dict, inputs) -> Generator:
-    import jax
-
-    from ...frameworks import Unsupported
-
-    if mode != "jit":
-        raise Unsupported(f"jax generation mode {mode!r} is not implemented")
-    model.generation_config = greedy_config(model, model.config.vocab_size)
-
-    def generate(weights, x, mask, n):
-        return model.generate(x, attention_mask=mask, params=weights, max_new_tokens=n).sequences
-    jitted = jax.jit(generate, static_argnames=("n",))
-
-    def call(ids, n):
-        x, mask = inputs(ids), inputs(np.ones_like(ids))
-        return lambda: jitted(model.params, x, mask, n=n)
-    return Generator(call, lambda out, n: np.asarray(out)[:, -n:],
-                     "jax.jit(generate), greedy, the parameters passed as arguments (not "
-                     "constants); one program per prompt shape and new_tokens",
-                     getattr(jitted, "_cache_size", lambda: None))
-
-
-GENERATORS = {"torch": torch_generator, "tensorflow": tf_generator, "jax": jax_generator}
-
-
 def build_generator(ctx: WorkerContext, mode: str) -> Generator:
     """The model loaded with the shared weights and this mode's generation."""
     try:
         model, load_s = ctx.load("float32")
-        g = GENERATORS[ctx.framework](model, mode, ctx.device, ctx.params,
-                                      lambda a: ctx.backend.make_inputs(a, ctx.device))
+        g = ctx.backend.make_generator(model, mode, ctx.device, ctx.params,
+                                       lambda a: ctx.backend.make_inputs(a, ctx.device))
     except Exception as exc:
         raise CellFailure(failure_status(ctx.backend, exc), describe(exc)) from exc
     g.load_s = load_s
