@@ -204,7 +204,7 @@ env: $(STAMP) ## print the environment and fairness manifest
 	$(PY) -m fwcompare env
 
 lab: $(STAMP) ## open JupyterLab on the notebooks (kernel "fwcompare"; results go to outputs/lab/)
-	$(PY) -c "from fwcompare.report import ensure_kernel; print('kernel:', ensure_kernel())"
+	$(PY) -c "from fwcompare.suite.report import ensure_kernel; print('kernel:', ensure_kernel())"
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean: ## remove generated outputs and caches (keeps .venv)

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fwcompare.report import _mmss as mmss  # the report's own form of a time
+from fwcompare.suite.report import _mmss as mmss  # the report's own form of a time
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = ("time_breakdown.csv", "summary/scorecard.json")

@@ -31,8 +31,8 @@ def child(args) -> dict:
     """One framework's figures (runs inside its own process)."""
     import numpy as np
 
-    from fwcompare import models
-    from fwcompare.fitting import FitLog, FitSettings
+    from fwcompare.core import models
+    from fwcompare.core.fitting import FitLog, FitSettings
     from fwcompare.frameworks import get, get_backend
     from fwcompare.studies.end_to_end import data
 

@@ -48,15 +48,15 @@ import pandas as pd
 
 import fwcompare
 from fwcompare import studies
-from fwcompare.cell import CellPlan
-from fwcompare.env import hardware_line, manifest
-from fwcompare.paths import OUTPUTS, PARAMS
-from fwcompare.results import load_results
-from fwcompare.schema import read_yaml
-from fwcompare.spec import Axis
-from fwcompare.stats import CellSamples, geomean_ratio_ci, look_confidence, variance_prior
-from fwcompare.studies.base import with_axis
-from fwcompare.tables import samples_by_cell
+from fwcompare.measure.cell import CellPlan
+from fwcompare.core.env import hardware_line, manifest
+from fwcompare.core.paths import OUTPUTS, PARAMS
+from fwcompare.results.store import load_results
+from fwcompare.plan.schema import read_yaml
+from fwcompare.core.spec import Axis
+from fwcompare.core.stats import CellSamples, geomean_ratio_ci, look_confidence, variance_prior
+from fwcompare.execution.study import with_axis
+from fwcompare.results.tables import samples_by_cell
 
 TWIN = Axis("twin", "plain", label=" {twin}")
 SLOWDOWN = {"plain": 0.0, "copy": 0.0, "slow2": 0.02, "slow5": 0.05}
@@ -140,7 +140,7 @@ def params_for(twins, rounds: int) -> dict:
 
 def measure(runs: int, rounds: int, out: Path) -> None:
     from fwcompare import run_studies
-    from fwcompare.forkserver import ForkServers
+    from fwcompare.execution.forkserver import ForkServers
 
     for name in TWINS:
         studies.register(TWINS[name])

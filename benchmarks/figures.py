@@ -23,7 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from fwcompare import claims, env, plots  # noqa: E402
+from fwcompare.suite import claims
+from fwcompare.core import env
+from fwcompare.results import plots  # noqa: E402
 
 
 def both_tight(fig, directory: Path, name: str) -> None:

@@ -27,10 +27,10 @@ import torch
 import torch.utils.benchmark as tbench
 import transformers
 
-from fwcompare import env, models
-from fwcompare.stats import median_ci
-from fwcompare.timing import TimingConfig, measure
-from fwcompare.models import token_ids
+from fwcompare.core import env, models
+from fwcompare.core.stats import median_ci
+from fwcompare.core.timing import TimingConfig, measure
+from fwcompare.core.models import token_ids
 
 
 def main() -> None:

@@ -51,11 +51,11 @@ import pandas as pd
 from scipy.stats import norm
 
 import fwcompare
-from fwcompare import claims as claims_mod
-from fwcompare.env import hardware_line, manifest
-from fwcompare.params import ParamsError, read_yaml, validate
-from fwcompare.paths import OUTPUTS, PARAMS
-from fwcompare.tables import summarize
+from fwcompare.suite import claims as claims_mod
+from fwcompare.core.env import hardware_line, manifest
+from fwcompare.suite.params import ParamsError, read_yaml, validate
+from fwcompare.core.paths import OUTPUTS, PARAMS
+from fwcompare.results.tables import summarize
 
 JUDGED = ("supported", "contradicted", "inconclusive")
 
@@ -100,7 +100,7 @@ def study_params(study: str, chosen: list[claims_mod.Claim], schedule: str, roun
 def run_once(out: Path, chosen, schedule: str, rounds: int) -> pd.DataFrame:
     """One run of every study behind ``chosen``, in round passes as ``fwcompare
     report`` measures them (``fwcompare.run_studies``)."""
-    from fwcompare.forkserver import ForkServers
+    from fwcompare.execution.forkserver import ForkServers
 
     studies = sorted({c.study for c in chosen})
     runs = {study: (study_params(study, [c for c in chosen if c.study == study], schedule,

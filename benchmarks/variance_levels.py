@@ -44,11 +44,11 @@ import numpy as np
 import pandas as pd
 
 import fwcompare
-from fwcompare import claims as claims_mod
-from fwcompare.env import hardware_line, manifest
-from fwcompare.judging import claim_samples
-from fwcompare.results import time_breakdowns
-from fwcompare.stats import Levels, median_se_factor, t_quantile, variance_levels
+from fwcompare.suite import claims as claims_mod
+from fwcompare.core.env import hardware_line, manifest
+from fwcompare.results.judging import claim_samples
+from fwcompare.results.store import time_breakdowns
+from fwcompare.core.stats import Levels, median_se_factor, t_quantile, variance_levels
 
 TURN_PHASES = ("timing samples", "settle between blocks")
 ROUND_PHASES = ("process start and imports", "model build and gate", "first calls and compiles",
@@ -122,7 +122,7 @@ def twin_figures(folder: Path) -> tuple[list, dict]:
     each twin study's costs (averaged over the runs)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import error_rates
-    from fwcompare.results import load_results
+    from fwcompare.results.store import load_results
 
     figures = [(f"{row['study']} (twins)", f"{row['twin']} / plain ({run})", [pair])
                for run, found in error_rates.run_figures(folder).items()

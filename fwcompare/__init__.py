@@ -9,8 +9,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_HOMES = {"run_study": "api", "run_studies": "api", "load_results": "results",
-          "StudyResults": "results", "study_dir": "paths", "LAB": "paths"}
+_HOMES = {"run_study": "suite.api", "run_studies": "suite.api", "load_results": "results.store",
+          "StudyResults": "results.store", "study_dir": "core.paths", "LAB": "core.paths"}
 
 
 def __getattr__(name: str):

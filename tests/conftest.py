@@ -17,7 +17,7 @@ else:
 import psutil  # noqa: E402
 import pytest  # noqa: E402
 
-from fwcompare.timing import TimingConfig  # noqa: E402
+from fwcompare.core.timing import TimingConfig  # noqa: E402
 
 pytest_plugins = ["tiers", "servers", "pytester"]
 
@@ -53,7 +53,7 @@ def tiny_weights():
     """``tiny_weights(model, seed=0, head="base")``: the folder of a zoo
     model's weights, built once per test run into its own cache (the
     weights are a pure function of model, seed and head)."""
-    from fwcompare import models
+    from fwcompare.core import models
 
     def get(model: str = "tiny-bert", seed: int = 0, head: str = "base") -> Path:
         return models.weights_dir(model, seed, head=head)
@@ -84,7 +84,7 @@ def benchmark(name: str):
     """The module of ``benchmarks/<name>.py`` (a script, not a package: imported by path)."""
     import importlib.util
 
-    from fwcompare.paths import ROOT
+    from fwcompare.core.paths import ROOT
 
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

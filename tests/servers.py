@@ -2,7 +2,7 @@
 conftest.py).
 
 A study run starts a fork server per framework and one for its prepare job,
-and closes them when it ends (fwcompare.forkserver): each test that runs a
+and closes them when it ends (fwcompare.execution.forkserver): each test that runs a
 study paid the frameworks' imports again (seconds each on one core:
 docs/measurements.md). Here a built-in study's run takes its
 servers from one set that the test process keeps until it ends, as
@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from fwcompare import forkserver
+from fwcompare.execution import forkserver
 from fwcompare.studies import STUDIES
 
 BUILT_IN = frozenset(STUDIES)
@@ -131,8 +131,9 @@ def _shared_servers(request, monkeypatch, tmp_path_factory):
         def servers(log_dir):
             return RunServers(KEPT, log_dir)
         monkeypatch.setattr(forkserver, "ForkServers", servers)  # a study run's
-        if "fwcompare.report" in sys.modules:  # a report's (imported by the tests that build one)
-            monkeypatch.setattr(sys.modules["fwcompare.report"], "ForkServers", servers)
+        # a report's (imported by the tests that build one)
+        if "fwcompare.suite.report" in sys.modules:
+            monkeypatch.setattr(sys.modules["fwcompare.suite.report"], "ForkServers", servers)
     yield
 
 

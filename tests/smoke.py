@@ -29,9 +29,10 @@ import pytest
 from filelock import FileLock
 from PIL import Image
 
-from fwcompare import load_results, report
-from fwcompare.params import load_file
-from fwcompare.paths import PARAMS
+from fwcompare import load_results
+from fwcompare.suite import report
+from fwcompare.suite.params import load_file
+from fwcompare.core.paths import PARAMS
 from fwcompare.studies import STUDIES
 
 PROFILE = "smoke"

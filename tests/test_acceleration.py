@@ -6,13 +6,16 @@ import re
 import numpy as np
 import pytest
 
-from fwcompare import claims, models, params, run_study, tables
+from fwcompare.suite import claims, params
+from fwcompare.core import models
+from fwcompare import run_study
+from fwcompare.results import tables
 from fwcompare.frameworks import get_backend
-from fwcompare.results import ResultStore, make_row
-from fwcompare.spec import RunSpec
+from fwcompare.results.store import ResultStore, make_row
+from fwcompare.core.spec import RunSpec
 from fwcompare.studies import acceleration as study
-from fwcompare.stats import median_diff_ci
-from fwcompare.timing import TimingConfig, measure
+from fwcompare.core.stats import median_diff_ci
+from fwcompare.core.timing import TimingConfig, measure
 
 
 @pytest.mark.parametrize("first, per_call, eager_first, eager_per_call, expected", [

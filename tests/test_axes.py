@@ -3,14 +3,17 @@ registry hands them to the spec and the results store, and nothing below the
 studies names one. A toy study declares an axis from this file alone; the
 built-in ones read as they did when the spec named them."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from fwcompare import results, spec as spec_module, studies, tables
-from fwcompare.results import ResultStore, make_row
-from fwcompare.spec import Axis, RunSpec, shape_text
-from fwcompare.studies.base import Study
+from fwcompare.results import store as results, tables
+from fwcompare.core import spec as spec_module
+from fwcompare import studies
+from fwcompare.results.store import ResultStore, make_row
+from fwcompare.core.spec import Axis, RunSpec, shape_text
+from fwcompare.execution.study import Study
 
 
 def cell(study="toy_axes", framework="torch", **more):
@@ -104,9 +107,10 @@ def test_the_built_in_studies_axes_read_as_the_spec_fields_did():
     assert (row["workers"], row["scaling"], row["new_tokens"]) == (1, "", 0)
     assert results.SPEC_COLUMNS[-3:] == ["workers", "scaling", "new_tokens"]
     # nothing below the studies names one
-    for module in ("spec", "results", "tables", "claims", "judging", "compare"):
-        text = (spec_module.__file__.rsplit("/", 1)[0] + f"/{module}.py")
-        src = open(text).read()
+    package = Path(spec_module.__file__).parents[1]
+    for module in ("core/spec", "results/store", "results/tables", "suite/claims",
+                   "results/judging", "results/compare"):
+        src = (package / f"{module}.py").read_text()
         assert not any(n in src for n in ('"workers"', '"scaling"', '"new_tokens"')), module
     assert pd.Series([d.cell_id, g.cell_id]).is_unique
 
@@ -139,9 +143,8 @@ def test_with_axis_adds_a_variant_axis_to_a_study_in_the_callers_module():
     """What a benchmark measures beside a study (its twins, its allocators): each
     cell in the values the axis gives it, none dropping it; the new axis' plans
     made from the study's own; workers find it in the caller's file."""
-    from pathlib import Path
 
-    from fwcompare.studies.base import module_file, with_axis
+    from fwcompare.execution.study import module_file, with_axis
 
     seen = []
 

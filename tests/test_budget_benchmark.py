@@ -7,7 +7,7 @@ import pytest
 
 from conftest import benchmark, running
 
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 # The two forms of the report's last lines (debf5ae's, then today's).
 OLD = """[8/8] memory: measuring (profile quick, round 3 of 3)

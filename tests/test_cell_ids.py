@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fwcompare import env, params
+from fwcompare.core import env
+from fwcompare.suite import params
 from fwcompare.studies import STUDIES
 
 ROOT = Path(__file__).resolve().parents[1]

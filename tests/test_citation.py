@@ -7,7 +7,7 @@ import tomllib
 
 import yaml
 
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 REQUIRED = {"cff-version": str, "message": str, "title": str, "authors": list}
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwcompare import claims
-from fwcompare.claims import Claim, judge
+from fwcompare.suite import claims
+from fwcompare.suite.claims import Claim, judge
 
 ISSUE_CLAIMS = {"cpu-inference-pytorch-faster", "gpu-inference-tensorflow-faster",
                 "pytorch-oom-first", "torchscript-speedup", "torchscript-slower-large-inputs",
@@ -275,7 +275,7 @@ def test_the_report_prior_narrows_timed_claims_and_spares_one_that_spreads_more(
     all of them (``claims.variance_prior_of``) narrows the twelve intervals
     (the thirteenth, in the prior, makes its d0 small: about a quarter) and
     leaves the thirteenth its own."""
-    from fwcompare.stats import CellSamples
+    from fwcompare.core.stats import CellSamples
 
     rng = np.random.default_rng(5)
     cells, by_cell = [], {}
@@ -324,7 +324,7 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     scorecard.json stores it: an infinite d0 is "inf" in JSON)."""
     import json
 
-    from fwcompare import report
+    from fwcompare.suite import report
 
     summary = tmp_path / report.SUMMARY
     summary.mkdir()
@@ -357,7 +357,7 @@ def test_a_claim_its_profile_leaves_out_names_what_and_where_it_is_measured(
     profiles that have it (not the tests' smoke), instead of "jax/jit did
     not run"; a run whose params have it keeps the metric's own reason (the
     variant planned, but not run)."""
-    from fwcompare import params
+    from fwcompare.suite import params
 
     (c,) = [x for x in claims.load_claims() if x.id == claim_id]
     cells = [("gpt2" if study == "memory" else "distilbert-base-uncased",
@@ -382,7 +382,7 @@ def test_a_claim_of_several_models_is_not_left_out_while_one_of_them_is_planned(
     which its figure reads: the gpu profile plans distilgpt2, so a run of it
     whose cells made no figure says why they did not (its failed cells), not
     that gpt2 was left out."""
-    from fwcompare import params
+    from fwcompare.suite import params
 
     (c,) = [x for x in claims.load_claims() if x.id == "tensorflow-less-training-memory"]
     assert set(c.models) == {"gpt2", "distilgpt2"}

@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 
 import fwcompare
-from fwcompare import cli, report
-from fwcompare.claims import load_claims
-from fwcompare.env import ISA_FLAGS
-from fwcompare.models import REAL, ZOO
-from fwcompare.params import ParamsError, command_line_overrides, overridden_profile
-from fwcompare.paths import PARAMS, ROOT
+from fwcompare.commands import cli
+from fwcompare.suite import report
+from fwcompare.suite.claims import load_claims
+from fwcompare.core.env import ISA_FLAGS
+from fwcompare.core.models import REAL, ZOO
+from fwcompare.suite.params import ParamsError, command_line_overrides, overridden_profile
+from fwcompare.core.paths import PARAMS, ROOT
 from fwcompare.studies import STUDIES
 
 
@@ -143,8 +144,8 @@ def test_a_runs_table_shows_the_studys_own_axes_and_why_cells_did_not_run(tmp_pa
     """generation's two token counts are two rows that differ in new_tokens,
     and an unsupported cell's reason is printed once under the table."""
     from fwcompare import load_results
-    from fwcompare.results import ResultStore, make_row
-    from fwcompare.spec import RunSpec
+    from fwcompare.results.store import ResultStore, make_row
+    from fwcompare.core.spec import RunSpec
 
     store = ResultStore(tmp_path / "results", run_id="r", hostname="h")
     why = "bert has no language-model head to generate text with"
@@ -187,8 +188,8 @@ def test_report_exits_1_when_a_cell_failed(monkeypatch, tmp_path, capsys):
     """The report itself goes on past a failed cell; its exit code says so."""
     import dataclasses
 
-    from fwcompare.results import ResultStore, make_row
-    from fwcompare.spec import RunSpec
+    from fwcompare.results.store import ResultStore, make_row
+    from fwcompare.core.spec import RunSpec
 
     root = tmp_path / "smoke"
     store = ResultStore(root / "inference_sweep" / "results", run_id="r", hostname="h")
@@ -220,7 +221,8 @@ def test_dry_run_with_overrides_plans_only_their_cells(capsys, tmp_path):
 
 def test_a_report_dry_run_prints_each_study_and_the_report_and_measures_nothing(
         capsys, tmp_path, nothing_runs, monkeypatch):
-    from fwcompare import doctor, env
+    from fwcompare.suite import doctor
+    from fwcompare.core import env
 
     monkeypatch.setattr(doctor, "require", lambda *a, **k: pytest.fail("the doctor ran"))
     monkeypatch.setattr(env, "gpus", lambda: [])
@@ -248,7 +250,7 @@ def test_a_report_dry_run_prints_each_study_and_the_report_and_measures_nothing(
 def test_a_mapping_override_is_merged_framework_by_framework(capsys, tmp_path):
     """`--set 'modes={torch: [eager, compile]}'` (README's example) changes
     PyTorch's modes and keeps the profile's for the other frameworks."""
-    from fwcompare.params import merge_overrides
+    from fwcompare.suite.params import merge_overrides
 
     assert cli.main(["run", "inference_sweep", "--profile", "smoke", "--models", "tiny-bert",
                      "--set", "modes={torch: [eager, compile]}", "--batch-sizes", "1",
@@ -265,9 +267,9 @@ def test_a_mapping_override_is_merged_framework_by_framework(capsys, tmp_path):
 def test_a_dry_run_names_what_a_variant_runs_in_which_rounds():
     """A variant whose shapes take different rounds says so per shape; a
     study's own axes and a largest-batch search's ceiling are named."""
-    from fwcompare.estimate import cell_lines
-    from fwcompare.job import CellRef
-    from fwcompare.spec import RunSpec
+    from fwcompare.execution.estimate import cell_lines
+    from fwcompare.plan.job import CellRef
+    from fwcompare.core.spec import RunSpec
     from fwcompare.studies import STUDIES
 
     def spec(study, **kw):

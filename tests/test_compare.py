@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwcompare import compare as cmp
-from fwcompare.results import ResultStore, losses_frame, make_row
-from fwcompare.spec import RunSpec
+from fwcompare.results import compare as cmp
+from fwcompare.results.store import ResultStore, losses_frame, make_row
+from fwcompare.core.spec import RunSpec
 
 
 def spec(batch=1, threads=2, mode="eager", seq=8):
@@ -147,7 +147,7 @@ def test_two_runs_concatenate_without_mixing(two_runs):
 
 
 def test_the_command_prints_writes_and_refuses(two_runs, tmp_path, capsys):
-    from fwcompare.cli import main
+    from fwcompare.commands.cli import main
 
     assert main(["compare", str(two_runs[0]), str(two_runs[1]), "--out",
                  str(tmp_path / "cmp")]) == 0
@@ -176,7 +176,7 @@ def slower_faster(tmp_path):
 
 
 def test_regression_gate_names_the_slower_cell_and_exits_1(slower_faster, capsys):
-    from fwcompare.cli import main
+    from fwcompare.commands.cli import main
 
     a, b = map(str, slower_faster)
     assert main(["compare", a, b, "--fail-above", "1.05"]) == 1
@@ -210,7 +210,7 @@ def test_regressions_from_the_intervals(slower_faster):
 
 
 def test_runs_on_cpus_with_other_instruction_sets_warn(slower_faster, capsys):
-    from fwcompare.cli import main
+    from fwcompare.commands.cli import main
 
     c = cmp.compare(*slower_faster)
     assert len(c.warnings) == 1
@@ -230,7 +230,7 @@ def test_a_run_that_records_no_flags_is_said_once(slower_faster, tmp_path):
 
 
 def test_compare_json_is_one_document(slower_faster, capsys):
-    from fwcompare.cli import main
+    from fwcompare.commands.cli import main
 
     assert main(["compare", *map(str, slower_faster), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from fwcompare.launch import fresh_compile_cache, use_compile_cache
-from fwcompare.paths import ROOT
-from fwcompare.protocol import TMPDIR_PREFIX
+from fwcompare.execution.launch import fresh_compile_cache, use_compile_cache
+from fwcompare.core.paths import ROOT
+from fwcompare.core.protocol import TMPDIR_PREFIX
 
 PROGRAM = {
     "jax": """

@@ -9,10 +9,13 @@ import zipfile
 import pandas as pd
 import pytest
 
-from fwcompare import claims, cli, export, report
-from fwcompare.atomic import UnreadableFile
-from fwcompare.results import UNREADABLE, ResultStore, UnreadableResult, load_results, make_row
-from fwcompare.spec import RunSpec
+from fwcompare.suite import claims, report
+from fwcompare.commands import cli
+from fwcompare.results import archive as export
+from fwcompare.core.atomic import UnreadableFile
+from fwcompare.results.store import (UNREADABLE, ResultStore, UnreadableResult, load_results,
+                                     make_row)
+from fwcompare.core.spec import RunSpec
 from test_publish import make_run
 
 

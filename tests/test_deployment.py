@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from fwcompare import params, run_study
+from fwcompare.suite import params
+from fwcompare import run_study
 from fwcompare.studies import deployment
 
 

@@ -13,10 +13,12 @@ import psutil
 import pytest
 
 import fwcompare
-from fwcompare import claims, launch, tables
+from fwcompare.suite import claims
+from fwcompare.execution import launch
+from fwcompare.results import tables
 from fwcompare.frameworks import Engine
-from fwcompare.judging import StudyData
-from fwcompare.params import ParamsError, validate
+from fwcompare.results.judging import StudyData
+from fwcompare.suite.params import ParamsError, validate
 from fwcompare.studies import STUDIES
 from fwcompare.studies import distributed as study
 
@@ -96,7 +98,7 @@ def test_one_launch_engines_take_the_first_round_only_and_name_the_key_when_unkn
     rounds after it go to the claimed variants or to all; the others take
     every round (quick: TensorFlow's two engines once, PyTorch's claimed ones
     twice)."""
-    from fwcompare.runner import planned_cells
+    from fwcompare.execution.runner import planned_cells
 
     study = STUDIES["distributed"]
     claimed = {"torch/eager", "torch/ddp-fp16", "tensorflow/graph", "tensorflow/ps"}
@@ -127,7 +129,7 @@ def test_launch_commands_for_two_hosts(tmp_path):
     joined = " ".join(cmd)
     assert "-m torch.distributed.run --nnodes 2 --node_rank 1 --nproc_per_node 2" in joined
     assert "--master_addr h0 --master_port 29500" in joined
-    assert cmd[-3:] == ["-m", "fwcompare.worker", str(tmp_path / "job.json")]
+    assert cmd[-3:] == ["-m", "fwcompare.commands.worker", str(tmp_path / "job.json")]
     ports = launch.choose_ports("tensorflow", 4, ["h0", "h1"], 29500)
     assert ports == [29501, 29502, 29503, 29504]
     configs = launch.launcher("tensorflow").tf_configs(4, ["h0", "h1"], 1, ports)
@@ -255,7 +257,8 @@ def _ranks_alive(tmp_path) -> list[psutil.Process]:
     alive = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if str(tmp_path) in cmd and ("fwcompare.worker" in cmd or "torch.distributed.run" in cmd):
+        if str(tmp_path) in cmd and ("fwcompare.commands.worker" in cmd
+                                     or "torch.distributed.run" in cmd):
             alive.append(proc)
     for pids in _rank_pids(tmp_path).values():
         for pid, _ in pids:
@@ -288,8 +291,8 @@ def _final_losses(losses: pd.DataFrame) -> pd.Series:
 
 
 def _smoke(frameworks, **over) -> dict:
-    from fwcompare.params import load_file
-    from fwcompare.paths import PARAMS
+    from fwcompare.suite.params import load_file
+    from fwcompare.core.paths import PARAMS
 
     p = dict(load_file(PARAMS / "distributed" / "smoke.yaml"))  # typed params are frozen
     p.update(frameworks=frameworks, modes={fw: p["modes"][fw][:1] for fw in frameworks},
@@ -528,7 +531,7 @@ def test_a_launch_whose_fork_server_is_gone_starts_fresh_processes(tmp_path):
 
     from test_job_protocol import _job
 
-    from fwcompare.forkserver import ForkServerError
+    from fwcompare.execution.forkserver import ForkServerError
 
     class Gone:
         calls = 0
@@ -678,9 +681,9 @@ class OneRank(Engine):
 def _one_rank_study(tmp_path, max_time_s: float):
     """The distributed study's smoke cells for one PyTorch rank, timed briefly:
     its runner, with the gate prepared."""
-    from fwcompare import gate as gate_mod
-    from fwcompare.job import PREPARE
-    from fwcompare.runner import Runner
+    from fwcompare.measure import gate as gate_mod
+    from fwcompare.plan.job import PREPARE
+    from fwcompare.execution.runner import Runner
     from fwcompare.studies.distributed import STUDY
 
     params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01,
@@ -701,8 +704,8 @@ def test_the_first_agreement_step_is_the_first_call_of_the_cell_with_the_gate_ba
     cell's warm-up step (the weak cell makes its own)."""
     import time
 
-    from fwcompare import gate as gate_mod
-    from fwcompare.job import CELLS, CellRef
+    from fwcompare.measure import gate as gate_mod
+    from fwcompare.plan.job import CELLS, CellRef
     from fwcompare.studies.distributed import STUDY, Rank
 
     runner = _one_rank_study(tmp_path, max_time_s=0.2)
@@ -754,10 +757,10 @@ def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass
     second launch, issue 48) takes neither when an earlier round of it
     measured, and the report reads them from that round; a cell whose
     earlier round failed takes both."""
-    from fwcompare import gate as gate_mod
-    from fwcompare.job import CELLS, CellRef
+    from fwcompare.measure import gate as gate_mod
+    from fwcompare.plan.job import CELLS, CellRef
     from fwcompare.studies.distributed import STUDY, Rank
-    from fwcompare.tables import summarize
+    from fwcompare.results.tables import summarize
 
     runner = _one_rank_study(tmp_path, max_time_s=0.1)
     specs = STUDY.cells(runner.params)
@@ -806,8 +809,8 @@ def test_a_launch_has_every_class_attribute_the_runner_reads_of_a_worker():
     before its parameter server's SIGSEGV landed) made ``Runner.after_stop``
     read ``stop_note`` of it, and the missing attribute ended the whole study
     run (CI, 2026-11-29) instead of failing that cell."""
-    from fwcompare.launch import Launch
-    from fwcompare.runner import Worker
+    from fwcompare.execution.launch import Launch
+    from fwcompare.execution.runner import Worker
 
     shared = [k for k, v in vars(Worker).items()
               if not k.startswith("_") and not callable(v) and not isinstance(v, property)]

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from fwcompare import doctor, run_study
-from fwcompare.doctor import DoctorError, PASSED_VAR
+from fwcompare.suite import doctor
+from fwcompare import run_study
+from fwcompare.suite.doctor import DoctorError, PASSED_VAR
 
 
 @pytest.mark.slow  # fresh interpreters import each framework

@@ -4,7 +4,7 @@ its words, and tokenized once, by MiniLM's real tokenizer or a fixed table."""
 import numpy as np
 import pytest
 
-from fwcompare import models
+from fwcompare.core import models
 from fwcompare.studies.end_to_end import data
 
 

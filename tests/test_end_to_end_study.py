@@ -7,9 +7,9 @@ import tempfile
 import pytest
 
 import fwcompare
-from fwcompare import params
-from fwcompare.paths import PARAMS
-from fwcompare.schema import ParamsError
+from fwcompare.suite import params
+from fwcompare.core.paths import PARAMS
+from fwcompare.plan.schema import ParamsError
 
 SMOKE = params.load_file(PARAMS / "end_to_end" / "smoke.yaml").to_dict()
 

@@ -1,4 +1,4 @@
-"""Energy per call from NVML's total-energy counter (fwcompare/energy.py),
+"""Energy per call from NVML's total-energy counter (fwcompare/core/energy.py),
 against a fake NVML whose counter and clocks this test sets: the figures come
 from the window of calls, a GPU without the counter says so, and a counter
 that did not move gives no figure."""
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fwcompare import energy
+from fwcompare.core import energy
 
 
 class FakeNVML:
@@ -88,7 +88,7 @@ def test_the_device_index_follows_cuda_visible_devices(monkeypatch):
 def test_the_gpu_table_keeps_gpu_cells_and_divides_by_the_batch():
     import pandas as pd
 
-    from fwcompare.tables import gpu_table
+    from fwcompare.results.tables import gpu_table
 
     summary = pd.DataFrame({
         "model": ["bert-base-cased"] * 3, "variant": ["torch/eager", "jax/jit", "torch/eager"],

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from fwcompare import env
+from fwcompare.core import env
 
 # The flags line of a Sapphire Rapids Xeon (AMX) and of a Zen 3 EPYC, cut short.
 XEON = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"

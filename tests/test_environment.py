@@ -18,7 +18,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"
 ENVIRONMENT = ROOT / "environment.yml"
@@ -474,7 +474,7 @@ def test_rows_record_fwcompare_own_commit_never_an_enclosing_repository(tmp_path
     its HEAD and whether tracked files changed."""
     import subprocess
 
-    from fwcompare.env import git_info
+    from fwcompare.core.env import git_info
 
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c",

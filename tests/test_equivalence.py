@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from fwcompare import models
+from fwcompare.core import models
 from fwcompare.frameworks import FRAMEWORKS, contract_gaps, get_backend
-from fwcompare.precision import error_metrics
-from fwcompare.models import token_ids
+from fwcompare.measure.precision import error_metrics
+from fwcompare.core.models import token_ids
 
 # The gate's subject: every framework, loaded in this process.
 pytestmark = pytest.mark.frameworks("torch", "tensorflow", "jax")
@@ -122,7 +122,7 @@ def test_the_contract_names_every_call_made_on_a_backend():
                                                    ("tensorflow", "graph", "tf")])
 def test_a_framework_reads_its_native_copy_of_the_weights_after_the_first_load(
         tiny_weights, tmp_path, monkeypatch, framework, mode, kind):
-    from fwcompare import paths
+    from fwcompare.core import paths
 
     backend = backend_module(framework)
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
@@ -167,7 +167,7 @@ def test_a_tensorflow_rank_writes_the_native_copy_into_a_fresh_cache(tiny_weight
     its first load must still write the copy, not fail for want of a folder."""
     import tensorflow as tf
 
-    from fwcompare import paths
+    from fwcompare.core import paths
 
     backend = backend_module("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
@@ -186,7 +186,7 @@ def test_tensorflow_builds_without_random_draws_and_loads_the_same_weights(tiny_
     import numpy as np
     import tf_keras
 
-    from fwcompare import paths
+    from fwcompare.core import paths
 
     backend = backend_module("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
@@ -219,7 +219,7 @@ def test_lanes_loading_at_once_convert_the_weights_once(tiny_weights, tmp_path, 
     import threading
     import time
 
-    from fwcompare import paths
+    from fwcompare.core import paths
 
     backend = get_backend(framework)
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
@@ -258,7 +258,7 @@ def test_lanes_loading_at_once_convert_the_weights_once(tiny_weights, tmp_path, 
 def _gated_on_the_smallest_cell_and_compiled_once(tmp_path, df, jitted: str) -> None:
     """Every cell ok; the gate file holds the smallest cell's batch (2 x 8);
     JAX's worker log shows one compile of ``jitted`` per cell shape."""
-    from fwcompare.gate import Gate
+    from fwcompare.measure.gate import Gate
 
     assert (df["status"] == "ok").all(), df[["framework", "error"]]
     work = tmp_path / "results" / "work"
@@ -335,7 +335,7 @@ def test_tensorflow_traces_the_same_graph_without_autograph(tiny_weights, tmp_pa
     has the same ops, and outputs and training losses agree; the setup text
     says which was used, and an accumulation loop (a ``tf.range`` loop, which
     needs AutoGraph) still runs."""
-    from fwcompare import paths
+    from fwcompare.core import paths
 
     backend = get_backend("tensorflow")
     monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")

@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from fwcompare.studies import STUDIES
-from fwcompare.estimate import earlier_rate, estimate, record_run
-from fwcompare.params import load_file
-from fwcompare.paths import PARAMS, ROOT
+from fwcompare.execution.estimate import earlier_rate, estimate, record_run
+from fwcompare.suite.params import load_file
+from fwcompare.core.paths import PARAMS, ROOT
 
 SMOKE = PARAMS / "inference_sweep" / "smoke.yaml"
 
@@ -52,8 +52,8 @@ def test_a_resumed_run_counts_only_the_cells_left(tmp_path):
     """Cells measured by an earlier run of the same params are kept by a
     resume: the estimate leaves them out (and counts them all when the params
     changed, since the run then starts afresh)."""
-    from fwcompare.env import params_hash
-    from fwcompare.results import ResultStore, make_row
+    from fwcompare.core.env import params_hash
+    from fwcompare.results.store import ResultStore, make_row
     from fwcompare.studies.inference_sweep import InferenceSweep
 
     params = load_file(SMOKE, "inference_sweep")
@@ -73,9 +73,9 @@ def test_the_parts_of_a_first_run():
     compiling mode's first round at each shape, a cached first call in its later
     rounds, an eager first call otherwise; scaled by the model's depth
     (tiny-bert: 2 layers, a sixth of a base model's 12)."""
-    from fwcompare.estimate import FIXED_S, fixed_costs
-    from fwcompare.job import CellRef
-    from fwcompare.spec import RunSpec
+    from fwcompare.execution.estimate import FIXED_S, fixed_costs
+    from fwcompare.plan.job import CellRef
+    from fwcompare.core.spec import RunSpec
 
     def cell(model, fw, mode, rnd, batch=1):
         return CellRef(RunSpec(study="inference_sweep", model=model, framework=fw, mode=mode,
@@ -101,9 +101,9 @@ def test_a_host_trace_costs_every_round_and_a_training_step_more():
     process (no compile cache keeps them), at the CPU's figure on either
     device; a training step's trace costs more than a forward's. TensorFlow's
     xla compiles device code: cached after its first round."""
-    from fwcompare.estimate import FIXED_S, fixed_costs
-    from fwcompare.job import CellRef
-    from fwcompare.spec import RunSpec
+    from fwcompare.execution.estimate import FIXED_S, fixed_costs
+    from fwcompare.plan.job import CellRef
+    from fwcompare.core.spec import RunSpec
 
     def cell(fw, mode, rnd, task="inference"):
         return CellRef(RunSpec(study="training", model="bert-base-cased", framework=fw,
@@ -128,9 +128,9 @@ def test_jax_eager_compiles_op_by_op_once_then_loads_them():
     figure (a GPU's op compiles of a model cost far more than one jit of it) in
     the first round, the compile cache's in the later ones; PyTorch's eager
     costs its eager call in every round."""
-    from fwcompare.estimate import FIXED_S, fixed_costs
-    from fwcompare.job import CellRef
-    from fwcompare.spec import RunSpec
+    from fwcompare.execution.estimate import FIXED_S, fixed_costs
+    from fwcompare.plan.job import CellRef
+    from fwcompare.core.spec import RunSpec
 
     def cell(fw, mode, rnd, batch=8):
         return CellRef(RunSpec(study="acceleration", model="bert-base-cased", framework=fw,
@@ -179,9 +179,9 @@ def test_the_parts_a_study_adds_references_and_tries():
     """With the study: each (model, task) prepares its references once, and a
     largest-batch search's cells cost their tries (7 fresh processes in its
     first round, 2 in a later one) instead of a lane's build and first call."""
-    from fwcompare import params
-    from fwcompare.estimate import FIXED_S, fixed_costs
-    from fwcompare.job import CellRef
+    from fwcompare.suite import params
+    from fwcompare.execution.estimate import FIXED_S, fixed_costs
+    from fwcompare.plan.job import CellRef
     from fwcompare.studies import STUDIES, memory
 
     study = STUDIES["memory"]
@@ -213,8 +213,8 @@ def test_a_whole_run_costs_its_process_and_cold_compiles_in_every_round(tmp_path
     compiles (the Flax loop) its compiles, where it traces on the host (Keras
     fit) its traces, in each round (Trainer: neither); no lane's build or first
     call, and no sampling (the run is its own time)."""
-    from fwcompare.estimate import FIXED_S, _size, fixed_costs
-    from fwcompare.job import CellRef
+    from fwcompare.execution.estimate import FIXED_S, _size, fixed_costs
+    from fwcompare.plan.job import CellRef
 
     study = STUDIES["end_to_end"]
     p = load_file(PARAMS / "end_to_end" / "quick.yaml", "end_to_end")
@@ -243,8 +243,8 @@ def test_a_launch_costs_its_processes_build_and_cold_compile_in_every_round():
     per engine, worker count and round): the estimate counts each launch once,
     at its model's size, and no lane's build or first call for its cells;
     their sampling stays."""
-    from fwcompare.estimate import FIXED_S, _size, fixed_costs
-    from fwcompare.runner import planned_cells
+    from fwcompare.execution.estimate import FIXED_S, _size, fixed_costs
+    from fwcompare.execution.runner import planned_cells
 
     study = STUDIES["distributed"]
     p = load_file(PARAMS / "distributed" / "quick.yaml", "distributed")

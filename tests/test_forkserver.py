@@ -13,8 +13,8 @@ import pytest
 from conftest import SMOKE_TIMING, children_alive
 
 from fwcompare import run_study
-from fwcompare.forkserver import ForkServers
-from fwcompare.paths import ROOT
+from fwcompare.execution.forkserver import ForkServers
+from fwcompare.core.paths import ROOT
 from fwcompare.frameworks import worker_env
 
 # it starts worker processes, and tests the servers of a run: its own

@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwcompare import frameworks, models, params, run_study
+from fwcompare import frameworks, run_study
+from fwcompare.core import models
+from fwcompare.suite import params
 from fwcompare.studies import STUDIES, generation
 
 

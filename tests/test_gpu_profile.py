@@ -4,11 +4,13 @@ variants' memory does not fit (schedules/fit.py), and a distributed run with
 fewer GPUs than ranks says so in every cell before anything starts."""
 import pytest
 
-from fwcompare import cli, env, params
-from fwcompare.models import config_for
-from fwcompare.paths import PARAMS
-from fwcompare.schedules import fit
-from fwcompare.spec import RunSpec
+from fwcompare.commands import cli
+from fwcompare.core import env
+from fwcompare.suite import params
+from fwcompare.core.models import config_for
+from fwcompare.core.paths import PARAMS
+from fwcompare.execution.schedules import fit
+from fwcompare.core.spec import RunSpec
 from fwcompare.studies import STUDIES
 
 GIB = 2 ** 30
@@ -94,7 +96,7 @@ def test_the_runner_resolves_the_schedule_once_and_rows_carry_the_note(
         free_gib, tmp_path, monkeypatch):
     """A Runner for the GPU profile (nothing run: a CPU machine) reads NVML's
     free memory once and keeps the outcome for the later round passes."""
-    from fwcompare.runner import Passes, Runner
+    from fwcompare.execution.runner import Passes, Runner
 
     calls = []
     monkeypatch.setattr(env, "gpu_free_bytes", lambda: calls.append(1) or free_gib * GIB)
@@ -128,8 +130,8 @@ def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch
     assert STUDIES["distributed"].machine_problem({**full, "device": "cpu"}) == ""
     # the whole run: every cell a row saying why, no worker, no doctor needed
     monkeypatch.setattr(env, "gpus", lambda: [])
-    import fwcompare.runner as runner_mod
-    from fwcompare import doctor
+    import fwcompare.execution.runner as runner_mod
+    from fwcompare.suite import doctor
 
     started = []
     monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: started.append(a))
@@ -142,7 +144,7 @@ def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch
                                   "machine has 0"}
     assert not started
     # the scorecard says why its claims are not measured
-    from fwcompare import claims
+    from fwcompare.suite import claims
 
     card = claims.scorecard("gpu", results_dir=tmp_path, output_dir=tmp_path / "summary")
     mine = card.table[card.table["study"] == "distributed"]
@@ -154,14 +156,14 @@ def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch
 def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path):
     """Before a first gpu report: the studies' estimates from their parts,
     the fork servers' imports counted once (the studies share them)."""
-    from fwcompare import report
-    from fwcompare.estimate import FIXED_S, NOTEBOOK_S, SCORECARD_S, estimate
+    from fwcompare.suite import report
+    from fwcompare.execution.estimate import FIXED_S, NOTEBOOK_S, SCORECARD_S, estimate
 
     # (their extra rounds: the next test)
     chosen = {s: ({**params.load_file(PARAMS / s / "gpu.yaml", s), "more_rounds": 0}, tmp_path / s)
               for s in ("inference_sweep", "training")}
     line = report.total_estimate(chosen)
-    from fwcompare.claims import claimed_for
+    from fwcompare.suite.claims import claimed_for
 
     ests = [estimate(STUDIES[s], p, out / "results", claimed_for(s, p))
             for s, (p, out) in chosen.items()]
@@ -187,7 +189,7 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
 def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     """quick's inference_sweep may spend its 40 s of extra rounds on doubtful
     claims: the upper end of the report's estimate includes them."""
-    from fwcompare import report
+    from fwcompare.suite import report
 
     quick = params.load_file(PARAMS / "inference_sweep" / "quick.yaml", "inference_sweep")
     line = report.total_estimate({"inference_sweep": (quick, tmp_path / "inference_sweep")})
@@ -203,8 +205,8 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     # they start only where they end before the budget less the notebooks: they may
     # spend what a measuring at the estimate's low end leaves, the report's upper end
     # counts what its upper end leaves, and none is said where even the low end fills it
-    from fwcompare import claims
-    from fwcompare.estimate import estimate
+    from fwcompare.suite import claims
+    from fwcompare.execution.estimate import estimate
 
     e = estimate(STUDIES["inference_sweep"], quick, tmp_path / "inference_sweep" / "results",
                  claims.claimed_for("inference_sweep", quick))

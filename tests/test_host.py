@@ -1,4 +1,4 @@
-"""What else the machine did while cells were timed (fwcompare.host), measured
+"""What else the machine did while cells were timed (fwcompare.core.host), measured
 on this machine with a process that keeps one core busy."""
 import os
 import signal
@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from fwcompare.host import HostMeter
+from fwcompare.core.host import HostMeter
 
 
 @pytest.fixture

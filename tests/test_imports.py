@@ -1,6 +1,6 @@
-"""The house has floors: no import circle among fwcompare's modules, and the low
-floor (pure functions and data) imports nothing above it (docs/contributing.md, Layout);
-no module is over 600 lines.
+"""The house has floors, one folder each: no import circle among fwcompare's
+modules, no import from a floor to one above it (docs/contributing.md, Layout); at
+most 12 modules at the top of the package; no module over 600 lines.
 
 Read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from ... import`` of a fwcompare module counts, at module level or inside a
@@ -9,35 +9,35 @@ function, except those under ``if TYPE_CHECKING:`` (annotations only, never run)
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "fwcompare"
+CONTRIBUTING = PACKAGE.parent / "docs" / "contributing.md"
 
-# Pure functions and data: they import nothing of fwcompare above this floor.
-LOW = ("stats", "spec", "timing", "memory", "precision", "atomic", "paths", "protocol",
-       "host", "env", "energy", "pipeline", "fitting")
-
-
-# The floors above it (docs/contributing.md, Layout): a module imports modules of its
-# own floor or below. A package's modules stand on the package's floor.
-FLOORS = {
-    "low": LOW,
-    "language": ("models", "results", "schema", "tables", "plots", "judging", "job", "outcome",
-                 "frameworks", "peak", "compare", "export"),
-    "worker": ("gate", "cell", "workloads", "forkserver", "launch", "schedules"),
-    "running": ("runner", "estimate", "studies"),
-    "entry": ("params", "claims", "worker", "forkserver_main", "api", "report", "shard",
-              "submit", "doctor", "cli", "__main__", ""),
-}
+# The floors, lowest first: each is a folder of fwcompare/, and a module stands on
+# its folder's floor. docs/contributing.md's layout table lists them in this order.
+LAYERS = ("core", "frameworks", "plan", "results", "measure", "execution", "studies", "suite",
+          "commands")
+# Beside the layers at the top: the package itself (its version, and the names a
+# notebook uses, imported by name when first asked for: it imports no module, so it
+# stands on the ground floor) and ``python -m fwcompare`` (the top).
+TOP = ("__init__", "__main__", "data")
+MAX_TOP = 12
 
 
 def floor_of(name: str) -> int:
-    """The floor (0 lowest) of module ``fwcompare.x.y``: its first part's."""
-    first = name.split(".")[1] if "." in name else ""
-    for i, members in enumerate(FLOORS.values()):
-        if first in members:
-            return i
-    raise KeyError(f"{name} is on no floor: add it to FLOORS (and to docs/contributing.md)")
+    """The floor (0 lowest) of module ``fwcompare.x.y``: its folder's."""
+    if name == "fwcompare":
+        return 0
+    first = name.split(".")[1]
+    if first == "__main__":
+        return len(LAYERS)
+    if first not in LAYERS:
+        raise KeyError(f"{name} is in no layer folder: move it into one of {LAYERS}")
+    return LAYERS.index(first)
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -130,9 +130,16 @@ def circles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward(g: dict[str, set[str]]) -> list[str]:
-    """Imports from the low floor (a low module, or one of a low package) upward."""
-    return sorted(f"{a} imports {b}" for a, deps in g.items() if floor_of(a) == 0
-                  for b in deps if floor_of(b) > 0)
+    """Imports from a floor to one above it, each with both floors."""
+    return sorted(f"{a} ({LAYERS[floor_of(a)] if floor_of(a) < len(LAYERS) else 'top'}) imports "
+                  f"{b} ({LAYERS[floor_of(b)] if floor_of(b) < len(LAYERS) else 'top'})"
+                  for a, deps in g.items() for b in deps if floor_of(b) > floor_of(a))
+
+
+def top_entries(package: Path = PACKAGE) -> list[str]:
+    """The modules, packages and folders at the top of the package."""
+    return sorted(p.stem for p in package.iterdir()
+                  if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__"))
 
 
 def test_no_import_circle():
@@ -140,34 +147,42 @@ def test_no_import_circle():
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
-def test_low_floor_imports_nothing_above_it():
-    g = graph()
-    assert {f"fwcompare.{m}" for m in LOW} <= set(g), "a low module is missing"
-    assert upward(g) == []
-
-
 def test_every_import_runs_to_the_same_floor_or_below():
-    g = graph()
-    up = sorted(f"{a} ({list(FLOORS)[floor_of(a)]}) imports {b} ({list(FLOORS)[floor_of(b)]})"
-                for a, deps in g.items() for b in deps if floor_of(b) > floor_of(a))
-    assert up == []
+    assert upward(graph()) == []
+
+
+def test_the_top_of_the_package_is_its_floors():
+    top = top_entries()
+    assert set(top) == {*LAYERS, *TOP}, "a module or folder at the top outside the layers"
+    assert len([t for t in top if t != "data"]) <= MAX_TOP
+    # the layout table of docs/contributing.md names the floors in the same order
+    named = re.findall(r"^\| `([a-z]+)/` \|", CONTRIBUTING.read_text(), re.M)
+    assert tuple(dict.fromkeys(named)) == LAYERS
 
 
 def test_the_reader_sees_a_circle_and_an_upward_import(tmp_path):
-    """The checks can fail: a package with a circle and a low module importing up."""
+    """The checks can fail: a package with a circle and a ground-floor module importing up."""
     pkg = tmp_path / "fwcompare"
-    (pkg / "studies").mkdir(parents=True)
+    for folder in ("core", "studies", "execution"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "stats.py").write_text("def f():\n    from .studies import x\n")
+    (pkg / "core" / "stats.py").write_text("def f():\n    from ..studies import x\n")
     (pkg / "studies" / "__init__.py").write_text("from . import x\n")
     (pkg / "studies" / "x.py").write_text(
-        "from typing import TYPE_CHECKING\nfrom .. import stats\n"
-        "if TYPE_CHECKING:\n    from ..runner import R\n")
-    (pkg / "runner.py").write_text("import fwcompare.studies.x\n")
+        "from typing import TYPE_CHECKING\nfrom ..core import stats\n"
+        "if TYPE_CHECKING:\n    from ..execution.runner import R\n")
+    (pkg / "execution" / "runner.py").write_text("import fwcompare.studies.x\n")
     g = graph(pkg)
-    assert g["fwcompare.studies.x"] == {"fwcompare.stats"}  # TYPE_CHECKING left out
-    assert circles(g) == [["fwcompare.stats", "fwcompare.studies.x"]]
-    assert upward(g) == ["fwcompare.stats imports fwcompare.studies.x"]
+    assert g["fwcompare.studies.x"] == {"fwcompare.core.stats"}  # TYPE_CHECKING left out
+    assert circles(g) == [["fwcompare.core.stats", "fwcompare.studies.x"]]
+    assert upward(g) == ["fwcompare.core.stats (core) imports fwcompare.studies.x (studies)",
+                         "fwcompare.execution.runner (execution) imports "
+                         "fwcompare.studies.x (studies)"]
+    with pytest.raises(KeyError, match="in no layer folder"):
+        floor_of("fwcompare.stray")
+    (pkg / "stray.py").write_text("")
+    assert "stray" in top_entries(pkg)
 
 
 MAX_LINES = 600  # a module longer than this does more than one job: split it by job

@@ -4,10 +4,10 @@ import io
 
 import pytest
 
-from fwcompare import protocol
-from fwcompare.job import CELLS, CellRef, Job, JobError
-from fwcompare.spec import RunSpec
-from fwcompare.timing import TimingConfig
+from fwcompare.core import protocol
+from fwcompare.plan.job import CELLS, CellRef, Job, JobError
+from fwcompare.core.spec import RunSpec
+from fwcompare.core.timing import TimingConfig
 
 
 def _job(**over) -> Job:

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import fwcompare
-from fwcompare import claims, params, report
-from fwcompare.paths import NOTEBOOKS
+from fwcompare.suite import claims, params, report
+from fwcompare.core.paths import NOTEBOOKS
 from fwcompare.studies import STUDIES
 
 
@@ -51,8 +51,8 @@ def test_run_all_in_lab_leaves_the_report_untouched(tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    from fwcompare.results import ResultStore, make_row
-    from fwcompare.spec import RunSpec
+    from fwcompare.results.store import ResultStore, make_row
+    from fwcompare.core.spec import RunSpec
 
     outputs = tmp_path / "outputs"
     quick = outputs / "quick"

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from fwcompare import params
-from fwcompare.job import CellRef
-from fwcompare.paths import PARAMS
-from fwcompare.stats import median_se_factor
+from fwcompare.suite import params
+from fwcompare.plan.job import CellRef
+from fwcompare.core.paths import PARAMS
+from fwcompare.core.stats import median_se_factor
 from fwcompare.studies import STUDIES, memory
 
 GIB = memory.GIB
@@ -172,10 +172,10 @@ def test_a_gpu_search_aims_its_line_at_the_devices_free_memory(monkeypatch, nvml
     capped at 8-fold until a try fails), the line's batch and the one 10% past
     it. Without NVML the search still brackets the limit, growing and
     bisecting, in more tries."""
-    import fwcompare.env
+    import fwcompare.core.env
 
     free = 100 * GIB  # fits up to batch 76
-    monkeypatch.setattr(fwcompare.env, "gpu_free_bytes", lambda: free if nvml else None)
+    monkeypatch.setattr(fwcompare.core.env, "gpu_free_bytes", lambda: free if nvml else None)
     spec = search_spec()
     spec = type(spec)(**{**spec.__dict__, "batch_size": 128})
     runner = GpuRunner(free)
@@ -218,8 +218,8 @@ def test_the_claims_searches_take_their_rounds_and_others_one():
     compares (a forward pass) in round 0 only."""
     from collections import Counter
 
-    from fwcompare.claims import claimed_for, claimed_variants
-    from fwcompare.runner import planned_cells
+    from fwcompare.suite.claims import claimed_for, claimed_variants
+    from fwcompare.execution.runner import planned_cells
 
     keep = claimed_variants("memory", "cpu")
     assert {"torch/plain@largest_batch/*", "tensorflow/plain@largest_batch/*"} <= keep

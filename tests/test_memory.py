@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from fwcompare import models, params
+from fwcompare.core import models
+from fwcompare.suite import params
 from fwcompare.studies import STUDIES, memory
 
 
@@ -180,8 +181,8 @@ def test_the_row_of_a_try_stopped_from_outside_names_its_budget():
     import dataclasses
     from types import SimpleNamespace
 
-    from fwcompare.job import CellRef
-    from fwcompare.runner import Runner
+    from fwcompare.plan.job import CellRef
+    from fwcompare.execution.runner import Runner
 
     p = params.validate("memory", {})
     cells = STUDIES["memory"].cells(p)
@@ -257,10 +258,10 @@ def test_pytorch_workers_on_a_cpu_reuse_freed_memory_unless_told_not_to(monkeypa
     which sets glibc itself before its backend is configured): the torch
     backend's ``configure`` asks glibc to reuse freed memory on a CPU only,
     and only with the key at reuse; the key is checked like any other."""
-    from fwcompare import memory as memory_mod
+    from fwcompare.core import memory as memory_mod
     from fwcompare.frameworks import backend_options
     from fwcompare.frameworks.torch import backend
-    from fwcompare.paths import PARAMS
+    from fwcompare.core.paths import PARAMS
 
     import torch
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from fwcompare.memory import PeakRSS, current_rss_bytes
-from fwcompare.precision import error_metrics
+from fwcompare.core.memory import PeakRSS, current_rss_bytes
+from fwcompare.measure.precision import error_metrics
 
 
 def test_peak_rss_sees_a_transient_allocation():
@@ -86,7 +86,7 @@ class Held:
 
 
 def _lift(alloc, run, plan=None):
-    from fwcompare.memory import lifted_peak
+    from fwcompare.core.memory import lifted_peak
 
     return lifted_peak(lambda: (alloc.in_use, alloc.peak), lambda n: Held(alloc, n), run,
                        plan, "fake")
@@ -249,9 +249,9 @@ def test_jax_memory_plan_of_the_last_jitted_call():
 
 def _gpu_cell(backend, fn):
     """One GPU cell measured by cell.measure_cell with a fake backend; its result."""
-    from fwcompare.cell import CellPlan, measure_cell
-    from fwcompare.spec import RunSpec
-    from fwcompare.timing import TimingConfig
+    from fwcompare.measure.cell import CellPlan, measure_cell
+    from fwcompare.core.spec import RunSpec
+    from fwcompare.core.timing import TimingConfig
 
     spec = RunSpec(study="inference_sweep", model="m", framework="jax", mode="jit",
                    device="gpu", dtype="float32", batch_size=1, seq_len=8, threads=0)
@@ -285,7 +285,7 @@ def test_a_lifted_peak_fills_the_gap_in_several_buffers_when_the_allocator_round
     """An allocator that hands out less than asked (a cap per buffer, say):
     the gap is filled by further buffers, and the figure stays exact."""
     alloc = FakeAllocator(1_000, peak=4_000)
-    from fwcompare.memory import lifted_peak
+    from fwcompare.core.memory import lifted_peak
 
     def hold(n):  # at most 1_000 bytes a buffer
         return Held(alloc, min(n, 1_000))

@@ -6,11 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwcompare import params, tables
+from fwcompare.suite import params
+from fwcompare.results import tables
 from fwcompare.frameworks import Unsupported, check_precision
-from fwcompare.precision import error_metrics
-from fwcompare.results import _frame, losses_frame, make_row
-from fwcompare.spec import RunSpec
+from fwcompare.measure.precision import error_metrics
+from fwcompare.results.store import _frame, losses_frame, make_row
+from fwcompare.core.spec import RunSpec
 from fwcompare.studies import mixed_precision as study
 
 

@@ -8,7 +8,8 @@ import importlib.util
 
 import pytest
 
-from fwcompare import doctor, frameworks, report, run_study
+from fwcompare.suite import doctor, report
+from fwcompare import frameworks, run_study
 
 REASON = "tensorflow: not installed here (no module tensorflow, tf_keras)"
 
@@ -63,7 +64,7 @@ def test_its_cells_are_unsupported_and_the_others_run(no_tensorflow, tmp_path, s
     # "the claim is about GPUs and this run has no GPU cells", beside PyTorch's GPU cells)
     import pandas as pd
 
-    from fwcompare import claims
+    from fwcompare.suite import claims
 
     cells = list((out / "results" / "cells").glob("*.parquet"))
     assert len(cells) == 2
@@ -102,8 +103,9 @@ def no_minilm(monkeypatch):
 def test_a_real_model_whose_package_is_missing_passes_the_params_check(no_minilm):
     """A known model name is no typo: the params validate (the report goes on),
     its cells say why; an unknown name is still refused before anything runs."""
-    from fwcompare import models, params
-    from fwcompare.paths import PARAMS
+    from fwcompare.core import models
+    from fwcompare.suite import params
+    from fwcompare.core.paths import PARAMS
 
     assert models.not_installed("all-minilm-l6-v2") == MINILM
     assert models.not_installed("bert-base-cased") == ""
@@ -120,8 +122,8 @@ def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypa
     """Nothing reads the missing model: not the cells, not the machine's peak
     probe (deployment's head asks for the model's type; on an H200 on
     2026-11-27 the probe did, and the study's measurement failed)."""
-    import fwcompare.runner as runner_mod
-    from fwcompare import peak
+    import fwcompare.execution.runner as runner_mod
+    from fwcompare.measure import peak
 
     monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: None)  # no workers
     probed = []  # a machine whose peak is not known yet: the probe would run
@@ -136,7 +138,7 @@ def test_its_cells_are_unsupported_with_the_reason(no_minilm, tmp_path, monkeypa
 
 @pytest.mark.frameworks("torch")
 def test_a_dry_run_lists_its_cells_as_not_here_once(no_tensorflow, tmp_path, capsys):
-    from fwcompare import cli
+    from fwcompare.commands import cli
 
     assert cli.main(["run", "inference_sweep", "--profile", "smoke", "--models", "tiny-bert",
                      "--frameworks", "torch,tensorflow", "--batch-sizes", "1,2",
@@ -154,8 +156,9 @@ def test_a_path_this_machine_cannot_try_is_not_judged(no_tensorflow, tmp_path, m
     """tf2onnx's cells on a machine without TensorFlow: the claim that the path
     works is not measured here (on the H200 of 2026-11-30 it was
     "contradicted", a share of 0 cells ok, from cells that never tried)."""
-    import fwcompare.runner as runner_mod
-    from fwcompare import claims, peak
+    import fwcompare.execution.runner as runner_mod
+    from fwcompare.suite import claims
+    from fwcompare.measure import peak
 
     monkeypatch.setattr(runner_mod.Runner, "start_servers", lambda *a: None)  # no workers
     monkeypatch.setattr(peak, "measure", lambda runner, model, dtypes: None)

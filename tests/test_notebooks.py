@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from fwcompare import params
-from fwcompare.paths import NOTEBOOKS, PARAMS
+from fwcompare.suite import params
+from fwcompare.core.paths import NOTEBOOKS, PARAMS
 from fwcompare.studies import STUDIES
 
 
@@ -88,7 +88,7 @@ def test_papermill_reads_every_parameter(study):
 def test_scorecard_notebook_takes_what_the_report_passes():
     import papermill as pm
 
-    from fwcompare import report
+    from fwcompare.suite import report
 
     found = set(pm.inspect_notebook(str(NOTEBOOKS / report.SUMMARY_NOTEBOOK)))
     assert found == set(report.SUMMARY_PARAMETERS)

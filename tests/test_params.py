@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from fwcompare import params, run_study
-from fwcompare.paths import PARAMS, ROOT
+from fwcompare.suite import params
+from fwcompare import run_study
+from fwcompare.core.paths import PARAMS, ROOT
 from fwcompare.studies import STUDIES
 
 GOOD = {"models": ["tiny-bert"], "batch_sizes": [1], "seq_lens": [8]}
@@ -86,7 +87,7 @@ def test_too_few_samples_for_an_interval_are_refused():
     """A cell stopped at max_time_s with min_iters samples must have a CI:
     5 samples give none at 95% (CI ran the smoke profile so, and NaN
     intervals came out of its slow cells)."""
-    from fwcompare.stats import fewest_for_median_ci, median_ci
+    from fwcompare.core.stats import fewest_for_median_ci, median_ci
 
     n = fewest_for_median_ci(0.95)
     assert n == 6
@@ -117,7 +118,8 @@ def test_cli_typo_fails_fast_naming_the_key(tmp_path):
     # fast: the check loads no framework (what makes a run's start take seconds)
     loaded = ("import sys; print(*sorted(m for m in ('torch', 'tensorflow', 'jax') "
               "if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", "import sys; from fwcompare.cli import main\n"
+    r = subprocess.run([sys.executable, "-c",
+                        "import sys; from fwcompare.commands.cli import main\n"
                         f"try: sys.exit(main(['validate', {str(f)!r}]))\n"
                         f"finally: {loaded}"],
                        capture_output=True, text=True, cwd=ROOT)
@@ -137,7 +139,7 @@ def test_cli_validate_study_checks_that_studys_files_only():
 
 
 def test_report_refuses_a_bad_params_file_before_running(tmp_path, monkeypatch):
-    from fwcompare import report
+    from fwcompare.suite import report
 
     bad_params = tmp_path / "params"
     (bad_params / "inference_sweep").mkdir(parents=True)
@@ -162,7 +164,7 @@ def test_the_runners_process_names_models_without_importing_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
-    from fwcompare import models
+    from fwcompare.core import models
 
     for name in models.ZOO:
         assert models.model_type(name) == models.config_for(name).model_type
@@ -224,7 +226,10 @@ def test_one_validation_per_entry_in_a_quick_report(monkeypatch, tmp_path):
     entry; the round passes, the tasks and the runners it hands them to check
     nothing again (nothing is measured here: the runner and the notebooks are
     replaced, the notebooks being entries of their own, one check each)."""
-    from fwcompare import cli, report, runner, schema
+    from fwcompare.commands import cli
+    from fwcompare.suite import report
+    from fwcompare.execution import runner
+    from fwcompare.plan import schema
 
     seen = []
     real = schema.validate
@@ -250,7 +255,8 @@ def test_a_profiles_report_keeps_its_extra_rounds_inside_its_time_budget(tmp_pat
     its notebooks take after it (report.after_measuring, high); `--budget`
     sets another; none with `--budget 0` or for one's own question, whose
     size the profile's budget does not know (nothing is measured here)."""
-    from fwcompare import cli, report
+    from fwcompare.commands import cli
+    from fwcompare.suite import report
 
     got = []
 

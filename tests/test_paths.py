@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 pytestmark = pytest.mark.slow  # each test starts an interpreter
 
-SHOW = ("import json, fwcompare, fwcompare.paths as p, fwcompare.peak as peak; "
+SHOW = ("import json, fwcompare, fwcompare.core.paths as p, fwcompare.measure.peak as peak; "
         "print(json.dumps({'file': fwcompare.__file__, 'cache': str(p.CACHE), "
         "'outputs': str(p.OUTPUTS), 'params': str(p.PARAMS), 'checkout': p.IN_CHECKOUT, "
         "'peak': str(peak.CACHE)}))")
@@ -57,7 +57,7 @@ def test_installed_copy_caches_in_the_user_cache_folder(installed, tmp_path):
 
 
 def test_installed_copy_says_what_is_missing_when_params_are_needed(installed, tmp_path):
-    r = _python("from fwcompare.paths import require_checkout; require_checkout()",
+    r = _python("from fwcompare.core.paths import require_checkout; require_checkout()",
                 installed, tmp_path)
     assert r.returncode == 1
     assert "CheckoutError: params/ and notebooks/ not found in " + str(installed) in r.stderr
@@ -78,7 +78,7 @@ def test_installed_copy_uses_the_checkout_fwcompare_root_names(installed, tmp_pa
     assert got["checkout"] is True
     assert Path(got["params"]) == ROOT / "params"
     assert Path(got["cache"]) == ROOT / ".cache"
-    r = _python("from fwcompare.paths import require_checkout; require_checkout()",
+    r = _python("from fwcompare.core.paths import require_checkout; require_checkout()",
                 installed, tmp_path, FWCOMPARE_ROOT=str(ROOT))
     assert r.returncode == 0, r.stderr
 

@@ -2,7 +2,7 @@
 independent count (PyTorch's FLOP counter on the same forward)."""
 import pytest
 
-from fwcompare import models
+from fwcompare.core import models
 
 
 @pytest.mark.slow
@@ -38,7 +38,7 @@ def test_a_precision_measured_once_keeps_its_ceiling(tmp_path, monkeypatch):
     figures kept before stay, so every study of a report sees the same
     float32 ceiling (a report's mixed-precision study re-measured float32 and
     lowered it from 177 to 171 GFLOP/s for the studies after it)."""
-    from fwcompare import peak
+    from fwcompare.measure import peak
 
     monkeypatch.setattr(peak, "CACHE", tmp_path)
     manifest = {"hostname": "h", "cpu_model": "c", "versions": {"torch": "1"}}

@@ -1,4 +1,4 @@
-"""Input pipelines (fwcompare.pipeline, each framework's ``make_pipeline``;
+"""Input pipelines (fwcompare.core.pipeline, each framework's ``make_pipeline``;
 issue 50): every kind of every framework yields the same padded batches in
 the same order, epoch after epoch (``tfdata-cache``: the same examples, in
 shuffle's own order), refuses a batch larger than the data, and leaves no
@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from fwcompare.frameworks import get, get_backend
-from fwcompare.pipeline import Examples, epoch_batches, pad_rows
+from fwcompare.core.pipeline import Examples, epoch_batches, pad_rows
 from fwcompare.studies.end_to_end import data
 
 BATCH, SEQ = 16, 24

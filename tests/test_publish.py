@@ -13,8 +13,9 @@ import pytest
 import seaborn as sns
 from PIL import Image
 
-from fwcompare import claims, export, plots
-from fwcompare.params import ParamsError
+from fwcompare.suite import claims
+from fwcompare.results import archive as export, plots
+from fwcompare.suite.params import ParamsError
 
 MANIFEST = {"cpu_model": "Test CPU", "cpu_cores_available": 2,
             "versions": {"torch": "2.13.0", "tensorflow": "2.21.0", "jax": "0.10.2",
@@ -83,8 +84,8 @@ def test_a_claim_id_must_be_a_slug(tmp_path):
 
 def make_run(root):
     """A profile folder as a report leaves it: one study, the scorecard, the index."""
-    from fwcompare.results import ResultStore, make_row
-    from fwcompare.spec import RunSpec
+    from fwcompare.results.store import ResultStore, make_row
+    from fwcompare.core.spec import RunSpec
 
     host = socket.gethostname()
     st = root / "inference_sweep"
@@ -172,7 +173,7 @@ def test_export_of_no_run_is_refused(tmp_path):
 
 
 def test_the_export_command(tmp_path, capsys):
-    from fwcompare.cli import main
+    from fwcompare.commands.cli import main
 
     make_run(tmp_path / "quick")
     assert main(["export", str(tmp_path / "quick"), "--drop-host"]) == 0

@@ -4,7 +4,7 @@ import nbformat
 import pytest
 from conftest import running
 
-from fwcompare import report
+from fwcompare.suite import report
 
 
 @pytest.mark.report
@@ -97,8 +97,8 @@ def test_the_time_breakdown_keeps_the_measurements_over_a_notebooks_retry(tmp_pa
 
     import pandas as pd
 
-    from fwcompare.atomic import write_json
-    from fwcompare.results import BREAKDOWN
+    from fwcompare.core.atomic import write_json
+    from fwcompare.results.store import BREAKDOWN
 
     out = tmp_path / "out" / "smoke"
     stored = out / "inference_sweep" / "results" / BREAKDOWN.format(task="inference")
@@ -135,8 +135,8 @@ def test_the_time_breakdown_leaves_out_an_earlier_reports_measuring(tmp_path, mo
     are not this report's time (its phases once came to 346% of a 1:53 report)."""
     import pandas as pd
 
-    from fwcompare.atomic import write_json
-    from fwcompare.results import BREAKDOWN
+    from fwcompare.core.atomic import write_json
+    from fwcompare.results.store import BREAKDOWN
 
     out = tmp_path / "out" / "smoke"
     results = out / "inference_sweep" / "results"

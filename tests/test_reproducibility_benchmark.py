@@ -8,7 +8,7 @@ import pytest
 
 from conftest import benchmark
 
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 
 def _card(path, claims):

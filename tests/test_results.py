@@ -3,8 +3,8 @@ import math
 import pandas as pd
 import pytest
 
-from fwcompare.results import ResultStore, make_row
-from fwcompare.spec import RunSpec
+from fwcompare.results.store import ResultStore, make_row
+from fwcompare.core.spec import RunSpec
 
 
 def spec(batch=1):
@@ -91,7 +91,7 @@ def test_consolidated_copies_know_when_a_row_came_after_them(tmp_path):
 def test_a_study_with_cells_to_retry_is_measured_again_by_its_notebook(tmp_path):
     """The report runs the scorecard beside the notebooks only where no notebook
     will measure: none consolidated, or a cell in error or timeout, measures."""
-    from fwcompare.report import _measures_again
+    from fwcompare.suite.report import _measures_again
 
     store = ResultStore(tmp_path / "results")
     assert _measures_again(tmp_path)
@@ -107,7 +107,7 @@ def test_a_study_with_cells_to_retry_is_measured_again_by_its_notebook(tmp_path)
 def test_a_cells_memory_pass_waits_for_a_round_that_measured(tmp_path):
     """One memory pass per cell (cell.serve): round 1 skips it after a round 0
     that stored a peak, and takes it after a round 0 that failed."""
-    from fwcompare.cell import _memory_stored
+    from fwcompare.measure.cell import _memory_stored
 
     store = ResultStore(tmp_path)
     ok, failed = spec(1).cell_id, spec(2).cell_id
@@ -126,7 +126,7 @@ def test_samples_know_the_turns_they_were_taken_in():
     sampling window); a cell of another shape, a cell measured again later,
     alone, in the same round (its own window), and a cell sampled on its own
     (sequential) share none. A store without some key column still loads."""
-    from fwcompare.results import with_turns
+    from fwcompare.results.store import with_turns
 
     base = dict(run_id="r1", round=0, task="inference", model="m", device="cpu",
                 seq_len=8, schedule="interleaved", host_steal=0.0, host_retakes=0)
@@ -151,8 +151,8 @@ def test_samples_know_the_turns_they_were_taken_in():
 
 
 def test_time_breakdowns_are_read_by_task_as_the_runner_wrote_them(tmp_path):
-    from fwcompare.atomic import write_json
-    from fwcompare.results import BREAKDOWN, time_breakdowns
+    from fwcompare.core.atomic import write_json
+    from fwcompare.results.store import BREAKDOWN, time_breakdowns
 
     write_json(tmp_path / BREAKDOWN.format(task="train"), {"timing samples": 2.0, "total": 3.0})
     write_json(tmp_path / BREAKDOWN.format(task="largest_batch"), {"total": 1.5})

@@ -6,7 +6,7 @@ import pytest
 from conftest import SMOKE_TIMING, children_alive
 
 from fwcompare import run_study
-from fwcompare.spec import RunSpec
+from fwcompare.core.spec import RunSpec
 
 pytestmark = pytest.mark.slow  # every test starts worker processes
 
@@ -87,7 +87,7 @@ def test_interrupted_run_resumes_and_keeps_finished_cells(tmp_path, monkeypatch)
     assert lost.exists() and set(res2.results["status"]) == {"ok"}
     assert len(res2.results) == 2
     # A complete run started again has nothing left to measure: no worker starts.
-    from fwcompare import runner
+    from fwcompare.execution import runner
 
     def no_worker(*args, **kwargs):
         raise AssertionError("a worker started for a run with nothing left to measure")
@@ -99,7 +99,7 @@ def test_interrupted_run_resumes_and_keeps_finished_cells(tmp_path, monkeypatch)
 def test_a_cell_file_cut_short_is_set_aside_and_measured_again(tmp_path):
     """A zero-byte cell file (a full disk, a copy cut short): the next run says
     so in a line naming it, measures that cell again and keeps the other."""
-    from fwcompare.results import UNREADABLE, UnreadableResult
+    from fwcompare.results.store import UNREADABLE, UnreadableResult
 
     run_study("inference_sweep", BASE, output_dir=tmp_path, progress=False)
     kept, cut = sorted((tmp_path / "results" / "cells").glob("*.parquet"))
@@ -115,7 +115,7 @@ def test_a_cell_file_cut_short_is_set_aside_and_measured_again(tmp_path):
 
 
 def test_rounds_run_again_in_fresh_processes_and_pool(tmp_path):
-    from fwcompare import tables
+    from fwcompare.results import tables
 
     res = run_study("inference_sweep", {**BASE, "batch_sizes": [1], "rounds": 2},
                     output_dir=tmp_path, progress=False)
@@ -131,7 +131,7 @@ def test_rounds_run_again_in_fresh_processes_and_pool(tmp_path):
 
 
 def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
-    from fwcompare.claims import claimed_variants
+    from fwcompare.suite.claims import claimed_variants
 
     # cpu-inference-pytorch-faster compares torch/eager; no inference claim names torchscript.
     assert "torch/eager" in claimed_variants("inference_sweep", "cpu")
@@ -150,7 +150,7 @@ def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
 def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
     """checkpointing-costs-20pct-time compares checkpointing with plain in
     each framework of the memory study; no claim times accumulate-4."""
-    from fwcompare.claims import claimed_variants, is_claimed
+    from fwcompare.suite.claims import claimed_variants, is_claimed
 
     def cell(fw, mode, task="train", dtype="float32"):
         return RunSpec(study="memory", model="gpt2", framework=fw, mode=mode, device="cpu",
@@ -169,7 +169,7 @@ def test_a_precision_claim_repeats_its_task_and_precisions_only():
     """mixed-precision-training-speedup (a GPU claim) compares float16 training
     with float32 training in every framework: those cells repeat, the other
     precisions and the inference cells do not."""
-    from fwcompare.claims import claimed_variants, is_claimed
+    from fwcompare.suite.claims import claimed_variants, is_claimed
 
     keep = claimed_variants("mixed_precision", "gpu")
     assert keep == {"*/*@train/float16", "*/*@train/float32"}
@@ -192,10 +192,10 @@ def test_the_memory_studys_rounds_go_to_its_claims_variants():
     bracket: tests/test_largest_batch.py); JAX's search is not in quick."""
     from collections import Counter
 
-    from fwcompare.claims import claimed_for
-    from fwcompare.params import load_file, validate
-    from fwcompare.paths import PARAMS
-    from fwcompare.runner import planned_cells
+    from fwcompare.suite.claims import claimed_for
+    from fwcompare.suite.params import load_file, validate
+    from fwcompare.core.paths import PARAMS
+    from fwcompare.execution.runner import planned_cells
     from fwcompare.studies import STUDIES
 
     p = validate("memory", load_file(PARAMS / "memory" / "quick.yaml"))

@@ -1,4 +1,4 @@
-"""Sharded sweeps (fwcompare.shard): which cells a shard runs, the merge and
+"""Sharded sweeps (fwcompare.suite.shard): which cells a shard runs, the merge and
 its refusals, and a study run as two shard jobs through submitit's local
 executor, merged, against one unsharded run."""
 import json
@@ -13,13 +13,17 @@ import psutil
 import pytest
 import yaml
 
-from fwcompare import cli, env, load_results, params, run_study, shard, studies, submit, tables
-from fwcompare.atomic import write_json
-from fwcompare.job import CellRef
-from fwcompare.paths import PARAMS, ROOT
-from fwcompare.results import ResultStore, make_row
-from fwcompare.runner import planned_cells
-from fwcompare.shard import Shard, ShardError, Unit
+from fwcompare.commands import cli
+from fwcompare.core import env
+from fwcompare import load_results, run_study, studies
+from fwcompare.suite import params, shard, submit
+from fwcompare.results import tables
+from fwcompare.core.atomic import write_json
+from fwcompare.plan.job import CellRef
+from fwcompare.core.paths import PARAMS, ROOT
+from fwcompare.results.store import ResultStore, make_row
+from fwcompare.execution.runner import planned_cells
+from fwcompare.suite.shard import Shard, ShardError, Unit
 from test_toy_study import STUDY as TOY
 
 BUILT_IN = [("inference_sweep", "quick"), ("training", "quick"), ("acceleration", "quick"),

@@ -3,7 +3,7 @@ group, once; a study that failed fails the tests that read it, naming it and
 why, and the other studies' tests get their folders."""
 import pytest
 
-from fwcompare import report
+from fwcompare.suite import report
 from fwcompare.studies import STUDIES
 from smoke import GROUPS, SmokeReport
 

@@ -17,12 +17,15 @@ import pandas as pd
 import pytest
 from html import escape
 
-from fwcompare import claims, export, frameworks, load_results, models, report, tables
-from fwcompare.params import load_file
-from fwcompare.paths import PARAMS
+from fwcompare.suite import claims, report
+from fwcompare.results import archive as export, tables
+from fwcompare import frameworks, load_results
+from fwcompare.core import models
+from fwcompare.suite.params import load_file
+from fwcompare.core.paths import PARAMS
 from fwcompare.studies import STUDIES, deployment, generation, memory
-from smoke import (GROUPS, each, has_its_share_of_the_peak, n_variants,
-                   renders_page_and_figures, results_and_params)
+from smoke import (GROUPS, each, has_its_share_of_the_peak, n_variants, renders_page_and_figures,
+                   results_and_params)
 
 pytestmark = pytest.mark.report
 

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 import fwcompare
-from fwcompare import claims, load_results, report, tables
-from fwcompare.compare import compare
-from fwcompare.params import load_file
-from fwcompare.paths import PARAMS
+from fwcompare.suite import claims, report
+from fwcompare import load_results
+from fwcompare.results import tables
+from fwcompare.results.compare import compare
+from fwcompare.suite.params import load_file
+from fwcompare.core.paths import PARAMS
 from fwcompare.studies import acceleration, distributed
-from smoke import (GROUPS, each, has_its_share_of_the_peak, n_variants,
-                   renders_page_and_figures, results_and_params)
+from smoke import (GROUPS, each, has_its_share_of_the_peak, n_variants, renders_page_and_figures,
+                   results_and_params)
 
 pytestmark = pytest.mark.report
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from fwcompare import stats
+from fwcompare.core import stats
 
 
 def test_median_ci_ten_samples_hand_computed():
@@ -351,7 +351,7 @@ def test_row_medians_are_numpys_nanmedian_to_the_bit():
     odd and an even count, NaN padding, a row of none."""
     import warnings
 
-    from fwcompare.stats import row_nanmedians
+    from fwcompare.core.stats import row_nanmedians
 
     rng = np.random.default_rng(3)
     for shape in [(500, 700), (40, 1), (40, 2), (9, 13), (30, 601)]:

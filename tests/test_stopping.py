@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from fwcompare import stats
-from fwcompare.judging import judge
+from fwcompare.core import stats
+from fwcompare.results.judging import judge
 
 FIRST = 3        # the quick profile's rounds: the first look
 LOOKS = 4        # the first look and three extra rounds, one look after each
@@ -118,13 +118,13 @@ def test_the_moderated_t_decides_more():
 
 
 def _figure(value, low, high, rounds):
-    from fwcompare.judging import Measurement
+    from fwcompare.results.judging import Measurement
 
     return Measurement(value=value, low=low, high=high, rounds=rounds)
 
 
 def test_a_doubtful_figure_takes_another_round_unless_it_names_why_not():
-    from fwcompare.judging import stop_reason
+    from fwcompare.results.judging import stop_reason
 
     above = (1.02, math.inf)
     # holds the edge 1.02 at 3.9% from its centre, half-width 5.8%: three more rounds
@@ -144,7 +144,7 @@ def test_a_doubtful_figure_takes_another_round_unless_it_names_why_not():
 
 
 def test_a_figure_is_the_look_its_extra_rounds_make_it():
-    from fwcompare.judging import look_of
+    from fwcompare.results.judging import look_of
 
     class Data:
         rounds, more_rounds = 3, 3

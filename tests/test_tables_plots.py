@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from fwcompare import plots, tables
-from fwcompare.results import ResultStore, make_row
-from fwcompare.spec import RunSpec
+from fwcompare.results import plots, tables
+from fwcompare.results.store import ResultStore, make_row
+from fwcompare.core.spec import RunSpec
 
 
 def spec(fw, mode, b):

@@ -39,7 +39,7 @@ def test_the_guard_fails_fast_tests_that_break_the_rule_even_when_they_hide_it(p
 
         def test_starts_a_worker_and_hides_it():
             try:  # as the runner starts one
-                subprocess.Popen([sys.executable, "-m", "fwcompare.worker", "x.json"])
+                subprocess.Popen([sys.executable, "-m", "fwcompare.commands.worker", "x.json"])
             except Exception:
                 pass
 

@@ -3,7 +3,7 @@ import time
 import numpy as np
 import pytest
 
-from fwcompare.timing import TimingConfig, measure
+from fwcompare.core.timing import TimingConfig, measure
 
 # Workloads of known duration, timed for real: they need the cores to themselves.
 pytestmark = pytest.mark.serial
@@ -76,7 +76,7 @@ def test_max_time_never_cuts_below_min_iters():
 def test_long_calls_set_the_block_size_from_the_warm_up():
     # Calls longer than a block: the last two warm-up calls are its evidence,
     # so preparing costs the first call and the warm-up, no extra calls.
-    from fwcompare.timing import prepare
+    from fwcompare.core.timing import prepare
 
     calls = []
 
@@ -96,7 +96,7 @@ def test_one_warm_up_call_far_longer_than_a_block_is_the_block_size():
     """Training's one warm-up step (after its agreement steps) is a block of
     one call without a confirming call; a call only a few times a block's
     length still gets its second block."""
-    from fwcompare.timing import LONG_CALL, prepare
+    from fwcompare.core.timing import LONG_CALL, prepare
 
     def calls_made(seconds):
         calls = []
@@ -116,7 +116,7 @@ def test_one_warm_up_call_far_longer_than_a_block_is_the_block_size():
 def test_calls_on_first_made_count_as_warm_up():
     """Training's agreement steps on the cell's own batch follow its first call:
     the warm-up only makes what they leave (warmup_iters calls, warmup_s)."""
-    from fwcompare.timing import prepare
+    from fwcompare.core.timing import prepare
 
     cfg = TimingConfig(warmup_iters=2, warmup_s=0.04, min_iters=6, min_time_s=0.0,
                        max_time_s=1.0, target_rel_ci=1.0)
@@ -141,7 +141,7 @@ def test_calls_on_first_made_count_as_warm_up():
 def test_checked_time_leaves_out_the_warm_up_calls_made_on_first():
     """The time breakdown charges ``checked_s`` to the gate and the rest of a
     prepare to warm-up: agreement steps made in ``on_first`` are warm-up calls."""
-    from fwcompare.timing import prepare
+    from fwcompare.core.timing import prepare
 
     cfg = TimingConfig(warmup_iters=1, warmup_s=0.0, min_iters=6, min_time_s=0.0,
                        max_time_s=1.0, target_rel_ci=1.0)

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fwcompare import frameworks, params, run_study
+from fwcompare import frameworks, run_study
+from fwcompare.suite import params
 from fwcompare.frameworks import Backend, Framework, Unsupported, contract_gaps, forward_fn
 
 pytestmark = pytest.mark.slow  # it starts worker processes
@@ -27,7 +28,7 @@ class BertWeights:
     def __init__(self, weights_dir):
         from safetensors.numpy import load_file
 
-        from fwcompare.models import WEIGHTS_FILE
+        from fwcompare.core.models import WEIGHTS_FILE
 
         self.config = json.loads((Path(weights_dir) / "config.json").read_text())
         if self.config.get("model_type") != "bert":

@@ -7,11 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fwcompare import params, run_study, studies, tables
-from fwcompare.cell import CellPlan
-from fwcompare.params import TIMING, Param, grid_params, one_of, positive, replace_param
-from fwcompare.spec import Axis
-from fwcompare.studies.base import Study, with_axis
+from fwcompare.suite import params
+from fwcompare import run_study, studies
+from fwcompare.results import tables
+from fwcompare.measure.cell import CellPlan
+from fwcompare.suite.params import TIMING, Param, grid_params, one_of, positive, replace_param
+from fwcompare.core.spec import Axis
+from fwcompare.execution.study import Study, with_axis
 
 pytestmark = pytest.mark.slow  # it starts worker processes
 
@@ -170,10 +172,10 @@ def test_a_served_worker_takes_sample_blocks_of_two_prepared_cells_in_turn(
     """The parent/worker protocol of an interleaved schedule: two cells
     prepared in one worker, then asked for one block each in turn; each keeps
     its own samples and is judged on them when it finishes."""
-    from fwcompare import protocol
-    from fwcompare.job import CELLS, CellRef
-    from fwcompare.results import ResultStore
-    from fwcompare.runner import Runner
+    from fwcompare.core import protocol
+    from fwcompare.plan.job import CELLS, CellRef
+    from fwcompare.results.store import ResultStore
+    from fwcompare.execution.runner import Runner
 
     p = params.validate(toy.name, {"seq_lens": [16], **smoke_timing})
     runner = Runner(toy, p, tmp_path / "results", progress=False)
@@ -210,7 +212,7 @@ def test_interleaved_variants_take_turns_in_fresh_processes_per_round(toy, tmp_p
     same number of blocks in each round (turn i of one is turn i of the
     other), every block lasts at least block_s, and the tables pair them and
     carry both rounds in their intervals."""
-    from fwcompare import stats
+    from fwcompare.core import stats
 
     # One thread: numpy's OpenBLAS threads spin for up to ~0.1 s after a product, far
     # past settle_s (the three frameworks' pools stop within 2 ms: docs/methodology.md).
@@ -335,12 +337,12 @@ def test_a_set_sampled_while_the_machine_was_busy_is_sampled_again(toy, tmp_path
 def test_every_measured_row_has_its_share_of_the_machines_peak(toy, tmp_path, smoke_timing,
                                                                no_orphans, monkeypatch):
     """The run measures the machine's matmul ceiling with the study's own
-    backend in a worker of its own (fwcompare.peak), keeps it per machine,
+    backend in a worker of its own (fwcompare.measure.peak), keeps it per machine,
     records it in env.json, and every ok row has pct_of_peak = 100 x achieved
     FLOP/s / that ceiling; a second run reads the kept figures."""
     import json
 
-    from fwcompare import peak
+    from fwcompare.measure import peak
 
     monkeypatch.setattr(peak, "CACHE", tmp_path / "peak-cache")
     p = {**smoke_timing, "threads": 1, "seq_lens": [16]}
@@ -373,7 +375,7 @@ def test_round_passes_measure_every_studys_round_before_anyones_next(
     import json
 
     from fwcompare import load_results, run_studies
-    from fwcompare.forkserver import ForkServers
+    from fwcompare.execution.forkserver import ForkServers
 
     p = {"seq_lens": [16], **smoke_timing}
     runs = {toy.name: ({**p, "rounds": 2}, tmp_path / "a"),
@@ -422,10 +424,11 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
     import math
     import time
 
-    from fwcompare import api, claims, load_results, run_studies
-    from fwcompare.forkserver import ForkServers
-    from fwcompare.judging import Claim, StudyData
-    from fwcompare.runner import Passes
+    from fwcompare.suite import api, claims
+    from fwcompare import load_results, run_studies
+    from fwcompare.execution.forkserver import ForkServers
+    from fwcompare.results.judging import Claim, StudyData
+    from fwcompare.execution.runner import Passes
 
     out = tmp_path / "toy"
     p = {"seq_lens": [16, 32], "rounds": 2, "more_rounds": 3, "more_rounds_s": 600.0,
@@ -526,6 +529,6 @@ def test_variants_that_differ_in_an_axis_alone_are_lanes_of_their_own(tmp_path, 
     jobs = {f.name.split("-toy")[0] for f in (tmp_path / "results" / "work" / "jobs")
             .glob("numpy-*.json")}
     assert jobs == {"numpy-matmul", "numpy-matmul-b", "numpy-einsum", "numpy-einsum-b"}, jobs
-    # each twin's plan came through the axis' own hook (studies.base.with_axis), in its worker
+    # each twin's plan came through the axis' own hook (execution.study.with_axis), in its worker
     assert set(df["mode_setup"]) == {f"np.{m} ({t})" for m in ("matmul", "einsum")
                                      for t in ("a", "b")}, df["mode_setup"]

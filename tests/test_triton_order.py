@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 PROGRAM = """
 import sys

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fwcompare import __version__
-from fwcompare.paths import ROOT
+from fwcompare.core.paths import ROOT
 
 pytestmark = pytest.mark.slow  # it builds a wheel and starts interpreters
 

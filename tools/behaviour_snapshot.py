@@ -41,7 +41,7 @@ def _plain(value):
 
 
 def params_and_cells() -> dict:
-    from fwcompare import params
+    from fwcompare.suite import params
     from fwcompare.studies import STUDIES
 
     out = {}
@@ -88,7 +88,7 @@ def notebook_frames(study: str, namespace_extra: dict) -> list:
     import pandas as pd
 
     import fwcompare
-    from fwcompare import plots
+    from fwcompare.results import plots
 
     nb = json.loads((ROOT / "notebooks" / f"{study}.ipynb").read_text())
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]

@@ -44,15 +44,16 @@ from pathlib import Path
 import pandas as pd
 
 import fwcompare
-from fwcompare import memory, studies
-from fwcompare.env import hardware_line, manifest
-from fwcompare.paths import OUTPUTS, PARAMS
-from fwcompare.results import load_results
-from fwcompare.schema import read_yaml
-from fwcompare.spec import Axis
-from fwcompare.stats import geomean_ratio_ci, rounds_median_ci
-from fwcompare.studies.base import with_axis
-from fwcompare.tables import samples_by_cell
+from fwcompare.core import memory
+from fwcompare import studies
+from fwcompare.core.env import hardware_line, manifest
+from fwcompare.core.paths import OUTPUTS, PARAMS
+from fwcompare.results.store import load_results
+from fwcompare.plan.schema import read_yaml
+from fwcompare.core.spec import Axis
+from fwcompare.core.stats import geomean_ratio_ci, rounds_median_ci
+from fwcompare.execution.study import with_axis
+from fwcompare.results.tables import samples_by_cell
 
 MALLOC = Axis("malloc", "glibc", label=" malloc={malloc}")
 
@@ -114,7 +115,7 @@ def params_for(study: str, rounds: int, turns: int) -> dict:
 
 def measure(study: str, rounds: int, turns: int, out: Path) -> None:
     from fwcompare import run_studies
-    from fwcompare.forkserver import ForkServers
+    from fwcompare.execution.forkserver import ForkServers
 
     twins = BY_STUDY[study]
     studies.register(twins)

@@ -38,7 +38,7 @@ def one_process(variant: str, steps: int) -> dict:
     import jax
     import jmp
 
-    from fwcompare import models
+    from fwcompare.core import models
     from fwcompare.frameworks.jax import backend
 
     backend.configure(0, "cpu")
@@ -73,7 +73,7 @@ def main() -> None:
     if a.child:
         print(json.dumps(one_process(a.child, a.steps)))
         return
-    from fwcompare.env import hardware_line, manifest
+    from fwcompare.core.env import hardware_line, manifest
 
     print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}", flush=True)
     rows = []

@@ -41,7 +41,7 @@ BUILT_IN = tuple(f.name for f in _BUILT)
 
 def register(framework: Framework) -> Framework:
     """Add ``framework`` (its name must be new, or the same declaration again)."""
-    from .. import env
+    from ..core import env
 
     known = _REGISTRY.get(framework.name)
     if known is not None and known != framework:
@@ -74,7 +74,7 @@ def not_installed(name: str) -> str:
     machine's image without TensorFlow, say: its cells are unsupported with
     this reason, the doctor and the report's first page say it once, and
     the other frameworks run."""
-    from ..env import missing_modules, not_installed_reason
+    from ..core.env import missing_modules, not_installed_reason
 
     declared = find(name)
     if declared is None:  # declared outside fwcompare: its worker loads it (``load``)
@@ -180,7 +180,7 @@ def worker_only(framework: str) -> Mapping[str, str]:
 def worker_env(threads: int, device: str, framework: str) -> dict:
     """The environment of a worker process of ``framework``: its thread counts,
     offline transformers, the project on PYTHONPATH, no GPU on a CPU run."""
-    from ..paths import ROOT
+    from ..core.paths import ROOT
 
     e = dict(os.environ)
     e.update(worker_only(framework))
@@ -253,7 +253,7 @@ def contract_gaps(backend) -> list[str]:
 
 def check_precision(dtype: str, device: str) -> None:
     """Raise Unsupported for a precision the device cannot run."""
-    from ..spec import DTYPES
+    from ..core.spec import DTYPES
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown precision {dtype!r}; known: {', '.join(DTYPES)}")
@@ -291,7 +291,7 @@ def auto_class(prefix: str, weights_dir, head: str):
     Unsupported when transformers has no such class for the architecture."""
     import transformers
 
-    from ..models import AUTO_CLASS
+    from ..core.models import AUTO_CLASS
 
     if prefix:
         config = transformers.AutoConfig.from_pretrained(weights_dir, local_files_only=True)
@@ -311,8 +311,8 @@ def native_copy(weights_dir, kind: str, suffix: str = ""):
     import hashlib
     from pathlib import Path
 
-    from ..models import WEIGHTS_FILE
-    from ..paths import CACHE
+    from ..core.models import WEIGHTS_FILE
+    from ..core.paths import CACHE
 
     src = Path(weights_dir) / WEIGHTS_FILE
     if not src.is_file():

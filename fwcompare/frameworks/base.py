@@ -32,7 +32,7 @@ import numpy as np
 
 
 # The module every worker process and data-parallel rank runs (``python -m``).
-WORKER_MODULE = "fwcompare.worker"
+WORKER_MODULE = "fwcompare.commands.worker"
 
 
 class Unsupported(RuntimeError):
@@ -98,13 +98,13 @@ class Framework:
     model_module_prefix: str = ""
     # Data parallel: its engines (the first: the plain one, what the scaling
     # claim judges), the modes that need parameter servers, and the module
-    # that says how its ranks are launched (``fwcompare.launch``; "" none).
+    # that says how its ranks are launched (``fwcompare.execution.launch``; "" none).
     dist_modes: tuple[str, ...] = ()
     server_modes: tuple[str, ...] = ()
     launcher: str = ""
     # The doctor's probe: environment per device, set before the import.
     probe_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    # Packages whose versions a run records (fwcompare.env), its own first.
+    # Packages whose versions a run records (fwcompare.core.env), its own first.
     packages: tuple[str, ...] = ()
     # The modules without which it cannot run at all (found or not without
     # importing them: ``frameworks.not_installed``): a machine without them
@@ -112,7 +112,7 @@ class Framework:
     requires: tuple[str, ...] = ()
     # The modes whose first call at a shape traces or compiles (what a run's
     # estimate allows for before an earlier run here tells it better: its
-    # ``fwcompare.estimate``); "*": every mode but eager. Of those, the ones
+    # ``fwcompare.execution.estimate``); "*": every mode but eager. Of those, the ones
     # that compile device code (XLA, Inductor), which a persistent cache keeps
     # for the later rounds' processes (``launch.use_compile_cache``); the
     # others trace on the host (TorchScript, tf.function without XLA, Keras
@@ -122,7 +122,7 @@ class Framework:
     # dispatch through XLA), cached alike; on a GPU far dearer than one program.
     traced_modes: tuple[str, ...] = ()
     compiled_modes: tuple[str, ...] = ()
-    # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.pipeline).
+    # Its input pipelines (``Backend.make_pipeline``'s kinds: fwcompare.core.pipeline).
     pipelines: tuple[str, ...] = ()
     # Training end to end (``Backend.fit``): its stack's name (the end-to-end
     # study's mode) and the pipelines that stack reads, its default first.
@@ -230,7 +230,7 @@ class Backend(abc.ABC):
 
     def make_pipeline(self, kind: str, examples, batch_size: int, device: str):
         """An input pipeline of ``kind`` (one of ``Framework.pipelines``) over
-        ``examples`` (``fwcompare.pipeline.Examples``): an endless iterator of
+        ``examples`` (``fwcompare.core.pipeline.Examples``): an endless iterator of
         batches (ids, attention mask, labels) on ``device``, in the examples'
         order epoch after epoch, with ``close()`` and ``setup`` (how it was
         built, in words)."""

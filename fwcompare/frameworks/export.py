@@ -76,7 +76,7 @@ class Exporter:
         """Calibration batches for full-integer quantization: seeded token ids
         at the grid's smallest shape (a different seed from any cell's)."""
         b, s = min(self.shapes(), key=lambda t: t[0] * t[1])
-        from ..models import token_ids
+        from ..core.models import token_ids
 
         vocab = self.gate.info["vocab_size"]
         for i in range(self.job.params["representative_batches"]):

@@ -1,6 +1,6 @@
 """The studies: one module (or package) each, found through this registry.
 
-A study module defines a :class:`~fwcompare.studies.base.Study` subclass and
+A study module defines a :class:`~fwcompare.execution.study.Study` subclass and
 holds an instance as ``STUDY``, which this registry registers; nothing outside
 it branches on its name. ``STUDIES`` lists the registered studies in report
 order.
@@ -11,9 +11,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..results import Columns, add_columns
-from ..spec import add_axes, remove_axes
-from .base import Study, module_file  # noqa: F401
+from ..results.store import Columns, add_columns
+from ..core.spec import add_axes, remove_axes
+from ..execution.study import Study, module_file  # noqa: F401
 
 STUDIES: dict[str, Study] = {}
 
@@ -58,8 +58,8 @@ def load(name: str, module_file: str = "") -> Study:
 
 # The built-in studies, in report order: each module holds its study as
 # ``STUDY`` and never imports this registry; the registry imports them.
-from . import (inference_sweep, training, mixed_precision, acceleration,  # noqa: E402
-               distributed, deployment, generation, memory, end_to_end)
+from . import (inference_sweep, training, mixed_precision, acceleration, distributed,  # noqa: E402
+               deployment, generation, memory, end_to_end)
 
 for _module in (inference_sweep, training, mixed_precision, acceleration, distributed,
                 deployment, generation, memory, end_to_end):

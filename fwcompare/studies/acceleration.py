@@ -20,16 +20,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from .. import models
-from ..cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
+from ..core import models
+from ..measure.cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ..frameworks import MODES, backend_options
-from ..schema import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
-from ..spec import RunSpec
-from ..stats import geomean_ratio_ci, median_diff_ci
-from ..tables import baseline_pairs, both_measured, samples_by_cell, variant
-from ..results import Columns
-from ..workloads import EQUIV_TOL, gate, load_forwards
-from .base import Study, per_mode
+from ..plan.schema import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
+from ..core.spec import RunSpec
+from ..core.stats import geomean_ratio_ci, median_diff_ci
+from ..results.tables import baseline_pairs, both_measured, samples_by_cell, variant
+from ..results.store import Columns
+from ..measure.workloads import EQUIV_TOL, gate, load_forwards
+from ..execution.study import Study, per_mode
 
 
 def _eager_in_each(v):
@@ -61,7 +61,7 @@ def accel_check(ctx: WorkerContext, fn, eager, x):
     """``first`` of a compiled cell: the compilations its first call on ``x``
     did (the framework's count before and after), and its output against
     eager's on the same input."""
-    from ..precision import error_metrics
+    from ..measure.precision import error_metrics
 
     before = fn.compile_count()
     tol = ctx.params["accel_tol"]
@@ -105,7 +105,7 @@ class Acceleration(Study):
     def gate_shape(self, params, task):
         """Eager only is gated, on an odd shape no grid uses, so every compiled
         mode's first call stays cold."""
-        from ..gate import GATE_SHAPE
+        from ..measure.gate import GATE_SHAPE
 
         return GATE_SHAPE
 
@@ -250,7 +250,7 @@ def speedup_heatmaps(table: pd.DataFrame, manifest: dict):
     """Per model and compiled mode: speed-up over the same framework's eager
     mode across batch x sequence, with its 95% CI (stats.geomean_ratio_ci); where a mode
     helps (blue) and where it hurts (red)."""
-    from ..plots import ratio_grid
+    from ..results.plots import ratio_grid
 
     return ratio_grid(table, manifest, "speedup", "speedup_low", "speedup_high",
                       "speed-up over eager (> 1: faster)",
@@ -277,7 +277,7 @@ def time_to_first_result(table: pd.DataFrame, manifest: dict):
     the breakeven number of calls written at the bar's end."""
     import matplotlib.pyplot as plt
 
-    from ..plots import PLAIN, STATUS_MARK, legend_right, no_data, palette
+    from ..results.plots import PLAIN, STATUS_MARK, legend_right, no_data, palette
 
     cold = table[table["cold"]]
     if cold.empty:
@@ -328,7 +328,7 @@ def breakeven(table: pd.DataFrame, manifest: dict):
     pay off drawn at the top."""
     import matplotlib.pyplot as plt
 
-    from ..plots import PLAIN, legend_right, no_data, palette
+    from ..results.plots import PLAIN, legend_right, no_data, palette
 
     if table.empty:
         return no_data("no compiled mode ran")
@@ -376,7 +376,7 @@ def recompilations(table: pd.DataFrame, manifest: dict):
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from ..plots import PLAIN, legend_right, no_data, palette
+    from ..results.plots import PLAIN, legend_right, no_data, palette
 
     if table.empty:
         return no_data("no compiled mode ran")

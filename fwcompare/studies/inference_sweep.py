@@ -7,10 +7,10 @@ is gated against PyTorch's reference in the smallest cell's first call.
 """
 from __future__ import annotations
 
-from ..schema import TIMING, grid_params
+from ..plan.schema import TIMING, grid_params
 from ..frameworks import MODES
-from ..workloads import EQUIV_TOL, plan_inference
-from .base import Study
+from ..measure.workloads import EQUIV_TOL, plan_inference
+from ..execution.study import Study
 
 
 class InferenceSweep(Study):

@@ -15,22 +15,22 @@ import math
 import numpy as np
 import pandas as pd
 
-from .. import models
-from ..cell import WorkerContext
-from ..judging import Claim, Measurement, Metric, StudyData, cell_label, check_cells, timed_from
-from ..gate import REF_ROWS, fp64_key
-from ..schema import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
-                      one_of, positive)
-from ..results import MEASURED
+from ..core import models
+from ..measure.cell import WorkerContext
+from ..results.judging import (Claim, Measurement, Metric, StudyData, cell_label, check_cells,
+                               timed_from)
+from ..measure.gate import REF_ROWS, fp64_key
+from ..plan.schema import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
+                           one_of, positive)
+from ..results.store import MEASURED
 from ..frameworks import MODES, TRAIN_MODES
-from ..spec import DTYPES, RunSpec
-from ..stats import geomean_ratio_ci
-from ..tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
-                      variant)
-from ..workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, PRECISION_COLUMNS,
-                         TRAINING_COLUMNS, plan_inference,
-                         plan_training, train_settings)
-from .base import Study, grid_cells, per_mode
+from ..core.spec import DTYPES, RunSpec
+from ..core.stats import geomean_ratio_ci
+from ..results.tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
+                              variant)
+from ..measure.workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, PRECISION_COLUMNS,
+                                 TRAINING_COLUMNS, plan_inference, plan_training, train_settings)
+from ..execution.study import Study, grid_cells, per_mode
 
 _FRAMEWORK_MODES = {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}
 
@@ -41,7 +41,7 @@ def _has_float32(v):
 
 def precision_errors(ctx: WorkerContext, spec: RunSpec):
     """``after`` of an inference cell: its output against its float64 reference."""
-    from ..precision import error_metrics
+    from ..measure.precision import error_metrics
 
     ref = ctx.gate.fp64(fp64_key(spec.batch_size, spec.seq_len))
     if ref is None:
@@ -311,7 +311,8 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     precision. Cells that did not run are listed under the panels."""
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, palette, speed_error_axes, speed_error_legend, speed_error_point
+    from ..results.plots import (footer, palette, speed_error_axes, speed_error_legend,
+                                 speed_error_point)
 
     t = table[table["task"] == "inference"]
     models = sorted(t["model"].unique())
@@ -349,7 +350,7 @@ def precision_loss_curves(losses: pd.DataFrame, manifest: dict):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from ..plots import footer
+    from ..results.plots import footer
 
     if losses.empty:
         fig, ax = plt.subplots(figsize=(6, 1.5))
@@ -403,7 +404,7 @@ def loss_scale_trajectories(losses: pd.DataFrame, manifest: dict):
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, palette
+    from ..results.plots import footer, palette
 
     scaled = losses[np.isfinite(losses["loss_scale"])]
     fig, ax = plt.subplots(figsize=(7.5, 3.6))

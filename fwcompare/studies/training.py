@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..schema import TIMING, Param, grid_params, positive
+from ..plan.schema import TIMING, Param, grid_params, positive
 from ..frameworks import TRAIN_MODES
-from ..tables import variant
-from ..workloads import (AGREEMENT, OPTIMIZER, PRECISION_COLUMNS, TRAINING_COLUMNS,
-                         plan_training, train_settings)
-from .base import Study, per_mode
+from ..results.tables import variant
+from ..measure.workloads import (AGREEMENT, OPTIMIZER, PRECISION_COLUMNS, TRAINING_COLUMNS,
+                                 plan_training, train_settings)
+from ..execution.study import Study, per_mode
 
 
 class Training(Study):
@@ -86,7 +86,7 @@ def memory_breakdown_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
 def step_time_vs_seq(summary, manifest):
-    from ..plots import metric_vs_seq
+    from ..results.plots import metric_vs_seq
 
     return metric_vs_seq(summary, manifest, "median_s", "median time per step (ms)", "ci_low_s",
                          "ci_high_s", scale=1e3,
@@ -100,7 +100,7 @@ def loss_curves(losses: pd.DataFrame, manifest: dict):
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from ..plots import footer, palette
+    from ..results.plots import footer, palette
 
     models_ = sorted(losses["model"].unique())
     fig, axes = plt.subplots(2, len(models_), squeeze=False, sharex="col",

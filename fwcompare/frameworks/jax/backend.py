@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...atomic import write_atomic
-from .. import (Unsupported, auto_class, check_precision, forward_fn, head_output,
-               looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
+from ...core.atomic import write_atomic
+from .. import (Unsupported, auto_class, check_precision, forward_fn, head_output, looks_like_oom,
+                native_copy, one_converter, tf32_note, module_backend)
 from .generate import make_generator  # noqa: F401  (the contract's call)
 
 _PLATFORM = {"cpu": "cpu", "gpu": "cuda"}
@@ -170,7 +170,7 @@ def _from_safetensors(model, weights_dir) -> dict:
     from safetensors.numpy import load_file
     from transformers.modeling_flax_pytorch_utils import convert_pytorch_state_dict_to_flax
 
-    from ...models import WEIGHTS_FILE
+    from ...core.models import WEIGHTS_FILE
 
     class Shapes:  # what the converter reads of a model
         params = model.params_shape_tree
@@ -352,7 +352,7 @@ def to_numpy(out) -> np.ndarray:
 
 
 def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
-    """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
+    """The hardware-peak probes (fwcompare.measure.peak): an n x n matmul in ``dtype``
     and an elementwise add over ``elements`` float32 whose input buffer is
     donated to its output (one read, one write, no fresh allocation), each
     jitted."""
@@ -405,7 +405,7 @@ def memory_plan_bytes() -> int | None:
 def gpu_memory(run) -> dict:
     """The peak of ``run()`` by JAX's allocator, the counter lifted to the
     bytes in use first (memory.lifted_peak); ``xla_plan_bytes`` beside it."""
-    from ...memory import lifted_peak
+    from ...core.memory import lifted_peak
 
     dev = _device("gpu")
 

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from ...fitting import FitLog, FitSettings
-from ...pipeline import Examples
+from ...core.fitting import FitLog, FitSettings
+from ...core.pipeline import Examples
 from . import FRAMEWORK
 
 NO_DECAY = ("bias", "LayerNorm", "layer_norm")

@@ -1,4 +1,4 @@
-"""How JAX's data-parallel ranks are launched (fwcompare.launch asks): one
+"""How JAX's data-parallel ranks are launched (fwcompare.execution.launch asks): one
 process per rank with the coordinator's address (rank 0's host), the process
 count and this process's id, for ``jax.distributed.initialize``
 (``parallel.DataParallel``); forked from a fork server where there is one.

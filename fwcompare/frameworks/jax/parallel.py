@@ -1,7 +1,7 @@
 """JAX's data-parallel engine (the distributed study): one process of its
 multi-process data parallel, on the steps of ``backend.py`` (handed in as
 ``be``, as TensorFlow's engines take theirs). Where
-fwcompare.launch puts a rank's place in its launch (jax.distributed has no
+fwcompare.execution.launch puts a rank's place in its launch (jax.distributed has no
 launcher of its own outside a cluster scheduler) is declared with the
 framework, in this package's ``__init__``."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _jax():
 
 class DataParallel(Engine):
     """One process of JAX's multi-process data parallel, started by
-    fwcompare.launch (coordinator address, process count and id in
+    fwcompare.execution.launch (coordinator address, process count and id in
     :data:`COORDINATOR_ENV` and beside it). ``jax.distributed.initialize``
     connects the processes (CPU collectives over gloo, NCCL on GPUs, one GPU
     per local rank); a 1-D global mesh holds one device per process. The

@@ -1,4 +1,4 @@
-"""JAX's input pipelines (``fwcompare.pipeline``): the examples already on the
+"""JAX's input pipelines (``fwcompare.core.pipeline``): the examples already on the
 device (``memory``), a plain NumPy iterator that pads each batch and puts it on
 the device (``numpy``: what many Flax loops do), or grain, the JAX ecosystem's
 loader (``grain``: a ``MapDataset`` of each epoch's order, its examples padded
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...pipeline import Batches, Examples, epoch_batches, pad_rows
+from ...core.pipeline import Batches, Examples, epoch_batches, pad_rows
 from . import FRAMEWORK
 
 KINDS = FRAMEWORK.pipelines

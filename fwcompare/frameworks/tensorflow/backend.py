@@ -25,8 +25,8 @@ elif "triton" not in sys.modules:
 import tensorflow as tf  # noqa: E402
 import transformers  # noqa: E402
 
-from .. import (Unsupported, auto_class, check_precision, forward_fn,  # noqa: E402
-               head_output, looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
+from .. import (Unsupported, auto_class, check_precision, forward_fn, head_output,  # noqa: E402
+                looks_like_oom, native_copy, one_converter, tf32_note, module_backend)
 from .generate import make_generator  # noqa: E402,F401  (the contract's call)
 
 # tf-keras mixed-precision policies: variables float32, compute in the policy's dtype.
@@ -131,7 +131,7 @@ def _from_pretrained(auto, weights_dir):
 
 
 def _load_native(auto, weights_dir):
-    from ...models import ONE_FILE
+    from ...core.models import ONE_FILE
 
     copy = tf_copy(weights_dir)
     # Not one converter at a time inside a strategy's scope: building the model
@@ -343,7 +343,7 @@ def to_numpy(out) -> np.ndarray:
 
 
 def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
-    """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
+    """The hardware-peak probes (fwcompare.measure.peak): an n x n matmul in ``dtype``
     and an elementwise add in place over ``elements`` float32 (one read, one
     write), each a ``tf.function``."""
     dt = tf.as_dtype(_POLICY[dtype].removeprefix("mixed_"))  # the policy's compute dtype

@@ -20,8 +20,8 @@ import time
 
 import tensorflow as tf
 
-from ...fitting import FitLog, FitSettings
-from ...pipeline import Examples
+from ...core.fitting import FitLog, FitSettings
+from ...core.pipeline import Examples
 from . import FRAMEWORK
 from .pipeline import Pipeline
 

@@ -1,4 +1,4 @@
-"""How TensorFlow's data-parallel processes are launched (fwcompare.launch
+"""How TensorFlow's data-parallel processes are launched (fwcompare.execution.launch
 asks): one process per worker with ``TF_CONFIG`` naming the whole cluster
 (every worker's host:port) and this worker's index;
 ``MultiWorkerMirroredStrategy`` connects them. ``ParameterServerStrategy``

@@ -1,4 +1,4 @@
-"""TensorFlow's input pipelines (``fwcompare.pipeline``): the examples already on
+"""TensorFlow's input pipelines (``fwcompare.core.pipeline``): the examples already on
 the device (``memory``), or ``tf.data`` as its guide builds one: each epoch's
 order as a data set of indices, a ``map`` that slices an example's tokens and
 pads them with TensorFlow ops, ``batch``, and then nothing more (``tfdata``),
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ...pipeline import Batches, Examples, epoch_batches, pad_rows
+from ...core.pipeline import Batches, Examples, epoch_batches, pad_rows
 from . import FRAMEWORK
 
 KINDS = FRAMEWORK.pipelines

@@ -7,9 +7,9 @@ import numpy as np
 import torch
 import transformers
 
-from ...protocol import TMPDIR_PREFIX
-from .. import (Engine, Unsupported, auto_class, check_precision, crc32_of, forward_fn,
-               head_output, looks_like_oom, tf32_note, module_backend)
+from ...core.protocol import TMPDIR_PREFIX
+from .. import (Engine, Unsupported, auto_class, check_precision, crc32_of, forward_fn, head_output,
+                looks_like_oom, tf32_note, module_backend)
 from .generate import make_generator  # noqa: F401  (the contract's call)
 
 
@@ -35,7 +35,7 @@ def configure(threads: int, device: str, options: dict | None = None) -> None:
     torch.set_num_threads(threads)
     keep_inductor_globals()
     if device == "cpu" and (options or {}).get("torch_malloc") == "reuse":
-        from ...memory import reuse_freed_memory
+        from ...core.memory import reuse_freed_memory
 
         if not reuse_freed_memory():  # said in the worker's log, and in the rows
             import sys
@@ -261,7 +261,7 @@ def to_numpy(out) -> np.ndarray:
 
 
 def make_peak_kernels(n: int, elements: int, dtype: str, device: str):
-    """The hardware-peak probes (fwcompare.peak): an n x n matmul in ``dtype``
+    """The hardware-peak probes (fwcompare.measure.peak): an n x n matmul in ``dtype``
     and an elementwise add over ``elements`` float32 into a buffer allocated
     once (one read, one write; a fresh output would time page faults)."""
     dev = _device(device)
@@ -315,7 +315,7 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def runtime_info(device: str) -> dict:
-    from ...memory import allocator_setup
+    from ...core.memory import allocator_setup
 
     info = {"framework_version": torch.__version__,
             "framework_threads": torch.get_num_threads(),

@@ -5,7 +5,7 @@ AdamW (``adamw_torch``) at a constant learning rate, no gradient clipping
 (``max_grad_norm`` 0: the other frameworks clip none), evaluation every
 ``eval_every`` steps, nothing saved or reported. Two things differ from a
 default ``Trainer``, both so that every framework trains on the same batches:
-its sampler is the examples' shared order (``fwcompare.pipeline``), and its
+its sampler is the examples' shared order (``fwcompare.core.pipeline``), and its
 collate function pads each batch in NumPy as the other frameworks' loaders
 do. A callback keeps the run's clock (``fitting.FitLog``).
 """
@@ -17,8 +17,8 @@ import time
 import numpy as np
 import torch
 
-from ...fitting import FitLog, FitSettings
-from ...pipeline import Examples, epoch_batches
+from ...core.fitting import FitLog, FitSettings
+from ...core.pipeline import Examples, epoch_batches
 from . import FRAMEWORK
 from .pipeline import Collate, Rows, workers
 

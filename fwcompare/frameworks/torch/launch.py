@@ -1,4 +1,4 @@
-"""How PyTorch's data-parallel ranks are launched (fwcompare.launch asks):
+"""How PyTorch's data-parallel ranks are launched (fwcompare.execution.launch asks):
 ``torchrun`` (``python -m torch.distributed.run``) with a static rendezvous
 at ``MASTER_ADDR:MASTER_PORT``, or, forked from a fork server, each rank with
 the variables torchrun would set. Light: nothing here imports torch."""

@@ -1,4 +1,4 @@
-"""PyTorch's input pipelines (``fwcompare.pipeline``): the examples already on
+"""PyTorch's input pipelines (``fwcompare.core.pipeline``): the examples already on
 the device (``memory``), or ``torch.utils.data.DataLoader`` with 0 or 1 worker
 processes (``dataloader-w0``, ``dataloader-w1``), its collate function padding
 each batch in NumPy, its memory pinned where the device is a GPU (so the copy
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ...pipeline import Batches, Examples, epoch_batches, pad_rows
+from ...core.pipeline import Batches, Examples, epoch_batches, pad_rows
 from . import FRAMEWORK
 
 KINDS = FRAMEWORK.pipelines

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import os
 
-from ... import models
-from ...judging import Metric, check_cells
-from ...schema import TIMING, Param, grid_params, non_negative, positive
-from ...results import Columns
-from ...workloads import EQUIV_TOL, PRECISION_COLUMNS, plan_inference
-from ..base import Study, per_mode
+from ...core import models
+from ...results.judging import Metric, check_cells
+from ...plan.schema import TIMING, Param, grid_params, non_negative, positive
+from ...results.store import Columns
+from ...measure.workloads import EQUIV_TOL, PRECISION_COLUMNS, plan_inference
+from ...execution.study import Study, per_mode
 
 # The study's parts; every name of each is reachable from the package, as
 # from the one module it was (``study.deployment_table``, ``study.PATHS``).
@@ -43,8 +43,7 @@ from .export import (export_all, export_key, export_main, export_modes, export_o
                      read_record, write_sentences)
 from .figures import WEIGHTS_MARKER, size_and_load, speed_vs_error  # noqa: F401
 from .formats import (CPU_ONLY, RUNTIMES, Exporter, ExportUnsupported, LiteRT,  # noqa: F401
-                      OnnxRuntime, Runtime, converter_message, converter_status,
-                      exporter_class)
+                      OnnxRuntime, Runtime, converter_message, converter_status, exporter_class)
 from .tables import (PATH_KEYS, deployment_table, path_summary, path_works,  # noqa: F401
                      paths_table, sentence_agreement_metric, size_ratio)
 from .worker import ArrayBackend, Loaded, after_checks, load_artifact, plan_path  # noqa: F401
@@ -105,7 +104,7 @@ class Deployment(Study):
         return ArrayBackend(get_backend(framework))
 
     def prepare(self, job):
-        from ...gate import prepare
+        from ...measure.gate import prepare
 
         prepare(job)
         write_sentences(job)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import models
-from ...cell import inject_fault
+from ...core import models
+from ...measure.cell import inject_fault
 from .catalog import (PATHS, SENTENCE_PAIRS, artifact_dir, model_dir, pair_similarities, path_of,
                       read_pairs, sentences_path)
 from .formats import (CPU_ONLY, SHARED_STEPS_ENV, converter_message, converter_status,
@@ -47,7 +47,7 @@ def read_record(job, framework: str, mode: str) -> dict | None:
 
 
 def _write_record(job, framework: str, mode: str, record: dict) -> None:
-    from ...atomic import write_json
+    from ...core.atomic import write_json
 
     path = _record_path(job, framework, mode)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,7 @@ def export_all(job, threads: int) -> None:
 def _export_group(job, fw: str, name: str, modes: list[str], threads: int,
                   shared: str) -> None:
     """Paths of one framework that share an export process (see DeployPath.process)."""
-    from ...launch import log_tail
+    from ...execution.launch import log_tail
     from ...frameworks import worker_env, worker_only
 
     timeout = job.params["export_timeout_s"]
@@ -156,12 +156,12 @@ def _export_group(job, fw: str, name: str, modes: list[str], threads: int,
 def export_main(job_path: str, framework: str) -> int:
     """An export process: the modes in FWCOMPARE_EXPORT_MODES of ``framework``."""
     from ...frameworks import backend_options, get_backend
-    from ...job import Job
+    from ...plan.job import Job
 
     job = Job.read(job_path)
     backend = get_backend(framework)
     backend.configure(job.threads, job.device, backend_options(job.params))
-    from ...gate import Gate
+    from ...measure.gate import Gate
 
     gate = Gate(job.gate_path)
     modes = os.environ["FWCOMPARE_EXPORT_MODES"].split(",")
@@ -207,7 +207,7 @@ def write_sentences(job) -> None:
     """The sentence pairs' token ids (each sentence cut to ``sentence_len``
     tokens) and PyTorch float32's similarities of them, for a model with a
     tokenizer and hidden states; nothing otherwise."""
-    from ...atomic import write_atomic
+    from ...core.atomic import write_atomic
     from ...frameworks import get_backend
 
     path = sentences_path(job)
@@ -227,7 +227,7 @@ def write_sentences(job) -> None:
         raise ValueError(f"every sentence of {SENTENCE_PAIRS.name} must fill sentence_len "
                          f"({n}) tokens of {job.model}'s tokenizer")
     torch_backend = get_backend("torch")
-    from ...gate import Gate
+    from ...measure.gate import Gate
 
     net = torch_backend.load(Gate(job.gate_path).info["weights_dir"], "cpu", job.head)
     forward = torch_backend.make_forward(net, "eager", "cpu", job.head)

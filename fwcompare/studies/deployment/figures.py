@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ...results import MEASURED
+from ...results.store import MEASURED
 
 
 # -- figures (matplotlib is imported when a figure is drawn, never in a worker) -----
@@ -24,10 +24,11 @@ def speed_vs_error(table: pd.DataFrame, manifest: dict):
     did not run are listed under the panels."""
     import matplotlib.pyplot as plt
 
-    from ...plots import footer, palette, speed_error_axes, speed_error_legend, speed_error_point
+    from ...results.plots import (footer, palette, speed_error_axes, speed_error_legend,
+                                  speed_error_point)
 
     if table.empty:
-        from ...plots import no_data
+        from ...results.plots import no_data
 
         return no_data("no deployment cells")
     models_ = list(dict.fromkeys(table["model"]))
@@ -71,10 +72,10 @@ def size_and_load(table: pd.DataFrame, manifest: dict):
     paths that did not export are marked."""
     import matplotlib.pyplot as plt
 
-    from ...plots import footer, palette
+    from ...results.plots import footer, palette
 
     if table.empty:
-        from ...plots import no_data
+        from ...results.plots import no_data
 
         return no_data("no deployment cells")
     t = table.drop_duplicates(["model", "path"])

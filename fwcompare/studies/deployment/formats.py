@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import frameworks
-from ...cell import CellFailure
+from ...measure.cell import CellFailure
 from ...frameworks.export import (SHARED_STEPS_ENV, Exporter, ExportUnsupported,  # noqa: F401
                                   Runtime, converter_message, converter_status)
 

@@ -6,12 +6,12 @@ import math
 
 import pandas as pd
 
-from ...env import lacks_package
-from ...judging import Claim, Measurement, StudyData, cell_label
-from ...results import MEASURED
-from ...stats import geomean_ratio_ci
-from ...tables import baseline_pairs, both_measured, samples_by_cell
-from ...workloads import FP64_COLUMNS
+from ...core.env import lacks_package
+from ...results.judging import Claim, Measurement, StudyData, cell_label
+from ...results.store import MEASURED
+from ...core.stats import geomean_ratio_ci
+from ...results.tables import baseline_pairs, both_measured, samples_by_cell
+from ...measure.workloads import FP64_COLUMNS
 from .catalog import BASELINE, PATHS, STS_COLUMNS, path_of
 
 
@@ -110,7 +110,7 @@ def _rows(data: StudyData, devices, variant: str, claim: Claim) -> pd.DataFrame:
 def size_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     """Artifact size of path a / of path b, geometric mean over the models
     both exported. A size is exact: no CI."""
-    from ...stats import geomean
+    from ...core.stats import geomean
 
     a, b = claim.cells["a"], claim.cells["b"]
     m = Measurement(unit=f"{a} artifact bytes / {b} artifact bytes")

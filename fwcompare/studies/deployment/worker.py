@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import models
-from ...cell import CellFailure, CellPlan, WorkerContext
-from ...gate import REF_ROWS, fp64_key
-from ...workloads import FP64_COLUMNS
+from ...core import models
+from ...measure.cell import CellFailure, CellPlan, WorkerContext
+from ...measure.gate import REF_ROWS, fp64_key
+from ...measure.workloads import FP64_COLUMNS
 from .catalog import artifact_dir, pair_similarities, path_of, sentence_agreement, sentences_path
 from .export import read_record
 from .formats import RUNTIMES, Runtime
@@ -49,8 +49,8 @@ class Loaded:
 def load_artifact(ctx: WorkerContext, framework: str, mode: str) -> Loaded:
     """The path's artifact, loaded in this process (which never held the
     model): its record says what the export found."""
-    from ...cell import release_freed_heap
-    from ...memory import current_rss_bytes
+    from ...measure.cell import release_freed_heap
+    from ...core.memory import current_rss_bytes
 
     record = read_record(ctx.job, framework, mode)
     if record is None:
@@ -69,7 +69,7 @@ def after_checks(ctx: WorkerContext, spec, embed):
     """``after`` of a cell: its output against the float64 reference and, on
     real weights, the sentence pairs' similarities against float32's.
     ``embed(ids) -> numpy`` runs the path on other token ids."""
-    from ...precision import error_metrics
+    from ...measure.precision import error_metrics
 
     ref = ctx.gate.fp64(fp64_key(spec.batch_size, spec.seq_len))
     sentences = sentences_path(ctx.job)
@@ -90,7 +90,7 @@ def after_checks(ctx: WorkerContext, spec, embed):
 def plan_path(ctx: WorkerContext, spec) -> CellPlan:
     """One cell of an artifact path: load once per process, gate on the first
     call of the gate's shape (or a call of its own), time, then the checks."""
-    from ...gate import check_output
+    from ...measure.gate import check_output
 
     fw, mode = spec.framework, spec.mode
     path = path_of(fw, mode)

@@ -1,7 +1,7 @@
 """Distributed data-parallel training: DDP, tf.distribute and jax.distributed, one worker to many.
 
 Each (framework, engine, worker count) is one launch of that many ranks with
-the environment of the framework's own launcher (:mod:`fwcompare.launch`:
+the environment of the framework's own launcher (:mod:`fwcompare.execution.launch`:
 ``torchrun``'s variables for PyTorch DistributedDataParallel, ``TF_CONFIG``
 for TensorFlow's MultiWorkerMirroredStrategy, the coordinator and process id
 for ``jax.distributed``). On one host the ranks are
@@ -49,15 +49,16 @@ import math
 import os
 import time
 
-from ... import env, frameworks
-from ...judging import Metric
-from ...job import CELLS
-from ...schema import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
-                       one_of, positive, replace_param)
-from ...spec import Axis, RunSpec
-from ...results import Columns
-from ...workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, train_settings
-from ..base import Study
+from ...core import env
+from ... import frameworks
+from ...results.judging import Metric
+from ...plan.job import CELLS
+from ...plan.schema import (TIMING, Param, all_of, grid_params, modes_in, non_empty, non_negative,
+                            one_of, positive, replace_param)
+from ...core.spec import Axis, RunSpec
+from ...results.store import Columns
+from ...measure.workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, train_settings
+from ...execution.study import Study
 
 # The study's parts; every name of each is reachable from the package, as
 # from the one module it was (``study.scaling_table``, ``study.DIST_MODES``).
@@ -262,7 +263,7 @@ class Distributed(Study):
                 for k in keys]
 
     def spawn(self, runner, job, name):
-        from ...launch import Launch
+        from ...execution.launch import Launch
 
         spec = job.cells[0].spec  # one engine and worker count per launch
         job = job.replace(threads=spec.threads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...results import MEASURED
+from ...results.store import MEASURED
 from .engines import DIST_MODES
 
 
@@ -27,7 +27,7 @@ def _scaling_title(model: str, scaling: str, g: pd.DataFrame) -> str:
 
 
 def _mark_failed(ax, g: pd.DataFrame, x: str) -> None:
-    from ...plots import STATUS_MARK
+    from ...results.plots import STATUS_MARK
 
     for _, r in g[~g["status"].isin(MEASURED)].iterrows():
         ax.annotate(STATUS_MARK.get(r["status"], r["status"]), (r[x], 0), xycoords=(
@@ -39,7 +39,7 @@ def scaling_throughput(table: pd.DataFrame, manifest: dict):
     """Global samples per second against workers, per framework, with the
     95% CI as error bars; the dashed line is linear scaling from each
     framework's baseline (its fewest workers). Failed cells marked on the axis."""
-    from ...plots import legend_right, no_data, palette
+    from ...results.plots import legend_right, no_data, palette
 
     if table.empty:
         return no_data("no distributed cell ran")
@@ -76,7 +76,7 @@ def _bars_by_workers(table: pd.DataFrame, ylabel: str):
     framework at each worker count: (fig, axes, draws), a draw being (axis,
     panel rows, bar x positions, the variant's rows by worker count, bar
     style) for the caller to draw."""
-    from ...plots import palette
+    from ...results.plots import palette
 
     fig, axes, keys = _scaling_panels(table)
     colors = palette(table["variant"])
@@ -102,7 +102,7 @@ def _ratio_bars(ax, g, x, h, style, col: str, fmt: str, top: float, pad: float) 
     against 1 (dashed): each bar labelled with ``fmt`` of its value, a failed
     cell marked on the axis; the y axis up to ``top`` at least, or ``pad``
     times the highest CI end."""
-    from ...plots import STATUS_MARK
+    from ...results.plots import STATUS_MARK
 
     ax.bar(x, h[col], yerr=[h[col] - h[f"{col}_low"], h[f"{col}_high"] - h[col]],
            capsize=3, **style)
@@ -121,7 +121,7 @@ def _ratio_bars(ax, g, x, h, style, col: str, fmt: str, top: float, pad: float) 
 def scaling_efficiency(table: pd.DataFrame, manifest: dict):
     """Scaling efficiency (speed-up over the baseline / worker ratio) per
     worker count and framework, with its 95% CI; 1 is linear."""
-    from ...plots import legend_right, no_data
+    from ...results.plots import legend_right, no_data
 
     rest = table[table["workers"] > table["baseline_workers"]] if len(table) else table
     if rest.empty:
@@ -140,7 +140,7 @@ def allreduce_share(table: pd.DataFrame, manifest: dict):
     as a share of the step, per framework and worker count."""
     import matplotlib
 
-    from ...plots import legend_right, no_data
+    from ...results.plots import legend_right, no_data
 
     if table.empty or table["allreduce_share"].isna().all():
         return no_data("no all-reduce was timed")
@@ -163,7 +163,7 @@ def allreduce_share(table: pd.DataFrame, manifest: dict):
 def engine_speedup(table: pd.DataFrame, manifest: dict):
     """Each engine's step time against its framework's plain engine at the
     same worker count (plain / engine: above 1 is faster), with its 95% CI."""
-    from ...plots import legend_right, no_data
+    from ...results.plots import legend_right, no_data
 
     rest = table[table["mode"] != table["framework"].map(lambda fw: DIST_MODES[fw][0])] \
         if len(table) else table
@@ -181,7 +181,7 @@ def engine_speedup(table: pd.DataFrame, manifest: dict):
 def rank_memory(table: pd.DataFrame, manifest: dict):
     """Memory per rank (``Rank.memory``), per engine and worker count: the
     bar is the largest rank, the line down to the least rank."""
-    from ...plots import legend_right, no_data
+    from ...results.plots import legend_right, no_data
 
     if table.empty or table["mem_rank_max_mib"].isna().all():
         return no_data("no per-rank memory was measured")

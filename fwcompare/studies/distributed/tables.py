@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...judging import Claim, Measurement, StudyData, timed_from
-from ...results import MEASURED
-from ...stats import ratio_ci
-from ...tables import baseline_pairs, both_measured, samples_by_cell, variant
+from ...results.judging import Claim, Measurement, StudyData, timed_from
+from ...results.store import MEASURED
+from ...core.stats import ratio_ci
+from ...results.tables import baseline_pairs, both_measured, samples_by_cell, variant
 from .engines import DIST_MODES, SCALINGS
 
 

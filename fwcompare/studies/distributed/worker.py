@@ -10,13 +10,13 @@ import time
 
 import numpy as np
 
-from ... import models
-from ...cell import CellResult, derived_figures, release_freed_heap, write_row
-from ...gate import TrainSettings
-from ...job import CellRef, Job
-from ...protocol import GATE, SPENT, START, emit
-from ...results import MEASURED
-from ...spec import RunSpec
+from ...core import models
+from ...measure.cell import CellResult, derived_figures, release_freed_heap, write_row
+from ...measure.gate import TrainSettings
+from ...plan.job import CellRef, Job
+from ...core.protocol import GATE, SPENT, START, emit
+from ...results.store import MEASURED
+from ...core.spec import RunSpec
 
 
 def local_rank() -> int:
@@ -77,8 +77,8 @@ class Rank:
     """One rank of a launch: the agreement steps, then each cell."""
 
     def __init__(self, job: Job, dp, load_s: float, backend=None, baseline_rss: int = 0):
-        from ...gate import Gate
-        from ...results import ResultStore
+        from ...measure.gate import Gate
+        from ...results.store import ResultStore
 
         self.job, self.dp, self.load_s = job, dp, load_s
         self.backend, self.baseline_rss = backend, baseline_rss
@@ -107,8 +107,8 @@ class Rank:
         first step: it is the first call of the launch's cell whose batch is
         the gate's, if one is (``first_call``), and the steps after it are
         that cell's warm-up steps (as training's agreement steps are)."""
-        from ...gate import loss_problems
-        from ...results import losses_frame
+        from ...measure.gate import loss_problems
+        from ...results.store import losses_frame
 
         ref = self.gate.reference
         batch = self.data(self.gate.ids, self.gate.labels)
@@ -145,7 +145,7 @@ class Rank:
         return known, "; ".join(problems)
 
     def ids(self, spec: RunSpec):
-        from ...models import token_ids
+        from ...core.models import token_ids
 
         return token_ids(self.job.seed, spec.batch_size, spec.seq_len, self.info["vocab_size"])
 
@@ -169,8 +169,8 @@ class Rank:
         sampled (``host.HostMeter``; the launch's own processes are its
         parent's, the launcher's or the fork server's, children), as the
         interleaved and sequential schedules record it for their cells."""
-        from ...host import HostMeter, run_cores
-        from ...timing import StoppingRule
+        from ...core.host import HostMeter, run_cores
+        from ...core.timing import StoppingRule
 
         cfg, dp = self.cfg, self.dp
         if first is None:
@@ -214,7 +214,7 @@ class Rank:
             emit(SPENT, phase=phase, seconds=seconds)
 
     def cell(self, ref: CellRef, known: dict, problems: str) -> None:
-        from ...models import train_labels
+        from ...core.models import train_labels
 
         spec, dp, p = ref.spec, self.dp, self.job.params
         if self.rank0:
@@ -296,7 +296,7 @@ class Rank:
         all-reduce of its own), and how it was measured. A parameter-server
         cluster's chief measures its parameter servers' and workers' RSS
         instead (``task_memory``): they run no code of the study."""
-        from ...memory import current_rss_bytes
+        from ...core.memory import current_rss_bytes
 
         dp = self.dp
         if dp.serves_tasks:
@@ -325,8 +325,8 @@ def run_rank(job: Job, settings: TrainSettings):
     import psutil
 
     from ...frameworks import backend_options, get_backend
-    from ...gate import Gate
-    from ...memory import current_rss_bytes
+    from ...measure.gate import Gate
+    from ...core.memory import current_rss_bytes
 
     # When this process started: its start and imports count from there.
     born = time.perf_counter() - (time.time() - psutil.Process().create_time())

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import shutil
 
-from ... import models
+from ...core import models
 from ...frameworks import FRAMEWORKS, TRAIN_MODES, get
-from ...judging import Metric, check_cells
-from ...results import Columns
-from ...schema import TIMING, Param, grid_params, modes_in, positive, replace_param
-from ...workloads import OPTIMIZER
-from ..base import Study, grid_cells
+from ...results.judging import Metric, check_cells
+from ...results.store import Columns
+from ...plan.schema import TIMING, Param, grid_params, modes_in, positive, replace_param
+from ...measure.workloads import OPTIMIZER
+from ...execution.study import Study, grid_cells
 from .figures import curve_figure, phases_figure, pipelines_figure  # noqa: F401
 from .tables import (FIT_FIGURES, check_fit_figure, curves, first_losses, fit_ratio,  # noqa: F401
                      fit_table, pipeline_table, task_time_ratio)

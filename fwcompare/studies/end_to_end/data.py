@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...pipeline import Examples
+from ...core.pipeline import Examples
 
 # Content words per topic: nouns, verbs, adjectives. Disjoint, so a word's topic
 # is never in doubt; of equal counts, so neither topic is easier to spot.

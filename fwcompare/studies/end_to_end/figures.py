@@ -15,7 +15,7 @@ def phases_figure(fits: pd.DataFrame, manifest: dict):
     medians), a diamond at the time to the target accuracy."""
     import matplotlib.pyplot as plt
 
-    from ...plots import footer, no_data
+    from ...results.plots import footer, no_data
 
     if fits.empty:
         return no_data("no whole run measured")
@@ -54,7 +54,7 @@ def curve_figure(curve: pd.DataFrame, target: float, manifest: dict):
     does to it."""
     import matplotlib.pyplot as plt
 
-    from ...plots import footer, no_data, palette
+    from ...results.plots import footer, no_data, palette
 
     ev = curve[curve["kind"] == "eval"] if not curve.empty else curve
     if ev.empty:
@@ -85,7 +85,7 @@ def pipelines_figure(pipes: pd.DataFrame, manifest: dict):
     under the memory pipeline's, the input starves the step."""
     import matplotlib.pyplot as plt
 
-    from ...plots import footer, no_data
+    from ...results.plots import footer, no_data
 
     if pipes.empty:
         return no_data("no pipeline measured")

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...judging import Measurement, StudyData, _why_none, time_ratio, timed_from
-from ...results import MEASURED
-from ...stats import rounds_t_interval
+from ...results.judging import Measurement, StudyData, _why_none, time_ratio, timed_from
+from ...results.store import MEASURED
+from ...core.stats import rounds_t_interval
 
 PHASES = ("data_s", "setup_s", "first_step_s", "steps_s", "eval_s", "end_s")
 # A whole run's figures (its row; ``fitting.FitLog.figures``).

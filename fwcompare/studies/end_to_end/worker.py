@@ -12,16 +12,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ... import models, protocol
-from ...cell import CellPlan, CellResult, describe, failure_status
-from ...fitting import OPTIMIZER_KEYS, FitLog, FitSettings
-from ...stats import derived_figures
+from ...core import models, protocol
+from ...measure.cell import CellPlan, CellResult, describe, failure_status
+from ...core.fitting import OPTIMIZER_KEYS, FitLog, FitSettings
+from ...core.stats import derived_figures
 from . import data
 
 if TYPE_CHECKING:
-    from ...cell import WorkerContext
-    from ...job import CellRef
-    from ...spec import RunSpec
+    from ...measure.cell import WorkerContext
+    from ...plan.job import CellRef
+    from ...core.spec import RunSpec
 
 FIT, LOADER, FED = "fit", "loader", "fed"
 
@@ -56,7 +56,7 @@ def fit_cell(ctx: "WorkerContext", ref: "CellRef") -> CellResult:
     step (the evaluation intervals' seconds per step are its samples), time
     to the target, accuracy, peak memory; the evaluations and first losses
     are written beside the rows (``curves/``)."""
-    from ...memory import PeakRSS
+    from ...core.memory import PeakRSS
 
     backend, p, spec = ctx.backend, ctx.params, ref.spec
     settings = fit_settings(p, spec, ctx.framework)
@@ -99,7 +99,7 @@ def write_curve(ctx: "WorkerContext", ref: "CellRef", log: FitLog) -> None:
     and first losses, as ``curves/<cell>-r<round>.parquet`` beside the rows."""
     import pandas as pd
 
-    from ...atomic import write_atomic
+    from ...core.atomic import write_atomic
 
     spec = ref.spec
     rows = [dict(kind="eval", step=e["step"], accuracy=e["accuracy"], loss=e["eval_loss"],
@@ -117,7 +117,7 @@ def write_curve(ctx: "WorkerContext", ref: "CellRef", log: FitLog) -> None:
 def run_fits(study, job) -> None:
     """A fit process: its cells one after another, each on its own (the
     parent only listens); a run that raises is that cell's failed row."""
-    from ...cell import WorkerContext
+    from ...measure.cell import WorkerContext
     from ...frameworks import backend_options
 
     backend = study.backend(job.framework)

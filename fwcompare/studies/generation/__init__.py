@@ -37,16 +37,16 @@ import math
 
 import numpy as np
 
-from ... import models
-from ...cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
+from ...core import models
+from ...measure.cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ...frameworks import Generator, greedy_config
-from ...judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
-from ...models import token_ids
-from ...schema import TIMING, Param, grid_params, positive, replace_param
-from ...results import MEASURED, Columns
-from ...spec import Axis
-from ...tables import CELL_KEYS
-from ..base import Study
+from ...results.judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
+from ...core.models import token_ids
+from ...plan.schema import TIMING, Param, grid_params, positive, replace_param
+from ...results.store import MEASURED, Columns
+from ...core.spec import Axis
+from ...results.tables import CELL_KEYS
+from ...execution.study import Study
 from .figures import compile_cost, latency, throughput  # noqa: F401
 from .modes import GEN_MODES, UNCOMPILED  # noqa: F401
 from .tables import agreement_table, breakeven, generation_table  # noqa: F401
@@ -92,7 +92,7 @@ def prepare(job) -> None:
     logit margins for every (batch, prompt) of the params."""
     import torch
 
-    from ...gate import reference_model, write_gate
+    from ...measure.gate import reference_model, write_gate
 
     _, net, info = reference_model(job)
     config = net.config
@@ -234,7 +234,7 @@ class Generation(Study):
     def cells(self, params):
         from dataclasses import replace
 
-        from ..base import grid_cells
+        from ...execution.study import grid_cells
 
         grid = grid_cells(params, self.name, "inference")
         return [replace(s, axes={"new_tokens": n}) for s in grid

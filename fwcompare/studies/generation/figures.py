@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...results import MEASURED
+from ...results.store import MEASURED
 
 
 def latency(table: pd.DataFrame, manifest: dict):
@@ -14,7 +14,7 @@ def latency(table: pd.DataFrame, manifest: dict):
     their 95% intervals; a failed or flagged cell says so in its label."""
     import matplotlib.pyplot as plt
 
-    from ...plots import PLAIN, PLAIN_MINOR, footer, no_data, palette
+    from ...results.plots import PLAIN, PLAIN_MINOR, footer, no_data, palette
 
     if table.empty:
         return no_data("no generation cells")
@@ -62,7 +62,7 @@ def throughput(table: pd.DataFrame, manifest: dict):
     against batch size, per variant, one panel per model and prompt."""
     import matplotlib.pyplot as plt
 
-    from ...plots import legend_right, no_data, palette
+    from ...results.plots import legend_right, no_data, palette
 
     ok = table[table["status"].isin(MEASURED)] if not table.empty else table
     if ok.empty:
@@ -95,7 +95,7 @@ def compile_cost(table: pd.DataFrame, manifest: dict):
     compiling cost before the first token a user sees."""
     import matplotlib.pyplot as plt
 
-    from ...plots import PLAIN, footer, no_data
+    from ...results.plots import PLAIN, footer, no_data
 
     if table.empty:
         return no_data("no generation cells")

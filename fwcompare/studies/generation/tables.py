@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...results import MEASURED
-from ...tables import CELL_KEYS as KEYS
+from ...results.store import MEASURED
+from ...results.tables import CELL_KEYS as KEYS
 from .modes import GEN_MODES, UNCOMPILED
 
 

@@ -41,14 +41,15 @@ import dataclasses
 import math
 import shutil
 
-from ... import env, models
-from ...judging import Metric, check_cells, is_claimed
-from ...schema import TIMING, Param, check_models, grid_params, modes_in, positive
+from ...core import env, models
+from ...results.judging import Metric, check_cells, is_claimed
+from ...plan.schema import TIMING, Param, check_models, grid_params, modes_in, positive
 from ...frameworks import FRAMEWORKS, TRAIN_MODES
-from ...results import Columns
-from ...spec import RunSpec
-from ...workloads import AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, plan_training, train_settings
-from ..base import Study, grid_cells, per_mode
+from ...results.store import Columns
+from ...core.spec import RunSpec
+from ...measure.workloads import (AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, plan_training,
+                                  train_settings)
+from ...execution.study import Study, grid_cells, per_mode
 
 # The study's parts; every name of each is reachable from the package, as
 # from the one module it was (``study.technique_table``, ``study.TECHNIQUES``).
@@ -268,7 +269,7 @@ class Memory(Study):
         (tiny-bert-deep 16 x 256, PyTorch: checkpointing 204-210 MB against
         124 MB set from the start). Its step times include the page faults of
         those fresh mappings: compare them within this study."""
-        from ...memory import fix_mmap_threshold
+        from ...core.memory import fix_mmap_threshold
 
         fix_mmap_threshold()
         if job.task == SEARCH:

@@ -16,7 +16,7 @@ def breakdown_figure(table: pd.DataFrame, manifest: dict):
     runtime) of the measured peak; failed cells are named, not dropped."""
     import matplotlib.pyplot as plt
 
-    from ...plots import footer, no_data
+    from ...results.plots import footer, no_data
 
     if table.empty:
         return no_data("no training cells")
@@ -57,7 +57,7 @@ def trade_figure(table: pd.DataFrame, manifest: dict):
     framework; arrows from the plain step show what a technique trades."""
     import matplotlib.pyplot as plt
 
-    from ...plots import legend_right, no_data, palette
+    from ...results.plots import legend_right, no_data, palette
 
     t = table[table["status"] == "ok"] if len(table) else table
     if t.empty:
@@ -98,7 +98,7 @@ def largest_batch_figure(table: pd.DataFrame, manifest: dict):
     smallest failing batches, so every round's limit lies within it."""
     import matplotlib.pyplot as plt
 
-    from ...plots import legend_right, no_data, palette
+    from ...results.plots import legend_right, no_data, palette
 
     if table.empty:
         return no_data("no largest-batch search ran")

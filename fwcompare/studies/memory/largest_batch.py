@@ -8,7 +8,7 @@ import math
 import threading
 import time
 
-from ...job import CellRef
+from ...plan.job import CellRef
 from .techniques import GIB, MIB, TRY, micro_batches
 
 
@@ -168,7 +168,7 @@ def device_aim(device: str | None) -> float | None:
     then grows and bisects without a line)."""
     if device != "gpu":
         return None
-    from ...env import gpu_free_bytes
+    from ...core.env import gpu_free_bytes
 
     free = gpu_free_bytes()
     return GPU_AIM * free if free else None

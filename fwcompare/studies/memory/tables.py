@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...judging import Measurement, cell_label, memory_ratio, timed_from
-from ...stats import geomean_ratio_ci, ratio_ci, ratio_value, rounds_t_interval
-from ...tables import samples_by_cell
+from ...results.judging import Measurement, cell_label, memory_ratio, timed_from
+from ...core.stats import geomean_ratio_ci, ratio_ci, ratio_value, rounds_t_interval
+from ...results.tables import samples_by_cell
 from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY
 
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ... import models, protocol
-from ...cell import CellResult, describe, failure_status
-from ...job import CellRef
-from ...spec import RunSpec
+from ...core import models, protocol
+from ...measure.cell import CellResult, describe, failure_status
+from ...plan.job import CellRef
+from ...core.spec import RunSpec
 from .techniques import FORWARD, GIB, PLAIN, TECHNIQUES
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class BudgetGuard:
     kernel's OOM killer, which could take the machine with it)."""
 
     def __init__(self, budget: float, ctx, ref: CellRef, lock: threading.Lock):
-        from ...memory import current_rss_bytes
+        from ...core.memory import current_rss_bytes
 
         self.budget, self.ctx, self.ref, self.lock = budget, ctx, ref, lock
         self._rss = current_rss_bytes
@@ -56,7 +56,7 @@ class BudgetGuard:
 def fit_call(ctx, spec: RunSpec, model, settings):
     """The callable a try runs: the technique's training step or a forward, on
     this batch (inputs made here, outside the calls)."""
-    from ...models import token_ids, train_labels
+    from ...core.models import token_ids, train_labels
 
     backend, p = ctx.backend, ctx.params
     ids = token_ids(ctx.job.seed, spec.batch_size, spec.seq_len, ctx.info["vocab_size"])
@@ -75,8 +75,8 @@ def fit_call(ctx, spec: RunSpec, model, settings):
 def fit_try(study: Memory, ctx, spec: RunSpec) -> CellResult:
     """Load, build and call ``1 + fit_steps`` times; the whole try's peak (on a
     CPU: loading and compiling included, over the level before the model)."""
-    from ...cell import release_freed_heap
-    from ...memory import PeakRSS
+    from ...measure.cell import release_freed_heap
+    from ...core.memory import PeakRSS
 
     backend, p = ctx.backend, ctx.params
     settings = study.settings(p, ctx.framework, spec.mode if spec.mode in TECHNIQUES else PLAIN)
@@ -115,7 +115,7 @@ def fit_try(study: Memory, ctx, spec: RunSpec) -> CellResult:
 
 def run_try(study: Memory, job) -> None:
     """A try's process: one cell, run on its own (the parent only listens)."""
-    from ...cell import WorkerContext
+    from ...measure.cell import WorkerContext
     from ...frameworks import backend_options
 
     backend = study.backend(job.framework)

@@ -1,7 +1,0 @@
-"""A notebook process of the report: ``python -m fwcompare.report``
-(:func:`fwcompare.report.notebooks.run_notebooks` starts them)."""
-import sys
-
-from .notebooks import _notebook_process
-
-sys.exit(_notebook_process())
