@@ -98,17 +98,17 @@ def test_one_launch_engines_take_the_first_round_only_and_name_the_key_when_unkn
     rounds after it go to the claimed variants or to all; the others take
     every round (quick: TensorFlow's two engines once, PyTorch's claimed ones
     twice)."""
-    from fwcompare.execution.runner import planned_cells
+    from fwcompare.plan.run import RunPlan
 
     study = STUDIES["distributed"]
-    claimed = {"torch/eager", "torch/ddp-fp16", "tensorflow/graph", "tensorflow/ps"}
+    claimed = frozenset({"torch/eager", "torch/ddp-fp16", "tensorflow/graph", "tensorflow/ps"})
     base = {"frameworks": ["torch", "tensorflow"], "workers": [2], "scaling": ["strong"],
             "global_batch": 4, "rounds": 3,
             "modes": {"torch": ["eager", "ddp-fp16"], "tensorflow": ["graph", "ps"]},
             "one_launch": {"tensorflow": ["graph", "ps"], "torch": ["ddp-fp16"]}}
     for rounds_for in ("claims", "all"):
         p = validate("distributed", {**base, "rounds_for": rounds_for})
-        todo = planned_cells(study, p, study.cells(p), claimed)
+        todo = RunPlan(study, p, claimed).cells
         rounds = {}
         for c in todo:
             rounds.setdefault(f"{c.spec.framework}/{c.spec.mode}", []).append(c.round)
@@ -685,11 +685,12 @@ def _one_rank_study(tmp_path, max_time_s: float):
     from fwcompare.plan.job import PREPARE
     from fwcompare.execution.runner import Runner
     from fwcompare.studies.distributed import STUDY
+    from fwcompare.suite.api import run_plan
 
     params = validate("distributed", {**_smoke(["torch"], min_time_s=0.01,
                                                max_time_s=max_time_s, warmup_s=0.0,
                                                warmup_iters=1), "workers": [1]})
-    runner = Runner(STUDY, params, tmp_path / "results", task="train", progress=False)
+    runner = Runner(run_plan(STUDY, params), tmp_path / "results", task="train", progress=False)
     gate_mod.prepare(runner.job(PREPARE, "tiny-bert"), STUDY.train_settings(params))
     return runner
 

@@ -7,6 +7,7 @@ import pytest
 
 from fwcompare.studies import STUDIES
 from fwcompare.execution.estimate import earlier_rate, estimate, record_run
+from fwcompare.suite.api import run_plan
 from fwcompare.suite.params import load_file
 from fwcompare.core.paths import PARAMS, ROOT
 
@@ -35,7 +36,7 @@ def test_dry_run_counts_the_cells_and_measures_nothing(tmp_path):
 @pytest.mark.frameworks("torch")
 def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
     params = load_file(SMOKE, "inference_sweep")
-    first = estimate(STUDIES["inference_sweep"], params, tmp_path)
+    first = estimate(run_plan("inference_sweep", params), tmp_path)
     assert first.seconds > 32 * 0.55 and first.low_seconds > 32 * 0.15  # and the parts
     record_run(tmp_path, "inference", "r1", cells=10, seconds=25.0, device="cpu",
                cpu_model="AMD EPYC")
@@ -43,7 +44,7 @@ def test_the_estimate_uses_the_latest_run_of_the_same_device(tmp_path):
                cpu_model="AMD EPYC")  # another device: not this run's rate
     rate, basis = earlier_rate(tmp_path, "cpu")
     assert rate == 2.5 and "10 measurements" in basis and "AMD EPYC" in basis
-    est = estimate(STUDIES["inference_sweep"], params, tmp_path)
+    est = estimate(run_plan("inference_sweep", params), tmp_path)
     assert (est.planned, est.todo, est.seconds) == (32, 32, 32 * 2.5)
     assert "estimate: 1 min 20 s (2.5 s per measurement" in est.text()
 
@@ -61,10 +62,10 @@ def test_a_resumed_run_counts_only_the_cells_left(tmp_path):
     store.begin(params_hash(params))
     for spec in InferenceSweep().cells(params)[:5]:
         store.append(make_row(spec, status="ok", run_id="r0", profile="smoke", round=0))
-    est = estimate(STUDIES["inference_sweep"], params, tmp_path)
+    est = estimate(run_plan("inference_sweep", params), tmp_path)
     assert (est.planned, est.todo) == (32, 27)
     assert "5 already measured, 27 to run" in est.text()
-    est = estimate(STUDIES["inference_sweep"], dict(params, warmup_s=0.2), tmp_path)
+    est = estimate(run_plan("inference_sweep", dict(params, warmup_s=0.2)), tmp_path)
     assert est.todo == 32
 
 
@@ -229,7 +230,7 @@ def test_a_whole_run_costs_its_process_and_cold_compiles_in_every_round(tmp_path
     assert "0 builds, 0 compiles, 0 cached, 0 traced and 0 eager first calls" in text
     assert "9 whole runs (3 compiling cold, 3 tracing)" in text
     # the fits alone (no pipeline cells): their time is the parts', no sampling range
-    est = estimate(study, dict(p, loaders={}, fed={}, rounds_for="all"), tmp_path)
+    est = estimate(run_plan(study, dict(p, loaders={}, fed={}, rounds_for="all")), tmp_path)
     assert est.planned == 9
     assert est.low_seconds == est.seconds == pytest.approx(seconds)
     # an input pipeline alone calls no model: its first call traces nothing
@@ -244,13 +245,13 @@ def test_a_launch_costs_its_processes_build_and_cold_compile_in_every_round():
     at its model's size, and no lane's build or first call for its cells;
     their sampling stays."""
     from fwcompare.execution.estimate import FIXED_S, _size, fixed_costs
-    from fwcompare.execution.runner import planned_cells
+    from fwcompare.plan.run import RunPlan
 
     study = STUDIES["distributed"]
     p = load_file(PARAMS / "distributed" / "quick.yaml", "distributed")
-    specs = study.cells(p)
-    todo = planned_cells(study, p, specs, {"torch/eager", "torch/ddp-fp16",
-                                           "tensorflow/graph", "tensorflow/ps"})
+    plan = RunPlan(study, p, frozenset({"torch/eager", "torch/ddp-fp16",
+                                        "tensorflow/graph", "tensorflow/ps"}))
+    specs, todo = plan.specs, plan.cells
     keys = {study.launch_key(c) for c in todo}
     # 5 launches in round 0, 2 in round 1: PyTorch's two claimed engines (TensorFlow's
     # are one_launch in quick)

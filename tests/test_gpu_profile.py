@@ -7,6 +7,7 @@ import pytest
 from fwcompare.commands import cli
 from fwcompare.core import env
 from fwcompare.suite import params
+from fwcompare.suite.api import planned, run_plan
 from fwcompare.core.models import config_for
 from fwcompare.core.paths import PARAMS
 from fwcompare.execution.schedules import fit
@@ -103,8 +104,9 @@ def test_the_runner_resolves_the_schedule_once_and_rows_carry_the_note(
     study = STUDIES["training"]
     full = params.load_file(PARAMS / "training" / "gpu.yaml", "training")
     passes = Passes()
-    first = Runner(study, full, tmp_path / "r", task="train", progress=False, passes=passes)
-    second = Runner(study, full, tmp_path / "r", task="train", progress=False, passes=passes)
+    plan = run_plan(study, full)
+    first = Runner(plan, tmp_path / "r", task="train", progress=False, passes=passes)
+    second = Runner(plan, tmp_path / "r", task="train", progress=False, passes=passes)
     assert len(calls) == 1 and second.fit is first.fit
     if free_gib < 10:
         assert first.fit.schedule == "sequential"
@@ -160,13 +162,10 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
     from fwcompare.execution.estimate import FIXED_S, NOTEBOOK_S, SCORECARD_S, estimate
 
     # (their extra rounds: the next test)
-    chosen = {s: ({**params.load_file(PARAMS / s / "gpu.yaml", s), "more_rounds": 0}, tmp_path / s)
-              for s in ("inference_sweep", "training")}
+    chosen = planned({s: ({**params.load_file(PARAMS / s / "gpu.yaml", s), "more_rounds": 0},
+                          tmp_path / s) for s in ("inference_sweep", "training")})
     line = report.total_estimate(chosen)
-    from fwcompare.suite.claims import claimed_for
-
-    ests = [estimate(STUDIES[s], p, out / "results", claimed_for(s, p))
-            for s, (p, out) in chosen.items()]
+    ests = [estimate(plan, out / "results") for plan, out in chosen.values()]
     high = sum(e.seconds for e in ests) - FIXED_S["gpu"]["start"]
     low = sum(e.low_seconds for e in ests) - FIXED_S["gpu"]["start"]
     # then the two notebooks and the scorecard's, which runs first among them:
@@ -205,11 +204,9 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     # they start only where they end before the budget less the notebooks: they may
     # spend what a measuring at the estimate's low end leaves, the report's upper end
     # counts what its upper end leaves, and none is said where even the low end fills it
-    from fwcompare.suite import claims
     from fwcompare.execution.estimate import estimate
 
-    e = estimate(STUDIES["inference_sweep"], quick, tmp_path / "inference_sweep" / "results",
-                 claims.claimed_for("inference_sweep", quick))
+    e = estimate(run_plan("inference_sweep", quick), tmp_path / "inference_sweep" / "results")
     after = report.after_measuring(1)
     runs = {"inference_sweep": (quick, tmp_path / "inference_sweep")}
     assert e.low_seconds + 10.0 < e.seconds  # the parts' range is wider than 10 s

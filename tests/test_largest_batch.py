@@ -218,8 +218,8 @@ def test_the_claims_searches_take_their_rounds_and_others_one():
     compares (a forward pass) in round 0 only."""
     from collections import Counter
 
-    from fwcompare.suite.claims import claimed_for, claimed_variants
-    from fwcompare.execution.runner import planned_cells
+    from fwcompare.suite.api import run_plan
+    from fwcompare.suite.claims import claimed_variants
 
     keep = claimed_variants("memory", "cpu")
     assert {"torch/plain@largest_batch/*", "tensorflow/plain@largest_batch/*"} <= keep
@@ -227,8 +227,8 @@ def test_the_claims_searches_take_their_rounds_and_others_one():
     p = params.load_file(PARAMS / "memory" / "quick.yaml").to_dict()
     p["fit_modes"] = {**p["fit_modes"], "torch": ["plain", "forward"]}
     p = params.validate("memory", p)
-    planned = planned_cells(STUDIES["memory"], p, STUDIES["memory"].cells(p),
-                            claimed_for("memory", p))
+    plan = run_plan("memory", p)
+    planned = plan.cells
     rounds = Counter((c.spec.framework, c.spec.mode) for c in planned
                      if c.spec.task == memory.SEARCH)
     assert rounds[("torch", "plain")] == rounds[("tensorflow", "plain")] == p["fit_rounds"] == 2
@@ -237,13 +237,11 @@ def test_the_claims_searches_take_their_rounds_and_others_one():
     timed = {c.round for c in planned if c.spec.task == "train" and c.spec.mode == "checkpointing"}
     assert timed == set(range(p["rounds"])) == {0, 1, 2}
     # an extra round comes after every cell's own: the searches take it too
-    more = planned_cells(STUDIES["memory"], p, STUDIES["memory"].cells(p),
-                         claimed_for("memory", p), more=1)
+    more = plan.with_more(1).cells
     assert {c.round for c in more if c.spec.task == memory.SEARCH} == {0, 1, 3}
     # every round, as before fit_rounds, where it is not set
     p0 = params.validate("memory", {**p.to_dict(), "fit_rounds": 0})
-    planned = planned_cells(STUDIES["memory"], p0, STUDIES["memory"].cells(p0),
-                            claimed_for("memory", p0))
+    planned = run_plan("memory", p0).cells
     assert {c.round for c in planned if c.spec.task == memory.SEARCH} == {0, 1, 2}
 
 

@@ -155,7 +155,7 @@ def test_the_runners_process_names_models_without_importing_transformers():
     """Cells, heads and weight keys are named in the runner's process (a
     notebook's kernel) without importing transformers, and the zoo's
     architectures match transformers' own model_type."""
-    code = ("import sys\nfrom fwcompare import models\nfrom fwcompare.studies import STUDIES\n"
+    code = ("import sys\nfrom fwcompare.core import models\nfrom fwcompare.studies import STUDIES\n"
             "keys = {models.model_key(m, 0, STUDIES[s].head(t, m))\n"
             "        for s in STUDIES for t in STUDIES[s].tasks for m in models.ZOO}\n"
             "assert len(keys) > len(models.ZOO), keys\n"

@@ -58,7 +58,7 @@ def test_an_interrupted_report_stops_its_notebooks_and_their_kernels(tmp_path):
     (tmp_path / "p.yaml").write_text("{}\n")
     script = (
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from pathlib import Path\nfrom fwcompare import report\n"
+        "from pathlib import Path\nfrom fwcompare.suite import report\n"
         f"t = Path({str(tmp_path)!r})\n"
         "report.run_notebooks([report.NotebookJob(n, 'x', t / n, 'digest', {}, "
         "str(t / 'notebooks' / (n + '.ipynb')), t / 'p.yaml') for n in 'ab'], {})\n")

@@ -150,7 +150,8 @@ def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
 def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
     """checkpointing-costs-20pct-time compares checkpointing with plain in
     each framework of the memory study; no claim times accumulate-4."""
-    from fwcompare.suite.claims import claimed_variants, is_claimed
+    from fwcompare.plan.run import is_claimed
+    from fwcompare.suite.claims import claimed_variants
 
     def cell(fw, mode, task="train", dtype="float32"):
         return RunSpec(study="memory", model="gpt2", framework=fw, mode=mode, device="cpu",
@@ -169,7 +170,8 @@ def test_a_precision_claim_repeats_its_task_and_precisions_only():
     """mixed-precision-training-speedup (a GPU claim) compares float16 training
     with float32 training in every framework: those cells repeat, the other
     precisions and the inference cells do not."""
-    from fwcompare.suite.claims import claimed_variants, is_claimed
+    from fwcompare.plan.run import is_claimed
+    from fwcompare.suite.claims import claimed_variants
 
     keep = claimed_variants("mixed_precision", "gpu")
     assert keep == {"*/*@train/float16", "*/*@train/float32"}
@@ -192,16 +194,13 @@ def test_the_memory_studys_rounds_go_to_its_claims_variants():
     bracket: tests/test_largest_batch.py); JAX's search is not in quick."""
     from collections import Counter
 
-    from fwcompare.suite.claims import claimed_for
-    from fwcompare.suite.params import load_file, validate
     from fwcompare.core.paths import PARAMS
-    from fwcompare.execution.runner import planned_cells
-    from fwcompare.studies import STUDIES
+    from fwcompare.suite.api import run_plan
+    from fwcompare.suite.params import load_file, validate
 
     p = validate("memory", load_file(PARAMS / "memory" / "quick.yaml"))
     assert p["rounds"] == 3
-    planned = planned_cells(STUDIES["memory"], p, STUDIES["memory"].cells(p),
-                            claimed_for("memory", p))
+    planned = run_plan("memory", p).cells
     rounds = Counter((c.spec.task, c.spec.framework, c.spec.mode) for c in planned)
     for fw in ("torch", "jax"):
         assert rounds[("train", fw, "checkpointing")] == rounds[("train", fw, "plain")] == 3

@@ -22,7 +22,7 @@ from fwcompare.core.atomic import write_json
 from fwcompare.plan.job import CellRef
 from fwcompare.core.paths import PARAMS, ROOT
 from fwcompare.results.store import ResultStore, make_row
-from fwcompare.execution.runner import planned_cells
+from fwcompare.suite.api import run_plan
 from fwcompare.suite.shard import Shard, ShardError, Unit
 from test_toy_study import STUDY as TOY
 
@@ -48,7 +48,7 @@ def built_in(study: str, profile: str, **more) -> dict:
 
 
 def shares(study, p, count) -> list[list]:
-    return [list(shard.plan_shard(study, p, Shard(i, count)).specs)
+    return [list(shard.plan_shard(run_plan(study, p), Shard(i, count)).specs)
             for i in range(1, count + 1)]
 
 
@@ -78,7 +78,7 @@ def test_every_cell_runs_in_one_shard_and_no_process_or_set_is_split(study, prof
     st = params.study_named(study)
     p = built_in(study, profile, schedule=schedule)
     cells = st.cells(p)
-    n_units = len(shard.units(st, p))
+    n_units = len(shard.units(run_plan(st, p)))
     assert n_units >= 1
     for count in sorted({1, 2, 3, n_units}):
         if count > n_units:
@@ -126,16 +126,17 @@ def test_the_split_is_the_same_on_every_machine(monkeypatch):
 def test_the_split_does_not_depend_on_the_process_hash_seed(toy):
     """Six units of one size into four shards: only the keys break the ties."""
     code = ("import sys\n"
-            "from fwcompare import params, shard, studies\n"
+            "from fwcompare import studies\nfrom fwcompare.suite import params, shard\n"
+            "from fwcompare.suite.api import run_plan\n"
             "st = studies.load('toy_matmul', sys.argv[1])\n"
             "p = params.validate('toy_matmul', {'models': list('abcdef'), 'threads': 1})\n"
-            "print([[u.key for u in part] for part in shard.assign(shard.units(st, p), 4)])\n")
+            "print([[u.key for u in part] for part in shard.assign(shard.units(run_plan(st, p)), 4)])\n")
     got = {subprocess.run([sys.executable, "-c", code, str(ROOT / "tests" / "test_toy_study.py")],
                           capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout
            for seed in ("1", "2", "3", "4")}
     p = toy_params(models=list("abcdef"), threads=1)
-    here = [[u.key for u in part] for part in shard.assign(shard.units(toy, p), 4)]
+    here = [[u.key for u in part] for part in shard.assign(shard.units(run_plan(toy, p)), 4)]
     assert got == {f"{here}\n"}
 
 
@@ -147,7 +148,7 @@ def test_shards_are_balanced_on_measurements():
     for study, profile in BUILT_IN:
         st = params.study_named(study)
         p = built_in(study, profile, schedule="sequential")
-        all_units = shard.units(st, p)
+        all_units = shard.units(run_plan(st, p))
         biggest = max(u.measurements for u in all_units)
         for count in range(2, min(4, len(all_units)) + 1):
             loads = [sum(u.measurements for u in part)
@@ -156,18 +157,49 @@ def test_shards_are_balanced_on_measurements():
             assert max(loads) - min(loads) <= biggest, (study, loads)
 
 
+def test_the_shard_split_the_estimate_and_the_runner_read_one_plan(toy, tmp_path, monkeypatch):
+    """A run's plan is made once (``api.run_plan``) and handed on: a shard's
+    split and its runner, a whole run's estimate and its runner, each read
+    the very plan object their run made (nothing is measured here)."""
+    from fwcompare.execution import estimate as estimate_module
+    from fwcompare.execution.runner import Runner
+    from fwcompare.suite import api
+
+    class Said(str):
+        def text(self):
+            return self
+
+    made, read = [], []
+    make, units = api.run_plan, shard.units
+    monkeypatch.setattr(api, "run_plan", lambda *a: made.append(make(*a)) or made[-1])
+    monkeypatch.setattr(estimate_module, "estimate",  # (the real one reads model configs)
+                        lambda plan, *a, **k: read.append(("estimate", plan)) or Said(""))
+    monkeypatch.setattr(shard, "units", lambda plan: read.append(("split", plan)) or units(plan))
+    monkeypatch.setattr(Runner, "run", lambda self, specs: read.append(("runner", self.plan)))
+    p = toy_params(rounds=2)
+    shard.run_shard(TOY.name, p, Shard(1, 2), output_dir=tmp_path / "shard", progress=False)
+    assert len(made) == 1 and [r for r, _ in read] == ["split", "runner"]
+    assert all(plan is made[0] for _, plan in read)
+    read.clear()
+    api.run_study(TOY.name, p, output_dir=tmp_path / "whole")
+    assert len(made) == 2 and [r for r, _ in read] == ["estimate", "runner"]
+    assert all(plan is made[1] for _, plan in read)
+    # the runner measures the shard's cells of its plan, in the plan's rounds
+    assert made[0].of(made[0].specs[:1]) == [CellRef(made[0].specs[0], r) for r in (0, 1)]
+
+
 def test_rounds_count_and_stay_with_their_cell(toy):
     p = toy_params(rounds=3)
     for part in shares(toy, p, 2):
-        refs = planned_cells(toy, p, part)
+        refs = run_plan(toy, p).of(part)
         assert len(refs) == 3 * len(part)
-    assert sum(u.measurements for u in shard.units(toy, p)) == 3 * len(toy.cells(p))
+    assert sum(u.measurements for u in shard.units(run_plan(toy, p))) == 3 * len(toy.cells(p))
 
 
 def test_more_shards_than_units(toy, tmp_path):
     p = toy_params(models=["a", "b"])
-    assert len(shard.units(toy, p)) == 2  # interleaved: one model, one unit
-    plan = shard.plan_shard(toy, p, Shard(3, 3))
+    assert len(shard.units(run_plan(toy, p))) == 2  # interleaved: one model, one unit
+    plan = shard.plan_shard(run_plan(toy, p), Shard(3, 3))
     assert plan.specs == () and "nothing to run" in plan.text()
     with pytest.raises(ShardError, match="2 units .* at most 2 shards .schedule: sequential"):
         submit.submit(toy.name, p, 3, out=tmp_path, executor="local")
@@ -198,7 +230,8 @@ def fake_shards(root, p, count=2, commit="c0ffee", dirty=False, versions=None):
     dirs = []
     h = env.params_hash(p)
     for i in range(1, count + 1):
-        plan = shard.plan_shard(TOY, p, Shard(i, count))
+        run = run_plan(TOY, p)
+        plan = shard.plan_shard(run, Shard(i, count))
         d = root / "shards" / plan.shard.name
         store = ResultStore(d / "results")
         store.begin(h)
@@ -207,7 +240,7 @@ def fake_shards(root, p, count=2, commit="c0ffee", dirty=False, versions=None):
             "cpu_model": "Xeon", "versions": versions or {"numpy": "2.0"}, "params_hash": h})
         write_json(store.dir / "params.json", p)
         write_json(store.dir / "time_breakdown_inference.json", {"total": 10.0 * i})
-        refs = planned_cells(TOY, p, list(plan.specs))
+        refs = run.of(plan.specs)
         for ref in refs:
             store.append(make_row(ref.spec, status="ok", round=ref.round, run_id=f"run{i}",
                                   figures={"median_s": 0.01, "n_samples": 3},
@@ -237,7 +270,7 @@ def test_merged_shards_read_as_one_run(toy, tmp_path, capsys):
     assert "merged 2 shards (32 rows)" in capsys.readouterr().out
     res = load_results(out)
     df = res.results
-    refs = planned_cells(toy, p, toy.cells(p))
+    refs = run_plan(toy, p).cells
     assert sorted(zip(df["cell_id"], df["round"])) == sorted((r.spec.cell_id, r.round)
                                                              for r in refs)
     assert set(df["status"]) == {"ok"} and set(df["run_id"]) == {"run1", "run2"}
@@ -278,7 +311,7 @@ def test_merge_refuses_a_cell_in_two_shards(toy, tmp_path, capsys):
     p = toy_params()
     dirs = fake_shards(tmp_path, p)
     # Shard 2 also measured one of shard 1's cells, and says it was its share.
-    spec = shard.plan_shard(toy, p, Shard(1, 2)).specs[0]
+    spec = shard.plan_shard(run_plan(toy, p), Shard(1, 2)).specs[0]
     store = ResultStore(dirs[1] / "results")
     store.append(make_row(spec, status="ok", run_id="run2",
                           provenance={"git_commit": "c0ffee", "hostname": "node2"}))

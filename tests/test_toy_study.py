@@ -176,9 +176,10 @@ def test_a_served_worker_takes_sample_blocks_of_two_prepared_cells_in_turn(
     from fwcompare.plan.job import CELLS, CellRef
     from fwcompare.results.store import ResultStore
     from fwcompare.execution.runner import Runner
+    from fwcompare.suite.api import run_plan
 
     p = params.validate(toy.name, {"seq_lens": [16], **smoke_timing})
-    runner = Runner(toy, p, tmp_path / "results", progress=False)
+    runner = Runner(run_plan(toy, p), tmp_path / "results", progress=False)
     refs = [CellRef(s) for s in toy.cells(p)]  # matmul and einsum at 64 x 64
     worker = runner.spawn_worker(runner.job(CELLS, "square", "numpy", refs), "numpy-served")
     try:

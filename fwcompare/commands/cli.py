@@ -55,13 +55,11 @@ def _cmd_run(args) -> int:
     if args.shard:
         return _run_shard(args, params, profile)
     if args.dry_run:
-        from ..suite.claims import claimed_for
+        from ..suite.api import run_plan
         from ..suite.doctor import dry_run_note
         from ..execution.estimate import estimate
-        from ..suite.params import study_named
 
-        print("\n".join(filter(None, [estimate(study_named(args.study), params, out / "results",
-                                                claimed_for(args.study, params),
+        print("\n".join(filter(None, [estimate(run_plan(args.study, params), out / "results",
                                                 cells=True).text(),
                                        dry_run_note(params["device"])])))
         return DONE
@@ -121,12 +119,12 @@ def _shard_arg(text: str):
 def _run_shard(args, params: dict, profile: str) -> int:
     """``run STUDY --shard I/N``: the shard's cells only, into its own folder."""
     from ..core.paths import study_dir
-    from ..suite.params import study_named
+    from ..suite.api import run_plan
     from ..suite.shard import ShardError, plan_shard, run_shard, shard_dir
 
     out = Path(args.out) if args.out else shard_dir(study_dir(args.study, profile), args.shard)
     if args.dry_run:
-        print(plan_shard(study_named(args.study), params, args.shard).text())
+        print(plan_shard(run_plan(args.study, params), args.shard).text())
         print(f"results would go to {out / 'results'}")
         return DONE
     try:

@@ -17,8 +17,12 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..results.store import RECORD, record_run  # noqa: F401 (record_run: the runner's)
+
+if TYPE_CHECKING:
+    from ..plan.run import RunPlan
 
 @dataclass
 class Estimate:
@@ -82,22 +86,19 @@ def earlier_rate(store_dir: Path, device: str) -> tuple[float, str] | None:
                              f"measurements of the latest run here ({'; '.join(where)})")
 
 
-def estimate(study, params: dict, store_dir: Path, claimed: set[str] | None = None,
-             fresh: bool = False, cells: bool = False) -> Estimate:
-    """The cells a run of study ``study`` (a ``Study``) with validated
-    ``params`` would measure and its duration (``claimed``: as
-    ``runner.planned_cells`` takes it; ``fresh``: the stored results would
-    be archived first, so every cell runs; ``cells``: list them, a dry run's)."""
+def estimate(plan: RunPlan, store_dir: Path, fresh: bool = False,
+             cells: bool = False) -> Estimate:
+    """The cells a run of ``plan`` would measure and its duration (``fresh``:
+    the stored results would be archived first, so every cell runs;
+    ``cells``: list them, a dry run's)."""
     from .. import frameworks
-    from ..core.env import params_hash
     from ..results.store import ResultStore
-    from .runner import planned_cells
 
-    specs = study.cells(params)
-    planned = planned_cells(study, params, specs, claimed)
+    study, params = plan.study, plan.params
+    specs, planned = plan.specs, plan.cells
     store = ResultStore(store_dir)
     # Results of other params are archived when a run begins: it starts afresh.
-    done = store.finished() if not fresh and store.stamped() == params_hash(params) else set()
+    done = store.finished() if not fresh and store.stamped() == plan.params_hash else set()
     todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]
     # a framework or model package this machine lacks, or a model the study cannot
     # run (generation's encoders): its cells are unsupported at once and take no time

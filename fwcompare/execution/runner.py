@@ -49,7 +49,7 @@ from .forkserver import ForkServerError, ForkServers, kill_group
 from ..frameworks import Unsupported, check_precision, not_installed, worker_env
 from ..core.host import HostMeter
 from ..plan.job import CELLS, PREPARE, CellRef, Job
-from ..results.judging import is_claimed
+from ..plan.run import RunPlan
 from ..core.models import not_installed as model_not_installed
 from ..core.protocol import WorkerStop
 from .launch import (describe_exit, fresh_compile_cache, fresh_tmpdir, last_error_line, log_tail,
@@ -142,26 +142,6 @@ class Worker:
         return describe_exit(self.proc.returncode)
 
 
-def planned_cells(study: Study, params: dict, specs: list[RunSpec],
-                  claimed: set[str] | None = None, more: int = 0) -> list[CellRef]:
-    """Every (cell, round) a run of ``specs`` measures: all cells in round 0,
-    and in the rounds after it those ``rounds_for`` names (all, or
-    ``claimed``: the variants a claim compares in this study, which the
-    caller reads from the claims, ``claims.claimed_variants``, less the cells
-    of them no claim reads: ``Study.repeats``). ``more``: that many
-    extra rounds after the params' (a doubtful claim's, ``run_studies``).
-    A cell takes the first ``Study.rounds_of`` of the params' rounds."""
-    again = specs
-    if params["rounds_for"] != "all":
-        if claimed is None:
-            raise ValueError(f"{study.name}: rounds_for: {params['rounds_for']} needs the "
-                             f"claimed variants")
-        again = [s for s in again if is_claimed(s, claimed) and study.repeats(s, params, claimed)]
-    return [CellRef(s, r) for r in range(params["rounds"] + more)
-            for s in (specs if r == 0 else again)
-            if r >= params["rounds"] or r < study.rounds_of(s, params)]
-
-
 class Passes:
     """What the round passes of one study's run share (``fwcompare.run_studies``
     measures round 0 of every study, then round 1 of every study, and so on,
@@ -179,18 +159,17 @@ class Passes:
 
 
 class Runner:
-    def __init__(self, study: Study, params: dict, store_dir: Path, profile: str = "adhoc",
+    def __init__(self, plan: RunPlan, store_dir: Path, profile: str = "adhoc",
                  progress: bool = True, task: str = "inference",
                  servers: ForkServers | None = None, upto_round: int | None = None,
-                 passes: Passes | None = None, claimed: set[str] | None = None,
-                 more: int = 0):
-        """``upto_round``: measure rounds 0 to ``upto_round`` only (one round
+                 passes: Passes | None = None):
+        """``plan``: the run's cells and rounds (its ``more``: extra rounds
+        after the params' rounds, of the cells a doubtful claim used).
+        ``upto_round``: measure rounds 0 to ``upto_round`` only (one round
         pass; the later rounds are left for the next pass, which ``passes``
-        ties to this one); None: every round. ``claimed``: the variants a
-        claim compares (:func:`planned_cells`). ``more``: extra rounds after
-        the params' rounds (of the cells a doubtful claim used)."""
-        self.study, self.params, self.task = study, params, task
-        self.claimed = claimed
+        ties to this one); None: every round."""
+        study, params = plan.study, plan.params
+        self.plan, self.study, self.params, self.task = plan, study, params, task
         # A framework this machine lacks: its cells unsupported, no worker started
         self.not_installed = {fw: why for fw in params["frameworks"]
                               if (why := not_installed(fw))}
@@ -199,8 +178,8 @@ class Runner:
         self.profile = profile
         self.progress = progress
         self.passes, self._passes_given = passes or Passes(), passes is not None
-        self.more = more
-        self.upto_round = params["rounds"] + more - 1 if upto_round is None else upto_round
+        self.more = plan.more
+        self.upto_round = plan.rounds - 1 if upto_round is None else upto_round
         self.run_id = self.passes.run_id
         self.threads = params["threads"] or env.default_threads()
         # The thread variables of the workers' environment (a rank's share
@@ -234,7 +213,7 @@ class Runner:
         wanted = self.study.schedule(self.params, self.task)
         if wanted != "interleaved" or self.params["device"] != "gpu":
             return schedules.fit.Fit(wanted, "")
-        cells = [s for s in self.study.cells(self.params) if s.task == self.task
+        cells = [s for s in self.plan.specs if s.task == self.task
                  and s.framework not in self.not_installed and not self.model_problem(s.model)]
         from .schedules.interleaved import variant_key
 
@@ -479,10 +458,10 @@ class Runner:
             yield from self.study.groups(self.task, mine)
 
     def run(self, specs: list[RunSpec]) -> None:
-        rounds = self.params["rounds"] + self.more
+        rounds = self.plan.rounds
         self.store.begin(self.manifest["params_hash"])
         done = self.store.finished()
-        whole = planned_cells(self.study, self.params, specs, self.claimed, self.more)
+        whole = self.plan.of(specs)
         every = [c for c in whole if (c.spec.cell_id, c.round) not in done]  # prepare's
         planned = [c for c in whole if c.round <= self.upto_round]  # this pass's
         todo = [c for c in planned if (c.spec.cell_id, c.round) not in done]

@@ -1,2 +1,3 @@
-"""What a run is asked to do: the params' schema language and the job a
-parent hands a worker. Stands on ``core`` and ``frameworks``."""
+"""What a run is asked to do: the params' schema language, the plan of a
+run (its cells and rounds) and the job a parent hands a worker. Stands on
+``core`` and ``frameworks``."""

@@ -16,7 +16,6 @@ study, is :mod:`fwcompare.suite.claims`.
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
@@ -453,13 +452,3 @@ SHARED_METRICS = {
     "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells, timed=True),
     "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells),
 }
-
-
-def is_claimed(spec, variants: set[str]) -> bool:
-    """Whether the cell ``spec`` (a RunSpec) is of one of
-    ``claims.claimed_variants``: ``framework/mode`` (``*`` for every
-    framework), of any task and precision, or ``framework/mode@task/dtype``
-    (each part may be ``*``: mixed_precision's claims name a task and a
-    precision of every framework's modes)."""
-    full = f"{spec.framework}/{spec.mode}@{spec.task}/{spec.dtype}"
-    return any(fnmatch.fnmatchcase(full, v if "@" in v else f"{v}@*/*") for v in variants)

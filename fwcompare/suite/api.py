@@ -12,56 +12,75 @@ from ..results.store import StudyResults, load_results
 
 def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
               output_dir: str | Path | None = None, progress: bool = True,
-              cells: list | None = None, servers=None) -> StudyResults:
+              cells: list | None = None, servers=None, plan=None) -> StudyResults:
     """Validate params, run (or resume) every cell of ``study`` (or only
     ``cells``, a subset of them: a shard, fwcompare.suite.shard), return its results.
     ``servers``: fork servers to share (``fwcompare report`` keeps one set for
-    all its studies); by default the run starts its own and closes them."""
+    all its studies); by default the run starts its own and closes them.
+    ``plan``: the run's plan, made already by the caller (a shard's), for
+    these validated params."""
+    from .params import validate
+
     out = study_dir(study, profile, output_dir)
-    _measure(study, params, profile, out, progress, cells, servers)
+    if plan is None:
+        params = validate(study, params, source=f"{study} params")  # typed params pass as they are
+        plan = run_plan(study, params)
+    _measure(plan, profile, out, progress, cells, servers)
     return load_results(out)
 
 
-def _measure(study: str, params: dict | None, profile: str, out: Path, progress: bool,
-             cells: list | None = None, servers=None, upto_round: int | None = None,
-             passes=None, more: int = 0) -> None:
-    """``run_study``'s measuring; ``upto_round``, ``passes`` and ``more``: one
-    round pass of ``run_studies`` (``more``: an extra round of ``cells``)."""
-    from .claims import claimed_for
+def run_plan(study, params):
+    """The plan of a run of ``study`` (its name, or the Study) with validated
+    ``params``: with ``rounds_for: claims``, its later rounds measure the
+    variants a claim of ``params/claims.yaml`` compares in that study on its
+    device. Every run's plan is made here, once, and handed to what reads it
+    (the estimate, the shard split, the runner, the extra rounds, the report)."""
+    from ..plan.run import RunPlan
+    from .claims import claimed_variants
+    from .params import study_named
+
+    st = study_named(study) if isinstance(study, str) else study
+    claimed = (None if params["rounds_for"] == "all"
+               else frozenset(claimed_variants(st.name, params["device"])))
+    return RunPlan(st, params, claimed)
+
+
+def _measure(plan, profile: str, out: Path, progress: bool, cells: list | None = None,
+             servers=None, upto_round: int | None = None, passes=None) -> None:
+    """``run_study``'s measuring of ``plan`` (``cells``: only these);
+    ``upto_round`` and ``passes``: one round pass of ``run_studies`` (with
+    the plan's ``more``: an extra round of ``cells``)."""
     from ..execution.forkserver import ForkServers
-    from .params import study_named, validate
     from ..execution.runner import Runner
 
-    st = study_named(study)
-    params = validate(study, params, source=f"{study} params")  # typed params pass as they are
+    st, params = plan.study, plan.params
     first = not upto_round  # the whole run, or its first round pass
     if params["device"] == "gpu" and first:  # stop before hours of unsupported cells
         from .doctor import require
 
         require(list(params["frameworks"]), "gpu")
-    claimed = claimed_for(study, params)
     whole = cells is None
-    cells = st.cells(params) if whole else list(cells)
+    cells = list(plan.specs) if whole else list(cells)
     # What it will take, before it starts (``run --dry-run`` stops here); a subset
     # (a shard) prints its own plan instead.
     if progress and whole and first:
         from ..execution.estimate import estimate
 
-        print(estimate(st, params, out / "results", claimed).text(), flush=True)
+        print(estimate(plan, out / "results").text(), flush=True)
     with contextlib.nullcontext(servers) if servers is not None else ForkServers(
             out / "results" / "work" / "jobs") as servers:  # shared by the tasks
         for task in st.tasks:
             if progress and len(st.tasks) > 1:
-                print(f"{study}: {task} cells", flush=True)
-            Runner(st, params, out / "results", profile=profile, progress=progress,
+                print(f"{st.name}: {task} cells", flush=True)
+            Runner(plan, out / "results", profile=profile, progress=progress,
                    task=task, servers=servers, upto_round=upto_round,
-                   passes=passes, claimed=claimed, more=more).run(
-                       [c for c in cells if c.task == task])
+                   passes=passes).run([c for c in cells if c.task == task])
 
 
 def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
                 log=None, until: float | None = None) -> tuple[dict[str, float], dict[str, str]]:
-    """Measure several studies (``runs``: study -> (params, output folder)) in
+    """Measure several studies (``runs``: study -> (params or their plan,
+    output folder)) in
     round passes: round 0 of every study, then round 1 of those with a second
     round, and so on. A study's rounds are then minutes apart, with the other
     studies between them, so a slow spell of the machine (its speed drifts by
@@ -78,13 +97,11 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
     import time
     import traceback
 
-    from .params import validate
     from ..execution.runner import Passes
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    runs = {study: (validate(study, params, source=f"{study} params"), out)
-            for study, (params, out) in runs.items()}  # typed params pass as they are
-    rounds = {study: params["rounds"] for study, (params, _) in runs.items()}
+    runs = planned(runs)
+    rounds = {study: plan.params["rounds"] for study, (plan, _) in runs.items()}
     passes = {study: Passes() for study in runs}
     times = dict.fromkeys(runs, 0.0)
     per_cell: dict[str, float] = {}  # seconds per cell of a study's last round pass
@@ -93,13 +110,13 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
         for k in range(max(rounds.values(), default=0)):
             now = [s for s in runs if rounds[s] > k and s not in failed]
             for n, study in enumerate(now, 1):
-                params, out = runs[study]
+                plan, out = runs[study]
                 log(f"[{n}/{len(now)}] {study}: measuring (profile {profile}"
                     + (f", round {k + 1} of {rounds[study]})" if rounds[study] > 1 else ")"))
                 t0 = time.perf_counter()
                 before = sum(passes[study].cells.values())
                 try:
-                    _measure(study, params, profile, Path(out), progress, servers=servers,
+                    _measure(plan, profile, Path(out), progress, servers=servers,
                              upto_round=k, passes=passes[study])
                 except Exception:
                     failed[study] = traceback.format_exc()
@@ -116,6 +133,18 @@ def run_studies(runs: dict, *, profile: str, servers, progress: bool = True,
         for _, out in runs.values():
             shutil.rmtree(Path(out) / "results" / "work" / "compile", ignore_errors=True)
     return times, failed
+
+
+def planned(runs: dict) -> dict:
+    """``runs`` (study -> (params or its plan, output folder)) with each
+    study's plan: params are validated (typed params pass as they are) and
+    planned (:func:`run_plan`); a plan passes as it is."""
+    from ..plan.run import RunPlan
+    from .params import validate
+
+    return {study: (first if isinstance(first, RunPlan) else
+                    run_plan(study, validate(study, first, source=f"{study} params")), out)
+            for study, (first, out) in runs.items()}
 
 
 def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passes: dict,
@@ -141,14 +170,13 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
     import traceback
 
     from ..core.atomic import write_json
-    from .claims import MORE_ROUNDS_FILE, claimed_for, doubtful
-    from .params import study_named
+    from .claims import MORE_ROUNDS_FILE, doubtful
     from ..results.store import ResultStore
-    from ..execution.runner import planned_cells
 
-    limit = {study: params["more_rounds"] for study, (params, _) in runs.items()}
+    runs = planned(runs)
+    limit = {study: plan.params["more_rounds"] for study, (plan, _) in runs.items()}
     taking = dict(limit)  # 0 once a study's extra rounds have ended (budget, failure)
-    budget = left = sum(params["more_rounds_s"] for params, _ in runs.values())
+    budget = left = sum(plan.params["more_rounds_s"] for plan, _ in runs.values())
     record = {study: {"budget_s": budget, "rounds": [], "skipped": [], "failed": []}
               for study in runs}
 
@@ -180,15 +208,14 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
         if not wanted:
             break
         for study, claims in wanted.items():
-            params, out = runs[study]
+            plan, out = runs[study]
+            plan = plan.with_more(extra)
             ids = {i for cells in claims.values() for i in cells}
-            st = study_named(study)
-            cells = [c for c in st.cells(params) if c.cell_id in ids]
+            cells = [c for c in plan.specs if c.cell_id in ids]
             # every (cell, round) this round plans that is not stored (a cell a round behind
             # catches up), at the study's seconds per cell; none known: none started
             done = ResultStore(Path(out) / "results").finished()
-            missing = sum((c.spec.cell_id, c.round) not in done for c in
-                          planned_cells(st, params, cells, claimed_for(study, params), extra))
+            missing = sum((c.spec.cell_id, c.round) not in done for c in plan.of(cells))
             rate = per_cell.get(study, max(per_cell.values(), default=math.inf))
             cost = rate * missing
             room = left if until is None else min(left, until - time.monotonic())
@@ -208,9 +235,8 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
             log(f"{study}: extra round {extra} of {len(ids)} cells for {', '.join(claims)}")
             t0 = time.perf_counter()
             try:
-                _measure(study, params, profile, Path(out), progress, cells=cells,
-                         servers=servers, upto_round=params["rounds"] + extra - 1,
-                         passes=passes[study], more=extra)
+                _measure(plan, profile, Path(out), progress, cells=cells, servers=servers,
+                         upto_round=plan.rounds - 1, passes=passes[study])
             except Exception as exc:  # the rounds taken so far stand
                 log(f"{study}: extra round {extra} failed: {exc}")
                 record[study]["failed"].append({"round": extra, "error": str(exc)})

@@ -29,7 +29,7 @@ from ..core.env import hardware_line, lacks_package
 from ..results.judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE,  # noqa: F401
                                SHARED_METRICS, SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known,
                                Measurement, Metric, StudyData, _devices, busy_host_note, cell_label,
-                               check_cells, is_claimed, judge, look_of, memory_ratio, speedup_trend,
+                               check_cells, judge, look_of, memory_ratio, speedup_trend,
                                stop_reason, time_ratio, timed_from)
 from ..core.stats import VariancePrior, look_confidence, variance_prior
 from ..core.host import BUSY_HOST
@@ -143,13 +143,6 @@ def is_count(metric: str) -> bool:
     """Whether a metric's figure is a signed count (no CI, printed as +n)."""
     m = metrics().get(metric)
     return bool(m and m.count)
-
-
-def claimed_for(study: str, params) -> set[str] | None:
-    """What ``runner.planned_cells`` takes as ``claimed`` for a study's
-    validated params: with ``rounds_for: claims``, the variants a claim
-    compares in that study on its device; None with ``rounds_for: all``."""
-    return None if params["rounds_for"] == "all" else claimed_variants(study, params["device"])
 
 
 def known() -> Known:

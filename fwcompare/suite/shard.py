@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..results.store import StudyResults
-    from ..execution.study import Study
+    from ..plan.run import RunPlan
 
 SHARD_FILE = "shard.json"   # in a finished shard's results folder
 MERGED_FILE = "shards.json"  # in a merged results folder: what it was merged from
@@ -117,20 +117,18 @@ class Unit:
     measurements: int            # its (cell, round) pairs: what a shard's size counts
 
 
-def units(study: "Study", params: dict) -> list[Unit]:
-    """The study's cells cut into units, by the runner's own grouping: the
+def units(plan: "RunPlan") -> list[Unit]:
+    """The plan's cells cut into units, by the runner's own grouping: the
     study's ``groups`` hook per task, model and framework (as
     ``Runner._groups`` calls it), and under the interleaved schedule the lanes
     (``schedules.interleaved.variant_key``) and shape sets that ``run_interleaved`` forms
     from those groups. Sorted by key."""
     from ..execution.schedules.interleaved import variant_key
     from ..plan.job import CellRef
-    from .claims import claimed_for
-    from ..execution.runner import planned_cells
 
-    specs = list(dict.fromkeys(study.cells(params)))
-    per_cell = Counter(c.spec for c in planned_cells(study, params, specs,
-                                                     claimed_for(study.name, params)))
+    study, params = plan.study, plan.params
+    specs = list(dict.fromkeys(plan.specs))
+    per_cell = Counter(c.spec for c in plan.of(specs))
     parent = {s: s for s in specs}
 
     def root(s: RunSpec) -> RunSpec:
@@ -211,13 +209,13 @@ class ShardPlan:
         return "\n".join(lines)
 
 
-def plan_shard(study: "Study", params: dict, shard: Shard) -> ShardPlan:
-    """Shard ``shard``'s cells of validated ``params``."""
-    all_units = units(study, params)
+def plan_shard(plan: "RunPlan", shard: Shard) -> ShardPlan:
+    """Shard ``shard``'s cells of a run's plan."""
+    all_units = units(plan)
     mine = assign(all_units, shard.count)[shard.index - 1]
     keep = {s for u in mine for s in u.specs}
-    return ShardPlan(study.name, shard, tuple(sorted(mine, key=lambda u: u.key)),
-                     tuple(s for s in dict.fromkeys(study.cells(params)) if s in keep),
+    return ShardPlan(plan.study.name, shard, tuple(sorted(mine, key=lambda u: u.key)),
+                     tuple(s for s in dict.fromkeys(plan.specs) if s in keep),
                      len(all_units), sum(u.measurements for u in all_units))
 
 
@@ -278,28 +276,24 @@ def run_shard(study: str, params: dict | None, shard: Shard, *, output_dir: Path
     ``run_study`` runs a study, restricted to the shard's cells. A study
     registered outside fwcompare is imported from ``study_file``."""
     from .. import studies
-    from .api import run_study
-    from ..core.env import params_hash
-    from .params import study_named, validate
-    from .claims import claimed_for
-    from ..execution.runner import planned_cells
+    from .api import run_plan, run_study
+    from .params import validate
 
     if study_file:
         studies.load(study, study_file)
     params = validate(study, params or {}, source=f"{study} params")
-    st = study_named(study)
-    plan = plan_shard(st, params, shard)
+    run = run_plan(study, params)
+    plan = plan_shard(run, shard)
     store_dir = Path(output_dir) / "results"
-    planned = {c.key for c in planned_cells(st, params, list(plan.specs),
-                                             claimed_for(study, params))}
-    _claim(store_dir, plan, params_hash(params), planned)
+    planned = {c.key for c in run.of(plan.specs)}
+    _claim(store_dir, plan, run.params_hash, planned)
     if progress:
         print(plan.text(), flush=True)
     res = run_study(study, params, profile=profile, output_dir=output_dir, progress=progress,
-                    cells=list(plan.specs))
+                    cells=list(plan.specs), plan=run)
     have = set(res.results["cell_id"] + "-r" + res.results["round"].astype(str))
     if planned <= have:  # every cell has a row: a finished shard
-        write_info(store_dir, plan, params_hash(params), sorted(planned))
+        write_info(store_dir, plan, run.params_hash, sorted(planned))
     return res
 
 

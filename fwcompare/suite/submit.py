@@ -153,6 +153,7 @@ def submit(study: str, params: dict | None, count: int, *, out: Path | str,
     """Run ``count`` shards as jobs (Slurm or submitit's local executor),
     wait for them, merge them into ``out``."""
     from .. import studies
+    from .api import run_plan
     from .params import study_named, validate
 
     if study_file:
@@ -160,7 +161,7 @@ def submit(study: str, params: dict | None, count: int, *, out: Path | str,
     params = validate(study, params or {}, source=f"{study} params")
     if count < 1:
         raise ShardError(f"--shards {count}: must be at least 1")
-    n_units = len(units(study_named(study), params))
+    n_units = len(units(run_plan(study, params)))
     if count > n_units:
         hint = (" (schedule: sequential cuts a study into its worker groups, interleaved "
                 "into its models)" if study_named(study).schedule(params, study_named(study).tasks[0])

@@ -42,7 +42,8 @@ import math
 import shutil
 
 from ...core import env, models
-from ...results.judging import Metric, check_cells, is_claimed
+from ...plan.run import is_claimed
+from ...results.judging import Metric, check_cells
 from ...plan.schema import TIMING, Param, check_models, grid_params, modes_in, positive
 from ...frameworks import FRAMEWORKS, TRAIN_MODES
 from ...results.store import Columns

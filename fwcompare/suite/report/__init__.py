@@ -30,6 +30,8 @@ from .. import claims, doctor
 from ...core import env, models
 from ... import frameworks, run_studies
 from ...execution.forkserver import ForkServers
+from ...plan.run import RunPlan
+from ..api import planned, run_plan
 from ..params import (REPORT_BUDGET_S, describe_overrides, merge_overrides, overridden_profile,
                       overrides_by_study, profile_file, read_yaml, with_overrides)
 from ...core.paths import NOTEBOOKS, OUTPUTS, PARAMS, ROOT
@@ -139,8 +141,10 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
             stale.append((study, digest))
     if budget_s is None:
         budget_s = None if overrides else REPORT_BUDGET_S.get(profile)
+    # Each study's plan, made once: the estimates and the measuring read it.
+    plans = {study: run_plan(study, typed[study]) for study, _ in stale}
     if dry_run:
-        print(dry_run_text({study: (typed[study], out_root / study) for study, _ in stale},
+        print(dry_run_text({study: (plans[study], out_root / study) for study, _ in stale},
                            [s for s in chosen if s not in dict(stale)], budget_s, fresh,
                            bool(on_gpu)))
         return None
@@ -150,7 +154,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     if fresh:
         for study, _ in stale:
             ResultStore(out_root / study / "results").archive()
-    measured = {study: (typed[study], out_root / study) for study, _ in stale}
+    measured = {study: (plans[study], out_root / study) for study, _ in stale}
     # The breakdowns stored before measuring: a task with nothing left to measure
     # keeps an earlier report's, which is not this report's time.
     earlier = {study: time_breakdowns(out_root / study / "results") for study in measured}
@@ -222,17 +226,19 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     return index
 
 
-def dry_run_text(studies: dict[str, tuple[dict, Path]], unchanged: list[str],
+def dry_run_text(studies: dict[str, tuple[RunPlan, Path]], unchanged: list[str],
                  budget_s: float | None, fresh: bool, on_gpu: bool) -> str:
-    """``fwcompare report --dry-run``: each study's cells and estimate
+    """``fwcompare report --dry-run`` (``studies``: study -> (its plan, or
+    params ``api.planned`` plans, output folder)): each study's cells and estimate
     (``estimate.Estimate.text``), the studies a report would leave as they
     are (inputs unchanged), the report's estimate (:func:`total_estimate`),
     and, for a GPU profile on a machine without one, that the real run would
     stop at the doctor."""
     from ...execution.estimate import estimate
 
-    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params),
-                     fresh=fresh, cells=True) for name, (params, out) in studies.items()]
+    studies = planned(studies)
+    ests = [estimate(plan, out / "results", fresh=fresh, cells=True)
+            for plan, out in studies.values()]
     lines = [e.text() for e in ests]
     lines += [f"{name}: its inputs are unchanged since its last report: not measured again "
               f"(--fresh measures it again)" for name in unchanged]
@@ -241,20 +247,22 @@ def dry_run_text(studies: dict[str, tuple[dict, Path]], unchanged: list[str],
     return "\n".join(filter(None, [*lines, doctor.dry_run_note("gpu") if on_gpu else ""]))
 
 
-def total_estimate(studies: dict[str, tuple[dict, Path]], budget_s: float | None = None) -> str:
-    """One line before a report measures: the sum of its studies' estimates
+def total_estimate(studies: dict[str, tuple[RunPlan, Path]],
+                   budget_s: float | None = None) -> str:
+    """One line before a report measures (``studies`` as :func:`dry_run_text`
+    takes them): the sum of its studies' estimates
     (``estimate.estimate``: each study's last run here, else its parts:
     sampling, imports, builds and first calls, ``estimate.fixed_costs``), and
     what their notebooks and the scorecard take after them
     (:func:`after_measuring`); and the report's time budget, if it has one."""
     from ...execution.estimate import estimate
 
-    ests = [estimate(STUDIES[name], params, out / "results", claims.claimed_for(name, params))
-            for name, (params, out) in studies.items()]
+    studies = planned(studies)
+    ests = [estimate(plan, out / "results") for plan, out in studies.values()]
     return _total_line(studies, ests, budget_s)
 
 
-def _total_line(studies: dict[str, tuple[dict, Path]], ests: list,
+def _total_line(studies: dict[str, tuple[RunPlan, Path]], ests: list,
                 budget_s: float | None) -> str:
     """:func:`total_estimate`'s line from the studies' estimates (``ests``)."""
     # the report's studies share one set of fork servers: their imports once
@@ -263,8 +271,8 @@ def _total_line(studies: dict[str, tuple[dict, Path]], ests: list,
     low = sum(e.seconds if e.low_seconds is None else e.low_seconds for e in ests) - shared
     # the extra rounds for doubtful claims spend at most their pooled budget, and
     # start only where they end before the report's time budget less its notebooks
-    extra = sum(p["more_rounds_s"] for p, _ in studies.values()
-                if "more_rounds" in p and p["more_rounds"] > 0)
+    extra = sum(p.params["more_rounds_s"] for p, _ in studies.values()
+                if "more_rounds" in p.params and p.params["more_rounds"] > 0)
     after = after_measuring(len(ests))
     more = extra > 0
     if budget_s and extra:  # they may spend what the measuring leaves, at most the pool
