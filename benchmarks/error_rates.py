@@ -49,7 +49,8 @@ import pandas as pd
 import fwcompare
 from fwcompare import studies
 from fwcompare.measure.cell import CellPlan
-from fwcompare.core.env import hardware_line, manifest
+from fwcompare.core.env import manifest
+from fwcompare.results.tables import hardware_line
 from fwcompare.core.paths import OUTPUTS, PARAMS
 from fwcompare.results.store import load_results
 from fwcompare.plan.schema import read_yaml

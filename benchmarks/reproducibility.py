@@ -52,7 +52,8 @@ from scipy.stats import norm
 
 import fwcompare
 from fwcompare.suite import claims as claims_mod
-from fwcompare.core.env import hardware_line, manifest
+from fwcompare.core.env import manifest
+from fwcompare.results.tables import hardware_line
 from fwcompare.suite.params import ParamsError, read_yaml, validate
 from fwcompare.core.paths import OUTPUTS, PARAMS
 from fwcompare.results.tables import summarize

@@ -45,7 +45,8 @@ import pandas as pd
 
 import fwcompare
 from fwcompare.suite import claims as claims_mod
-from fwcompare.core.env import hardware_line, manifest
+from fwcompare.core.env import manifest
+from fwcompare.results.tables import hardware_line
 from fwcompare.results.judging import claim_samples
 from fwcompare.results.store import time_breakdowns
 from fwcompare.core.stats import Levels, median_se_factor, t_quantile, variance_levels

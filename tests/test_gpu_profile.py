@@ -51,7 +51,7 @@ def test_a_training_lane_needs_more_than_an_inference_lane():
     infer = fit.lane_bytes(c, "torch", 8, 128, training=False)
     train = fit.lane_bytes(c, "torch", 8, 128, training=True)
     weights = fit.param_count(c) * 4
-    assert infer > weights + fit.RESERVE_GIB["torch"] * GIB
+    assert infer > weights + fit.reserve_gib("torch") * GIB
     # gradients and Adam's moments: at least three more copies of the weights
     assert train - infer > 3 * weights
     # activations grow with the batch

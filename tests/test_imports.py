@@ -185,6 +185,38 @@ def test_the_reader_sees_a_circle_and_an_upward_import(tmp_path):
     assert "stray" in top_entries(pkg)
 
 
+def framework_names(package: Path = PACKAGE, names=("torch", "tensorflow", "jax")) -> list[str]:
+    """Where a module outside ``frameworks/`` names a framework as a string of
+    code (``"torch"``, a variant ``"torch/eager"``, the start of an f-string
+    naming one): a fact about a framework that its package does not hold.
+    Prose (docstrings, messages, comments) is not such a string."""
+    word = re.compile(rf"^({'|'.join(map(re.escape, names))})(/[\w-]*)?$")
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).parts[0] == "frameworks":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and word.match(node.value):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_module_outside_the_frameworks_names_one(tmp_path):
+    from fwcompare.frameworks import BUILT_IN
+
+    assert framework_names(names=BUILT_IN) == []
+    pkg = tmp_path / "fwcompare"  # the check can fail
+    (pkg / "frameworks" / "torch").mkdir(parents=True)
+    (pkg / "frameworks" / "torch" / "__init__.py").write_text('NAME = "torch"\n')
+    (pkg / "studies").mkdir()
+    (pkg / "studies" / "x.py").write_text(
+        '"""torch is prose here."""\nMODES = {"torch": ["eager"]}\nV = f"jax/{1}"\n'
+        'WHY = "tensorflow ps runs on the CPU only"\n')
+    assert framework_names(pkg) == ["fwcompare/studies/x.py:2: 'torch'",
+                                    "fwcompare/studies/x.py:3: 'jax/'"]
+
+
 MAX_LINES = 600  # a module longer than this does more than one job: split it by job
 
 

@@ -46,7 +46,8 @@ import pandas as pd
 import fwcompare
 from fwcompare.core import memory
 from fwcompare import studies
-from fwcompare.core.env import hardware_line, manifest
+from fwcompare.core.env import manifest
+from fwcompare.results.tables import hardware_line
 from fwcompare.core.paths import OUTPUTS, PARAMS
 from fwcompare.results.store import load_results
 from fwcompare.plan.schema import read_yaml

@@ -73,7 +73,8 @@ def main() -> None:
     if a.child:
         print(json.dumps(one_process(a.child, a.steps)))
         return
-    from fwcompare.core.env import hardware_line, manifest
+    from fwcompare.core.env import manifest
+    from fwcompare.results.tables import hardware_line
 
     print(f"{hardware_line(manifest())}; {time.strftime('%Y-%m-%d')}", flush=True)
     rows = []

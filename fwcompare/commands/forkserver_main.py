@@ -35,7 +35,7 @@ def _preload(framework: str, study: str, study_file: str, models: list[str]) -> 
     studies.load(study, study_file)
     fw = frameworks.find(framework)
     if fw is None:
-        fw = frameworks.get("torch")  # the prepare job: PyTorch only
+        fw = frameworks.get(frameworks.REFERENCE)  # the prepare job: the reference only
     frameworks.get_backend(fw.name)
     prefix, extra = fw.model_module_prefix, fw.preload
     from ..core import models as zoo

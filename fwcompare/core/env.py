@@ -291,13 +291,3 @@ def manifest(params: dict | None = None) -> dict:
         m["params_hash"] = params_hash(params)
         m["threads"] = params["threads"]
     return m
-
-
-def hardware_line(m: dict) -> str:
-    """One line naming the hardware and versions, for figure footers."""
-    v = m.get("versions", {})
-    gpu = "; GPU " + m["gpus"][0]["name"] if m.get("gpus") else ""
-    return (f"{m.get('cpu_model', '?')} ({m.get('cpu_cores_available', '?')} cores){gpu} | "
-            f"torch {v.get('torch')}, tensorflow {v.get('tensorflow')}, jax {v.get('jax')}, "
-            f"transformers {v.get('transformers')} | commit {str(m.get('git_commit', ''))[:8]}"
-            f"{'+dirty' if m.get('git_dirty') else ''}")

@@ -37,6 +37,16 @@ _BACKENDS: dict[str, Backend] = {}
 # The built-in frameworks, in the order of every table (registered at the end).
 _BUILT = (_TORCH, _TENSORFLOW, _JAX)
 BUILT_IN = tuple(f.name for f in _BUILT)
+# The reference: its outputs are the equivalence gate's reference, against which
+# every other framework's are checked, and its first mode every table's baseline.
+REFERENCE = _TORCH.name
+BASELINE = (REFERENCE, _TORCH.modes[0])
+
+
+def defaults(pick) -> dict[str, list[str]]:
+    """Per built-in framework, in order, the modes ``pick(framework)`` names
+    (a study's default modes: its declaration's); one naming none is left out."""
+    return {f.name: list(modes) for f in _BUILT if (modes := tuple(pick(f)))}
 
 
 def register(framework: Framework) -> Framework:
@@ -150,6 +160,7 @@ FRAMEWORKS = _Names()
 # graph: tf.function; xla: tf.function(jit_compile=True); jit: jax.jit.
 MODES = _Table("modes")
 TRAIN_MODES = _Table("train_modes")
+GENERATION_MODES = _Table("generation_modes")
 
 
 def get_backend(framework: str) -> Backend:

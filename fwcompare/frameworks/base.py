@@ -83,7 +83,13 @@ class Framework:
 
     name: str
     modes: tuple[str, ...]                  # inference modes
-    train_modes: tuple[str, ...] = ()       # training modes
+    train_modes: tuple[str, ...] = ()       # training modes, the one its users train with first
+    # The inference modes most of its users run (the inference sweep's default).
+    common_modes: tuple[str, ...] = ()
+    # Text generation (``Backend.make_generator``): its modes, and the mode each
+    # compiled one is compared with (the generation study's compile breakeven).
+    generation_modes: tuple[str, ...] = ()
+    uncompiled: Mapping[str, str] = field(default_factory=dict)
     backend: Union[str, Callable[[], "Backend"]] = ""
     # The params keys that change how its backend builds modes and steps
     # (handed to ``configure`` and ``make_forward`` as ``options``).
@@ -102,6 +108,14 @@ class Framework:
     dist_modes: tuple[str, ...] = ()
     server_modes: tuple[str, ...] = ()
     launcher: str = ""
+    # Engines that run on one kind of device only (mode -> (device, why)), and
+    # engines whose whole cluster runs on this host (mode -> why).
+    dist_device: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    dist_one_host: Mapping[str, str] = field(default_factory=dict)
+    # A process's memory on a GPU beyond its tensors (the CUDA context, library
+    # workspaces, XLA's autotuning), in GiB: what a set of variants plans for
+    # each of its processes (``execution.schedules.fit``).
+    gpu_reserve_gib: float = 1.5
     # The doctor's probe: environment per device, set before the import.
     probe_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Packages whose versions a run records (fwcompare.core.env), its own first.
@@ -136,11 +150,13 @@ class Framework:
     source_file: str = ""
 
     def __post_init__(self):
-        for name in ("worker_env", "deploy_paths", "runtimes"):
+        for name in ("worker_env", "deploy_paths", "runtimes", "uncompiled", "dist_device",
+                     "dist_one_host"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
-        for name in ("modes", "train_modes", "options", "preload", "dist_modes",
+        for name in ("modes", "train_modes", "common_modes", "generation_modes", "options",
+                     "preload", "dist_modes",
                      "server_modes", "packages", "requires", "traced_modes", "compiled_modes",
                      "pipelines", "fit_pipelines"):
             object.__setattr__(self, name, tuple(getattr(self, name)))

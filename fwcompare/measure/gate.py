@@ -60,18 +60,18 @@ def reference_model(job: Job):
     ``job.model`` and ``job.head`` (made on first use), the torch backend, and
     the model facts every worker reads from the gate file (``Gate.info``)."""
     from ..core import models
-    from ..frameworks import get_backend
+    from ..frameworks import REFERENCE, get_backend
 
     wdir = models.weights_dir(job.model, job.seed, head=job.head)
-    torch_backend = get_backend("torch")
-    torch_backend.configure(job.threads, "cpu")
-    net = torch_backend.load(wdir, "cpu", job.head)
+    ref_backend = get_backend(REFERENCE)
+    ref_backend.configure(job.threads, "cpu")
+    net = ref_backend.load(wdir, "cpu", job.head)
     config = net.config
-    info = models.param_counts(config, torch_backend.n_params(net),
+    info = models.param_counts(config, ref_backend.n_params(net),
                                models.embedding_params(net))
     info.update(vocab_size=config.vocab_size, max_positions=models.max_positions(config) or 0,
                 weights_dir=str(wdir))
-    return torch_backend, net, info
+    return ref_backend, net, info
 
 
 def write_gate(path: Path, ids, labels, reference, info: dict, arrays: dict) -> Path:
@@ -91,30 +91,30 @@ def prepare(job: Job, train: TrainSettings | None = None) -> Path:
     import numpy as np
 
     head = job.head
-    torch_backend, net, info = reference_model(job)
+    ref_backend, net, info = reference_model(job)
     vocab, maxpos = info["vocab_size"], info["max_positions"]
     b, s = job.gate_shape
     s = min(s, maxpos) if maxpos else s
     ids = token_ids(job.seed, b, s, vocab)
     labels = train_labels(job.seed, ids, head)
     if train is not None:
-        step = torch_backend.make_train_step(net, "eager", "cpu", train.optimizer, head,
+        step = ref_backend.make_train_step(net, "eager", "cpu", train.optimizer, head,
                                              train.accumulation_steps)
-        batch = torch_backend.make_batch(ids, labels, "cpu")
-        reference = np.array([float(torch_backend.to_numpy(step(batch)))
+        batch = ref_backend.make_batch(ids, labels, "cpu")
+        reference = np.array([float(ref_backend.to_numpy(step(batch)))
                               for _ in range(train.agreement_steps)])
     else:
-        forward = torch_backend.make_forward(net, "eager", "cpu", head)
-        reference = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+        forward = ref_backend.make_forward(net, "eager", "cpu", head)
+        reference = ref_backend.to_numpy(forward(ref_backend.make_inputs(ids, "cpu")))
     fp64 = {}
     if job.fp64_shapes:  # float64 references for the precision errors
-        forward = torch_backend.make_forward(net.double(), "eager", "cpu", head)
-        fp64["ref64_gate"] = torch_backend.to_numpy(forward(torch_backend.make_inputs(ids, "cpu")))
+        forward = ref_backend.make_forward(net.double(), "eager", "cpu", head)
+        fp64["ref64_gate"] = ref_backend.to_numpy(forward(ref_backend.make_inputs(ids, "cpu")))
         for b, s in job.fp64_shapes:
             if not maxpos or s <= maxpos:
                 cell_ids = token_ids(job.seed, b, s, vocab)[:REF_ROWS]
-                x = torch_backend.make_inputs(cell_ids, "cpu")
-                fp64[fp64_key(b, s)] = torch_backend.to_numpy(forward(x))
+                x = ref_backend.make_inputs(cell_ids, "cpu")
+                fp64[fp64_key(b, s)] = ref_backend.to_numpy(forward(x))
     return write_gate(job.gate_path, ids, labels, reference, info, fp64)
 
 

@@ -13,12 +13,23 @@ from ..core.stats import derived_figures
 from ..core.host import host_load
 from .store import FAILED_STATUSES, MEASURED
 from ..core.spec import axes, tokens_per_call
+from ..frameworks import BASELINE, BUILT_IN
 from ..core.stats import CellSamples, geomean_ratio_ci
 
 # What the variants of one cell share: these and the studies' shape axes
 # (``cell_keys``: text generation's tokens generated).
 CELL_KEYS = ["model", "device", "dtype", "batch_size", "seq_len"]
-BASELINE = ("torch", "eager")
+
+
+def hardware_line(m: dict) -> str:
+    """One line naming the hardware and versions of a run's manifest
+    (``env.json``), for figure footers and the report's first page."""
+    v = m.get("versions", {})
+    gpu = "; GPU " + m["gpus"][0]["name"] if m.get("gpus") else ""
+    used = ", ".join(f"{fw} {v.get(fw)}" for fw in BUILT_IN)
+    return (f"{m.get('cpu_model', '?')} ({m.get('cpu_cores_available', '?')} cores){gpu} | "
+            f"{used}, transformers {v.get('transformers')} | commit "
+            f"{str(m.get('git_commit', ''))[:8]}{'+dirty' if m.get('git_dirty') else ''}")
 
 
 def cell_keys() -> list[str]:

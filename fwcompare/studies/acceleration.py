@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core import models
 from ..measure.cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ..frameworks import MODES, backend_options
+from ..frameworks import MODES, backend_options, defaults
 from ..plan.schema import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
 from ..core.spec import RunSpec
 from ..core.stats import geomean_ratio_ci, median_diff_ci
@@ -88,18 +88,13 @@ class Acceleration(Study):
         # first call keeps AutoGraph's conversion, as tf.function's users get it.
         return {
             **grid_params(["distilbert-base-uncased"],
-                          {"torch": ["eager", "torchscript", "compile"],
-                           "tensorflow": ["eager", "graph", "xla"], "jax": ["eager", "jit"]},
-                          MODES, [1, 8], [16, 128], 1800.0, tf_autograph=True),
+                          defaults(lambda f: f.modes), MODES, [1, 8], [16, 128], 1800.0, tf_autograph=True),
             "equiv_tol": EQUIV_TOL,
             "accel_tol": Param("float", 1e-4, "max abs error of a compiled mode's output against the same framework's eager output before the cell is flagged not_equivalent", positive),
             "torch_compile_mode": Param("str", "default", "torch.compile mode", one_of(["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])),
             "torch_compile_dynamic": Param("str", "auto", "torch.compile dynamic shapes: auto (recompile as dynamic after a shape changes), true, false", one_of(["auto", "true", "false"])),
             **TIMING,
-        } | {"modes": Param("dict[str, list[str]]",
-                            {"torch": ["eager", "torchscript", "compile"],
-                             "tensorflow": ["eager", "graph", "xla"], "jax": ["eager", "jit"]},
-                            "modes per framework; eager is required in each (the baseline)",
+        } | {"modes": Param("dict[str, list[str]]", defaults(lambda f: f.modes), "modes per framework; eager is required in each (the baseline)",
                             all_of(modes_in(MODES), _eager_in_each))}
 
     def gate_shape(self, params, task):

@@ -8,7 +8,7 @@ is gated against PyTorch's reference in the smallest cell's first call.
 from __future__ import annotations
 
 from ..plan.schema import TIMING, grid_params
-from ..frameworks import MODES
+from ..frameworks import MODES, defaults
 from ..measure.workloads import EQUIV_TOL, plan_inference
 from ..execution.study import Study
 
@@ -19,8 +19,7 @@ class InferenceSweep(Study):
 
     def schema(self):
         return {**grid_params(["bert-base-cased", "gpt2", "distilbert-base-uncased"],
-                              {"torch": ["eager"], "tensorflow": ["eager", "graph"],
-                               "jax": ["jit"]}, MODES, [1, 2], [32, 128], 1800.0),
+                              defaults(lambda f: f.common_modes), MODES, [1, 2], [32, 128], 1800.0),
                 "equiv_tol": EQUIV_TOL, **TIMING}
 
     def plan(self, ctx, spec):

@@ -23,7 +23,7 @@ from ..measure.gate import REF_ROWS, fp64_key
 from ..plan.schema import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
                            one_of, positive)
 from ..results.store import MEASURED
-from ..frameworks import MODES, TRAIN_MODES
+from ..frameworks import MODES, TRAIN_MODES, defaults
 from ..core.spec import DTYPES, RunSpec
 from ..core.stats import geomean_ratio_ci
 from ..results.tables import (baseline_pairs, both_measured, samples_by_cell, sort_by_precision,
@@ -32,7 +32,8 @@ from ..measure.workloads import (AGREEMENT, EQUIV_TOL, FP64_COLUMNS, OPTIMIZER, 
                                  TRAINING_COLUMNS, plan_inference, plan_training, train_settings)
 from ..execution.study import Study, grid_cells, per_mode
 
-_FRAMEWORK_MODES = {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}
+# One mode each: the training mode its users train with first.
+_FRAMEWORK_MODES = defaults(lambda f: f.train_modes[:1])
 
 
 def _has_float32(v):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..plan.schema import TIMING, Param, grid_params, positive
-from ..frameworks import TRAIN_MODES
+from ..frameworks import TRAIN_MODES, defaults
 from ..results.tables import variant
 from ..measure.workloads import (AGREEMENT, OPTIMIZER, PRECISION_COLUMNS, TRAINING_COLUMNS,
                                  plan_training, train_settings)
@@ -29,8 +29,7 @@ class Training(Study):
 
     def schema(self):
         return {**grid_params(["bert-base-cased", "gpt2"],
-                              {"torch": ["eager"], "tensorflow": ["graph", "xla"],
-                               "jax": ["jit"]}, TRAIN_MODES, [2], [64], 1800.0),
+                              defaults(lambda f: f.train_modes), TRAIN_MODES, [2], [64], 1800.0),
                 **OPTIMIZER,
                 "accumulation_steps": Param("int", 1, "micro-batches per optimizer step (divides every batch size)", positive),
                 **AGREEMENT, **TIMING}

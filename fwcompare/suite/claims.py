@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.atomic import read_json, write_text
-from ..core.env import hardware_line, lacks_package
+from ..core.env import lacks_package
 from ..results.judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE,  # noqa: F401
                                SHARED_METRICS, SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known,
                                Measurement, Metric, StudyData, _devices, busy_host_note, cell_label,
@@ -33,6 +33,7 @@ from ..results.judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE,  # n
                                stop_reason, time_ratio, timed_from)
 from ..core.stats import VariancePrior, look_confidence, variance_prior
 from ..core.host import BUSY_HOST
+from ..results.tables import hardware_line
 from ..core.paths import OUTPUTS
 from ..plan.schema import read_yaml
 

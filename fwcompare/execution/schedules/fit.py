@@ -18,7 +18,7 @@ model's config, nothing built or loaded:
 - inference: one layer's activations (a layer's are freed before the next);
 - the logits, ``b*s*vocab`` floats (twice in training: their gradient);
 - the runtime's own reserve per process (CUDA context, cuBLAS/cuDNN
-  workspaces, allocator slack): ``RESERVE_GIB``.
+  workspaces, allocator slack): ``reserve_gib``, its framework's declaration's.
 
 A lane's figure is its largest cell's (shapes run one after another within a
 lane); a set's is the sum of its lanes'. It must stay within ``HEADROOM`` of
@@ -30,13 +30,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 GIB = 2 ** 30
-# A process's memory on the device beyond its tensors: the CUDA context,
-# library workspaces (cuBLAS, cuDNN) and, for XLA (JAX, TensorFlow), its own
-# workspaces and autotuning. Not measured here yet (the allocators' peaks in
-# the rows leave the context out): chosen generously, since an estimate that
-# errs high makes the set run sequential, which costs time, never a lost cell.
-RESERVE_GIB = {"torch": 1.0, "tensorflow": 1.5, "jax": 1.5}
-DEFAULT_RESERVE_GIB = 1.5
 HEADROOM = 0.85  # the share of the free memory a set may plan to use
 FLOAT_BYTES = 4  # every estimate at float32: an upper bound for the other precisions
 
@@ -75,7 +68,19 @@ def lane_bytes(config, framework: str, batch: int, seq: int, training: bool) -> 
         tensors = 4 * weights + layers * per_layer + 2 * logits
     else:
         tensors = weights + per_layer + logits
-    return tensors + RESERVE_GIB.get(framework, DEFAULT_RESERVE_GIB) * GIB
+    return tensors + reserve_gib(framework) * GIB
+
+
+def reserve_gib(framework: str) -> float:
+    """A process's memory on the device beyond its tensors (the CUDA context,
+    workspaces, XLA's autotuning), as its framework declares it. Not measured
+    here yet (the allocators' peaks in the rows leave the context out): chosen
+    generously, since an estimate that errs high makes the set run sequential,
+    which costs time, never a lost cell."""
+    from ...frameworks import Framework, find
+
+    declared = find(framework)
+    return declared.gpu_reserve_gib if declared else Framework.gpu_reserve_gib
 
 
 @dataclass

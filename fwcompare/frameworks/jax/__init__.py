@@ -16,6 +16,8 @@ FRAMEWORK = Framework(
     # jit: jax.jit.
     modes=("eager", "jit"),
     train_modes=("jit",),
+    common_modes=("jit",),
+    generation_modes=("jit",),
     backend="fwcompare.frameworks.jax.backend",
     worker_env={"USE_TF": "0", "USE_TORCH": "0"},
     preload=("optax", "jmp", "flax.serialization"),

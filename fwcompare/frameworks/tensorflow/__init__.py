@@ -11,6 +11,9 @@ FRAMEWORK = Framework(
     # graph: tf.function; xla: tf.function(jit_compile=True).
     modes=("eager", "graph", "xla"),
     train_modes=("graph", "xla"),
+    common_modes=("eager", "graph"),  # Keras' eager call, and tf.function
+    generation_modes=("eager", "xla"),
+    uncompiled={"xla": "eager"},
     backend="fwcompare.frameworks.tensorflow.backend",
     options=("tf_autograph",),
     worker_env={"USE_FLAX": "0"},
@@ -22,6 +25,11 @@ FRAMEWORK = Framework(
     dist_modes=("graph", "ps"),
     server_modes=("ps",),
     launcher="fwcompare.frameworks.tensorflow.launch",
+    dist_device={"ps": ("cpu", "runs on the CPU only (ParameterServerStrategy makes every GPU "
+                        "a worker sees a replica of its own; the launch gives each worker "
+                        "one device)")},
+    dist_one_host={"ps": "runs its cluster (chief, workers, parameter servers) on this host "
+                         "only: one entry in hosts"},
     packages=("tensorflow", "tf-keras", "tf2onnx"),
     requires=("tensorflow", "tf_keras", "transformers"),
     traced_modes=("*",),

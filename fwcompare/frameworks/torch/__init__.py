@@ -10,6 +10,10 @@ FRAMEWORK = Framework(
     # torchscript: torch.jit.trace; compile: torch.compile (inductor).
     modes=("eager", "torchscript", "compile"),
     train_modes=("eager",),
+    common_modes=("eager",),
+    # static-compile: torch.compile of the decoder with a static KV cache.
+    generation_modes=("eager", "static-compile"),
+    uncompiled={"static-compile": "eager"},
     backend="fwcompare.frameworks.torch.backend",
     options=("torch_compile_mode", "torch_compile_dynamic", "torch_malloc"),
     worker_env={"USE_TF": "0", "USE_FLAX": "0"},
@@ -19,6 +23,10 @@ FRAMEWORK = Framework(
     # sharded data parallel (FSDP2 fully_shard).
     dist_modes=("eager", "ddp-fp16", "ddp-bf16", "fsdp"),
     launcher="fwcompare.frameworks.torch.launch",
+    dist_device={"ddp-bf16": ("gpu", "needs a GPU (PyTorch's bf16_compress_hook requires CUDA "
+                              "11+ and NCCL 2.10+; gloo has no bfloat16 path for it): use "
+                              "ddp-fp16 on the CPU")},
+    gpu_reserve_gib=1.0,
     packages=("torch", "onnx", "onnxscript"),
     requires=("torch", "transformers"),
     traced_modes=("torchscript", "compile", "static-compile"),

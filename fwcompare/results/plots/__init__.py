@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from ...core.env import hardware_line  # noqa: E402,F401  (re-exported for notebooks)
+from ..tables import hardware_line  # noqa: E402,F401  (re-exported for notebooks)
 from ..store import FAILED_STATUSES, MEASURED  # noqa: E402
 from .files import (FOOTER_GID, PNG_DPI, SLUG, caption, check_slug, drawn_data,  # noqa: E402,F401
                     save_figure)

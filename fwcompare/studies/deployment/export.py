@@ -208,7 +208,7 @@ def write_sentences(job) -> None:
     tokens) and PyTorch float32's similarities of them, for a model with a
     tokenizer and hidden states; nothing otherwise."""
     from ...core.atomic import write_atomic
-    from ...frameworks import get_backend
+    from ...frameworks import REFERENCE, get_backend
 
     path = sentences_path(job)
     path.unlink(missing_ok=True)
@@ -226,13 +226,13 @@ def write_sentences(job) -> None:
     if len(ids) != len(texts):
         raise ValueError(f"every sentence of {SENTENCE_PAIRS.name} must fill sentence_len "
                          f"({n}) tokens of {job.model}'s tokenizer")
-    torch_backend = get_backend("torch")
+    ref_backend = get_backend(REFERENCE)
     from ...measure.gate import Gate
 
-    net = torch_backend.load(Gate(job.gate_path).info["weights_dir"], "cpu", job.head)
-    forward = torch_backend.make_forward(net, "eager", "cpu", job.head)
-    reference = pair_similarities(torch_backend.to_numpy(forward(
-        torch_backend.make_inputs(ids, "cpu"))))
+    net = ref_backend.load(Gate(job.gate_path).info["weights_dir"], "cpu", job.head)
+    forward = ref_backend.make_forward(net, "eager", "cpu", job.head)
+    reference = pair_similarities(ref_backend.to_numpy(forward(
+        ref_backend.make_inputs(ids, "cpu"))))
 
     def write(tmp):
         with open(tmp, "wb") as f:

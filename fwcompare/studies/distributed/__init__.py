@@ -104,8 +104,8 @@ class Distributed(Study):
     # -- params ---------------------------------------------------------------------
     def schema(self):
         grid = grid_params(["distilbert-base-uncased"],
-                           {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]},
-                           DIST_MODES, [4], [64], 900.0)
+                           frameworks.defaults(lambda f: f.dist_modes[:1]), DIST_MODES, [4], [64],
+                           900.0)
         for key in ("batch_sizes", "seq_lens"):
             del grid[key]
         s = {
@@ -126,7 +126,7 @@ class Distributed(Study):
             "master_port": Param("int", 0, "torchrun's rendezvous port and JAX's coordinator on hosts[0] (TensorFlow worker i listens on master_port+1+i); 0: free ports found at launch (one host only)", non_negative),
             **TIMING,
         }
-        s = replace_param(s, "frameworks", default=["torch", "tensorflow", "jax"],
+        s = replace_param(s, "frameworks", default=list(frameworks.BUILT_IN),
                           check=all_of(non_empty, _dist_frameworks))
         s = replace_param(s, "modes", help="engine per framework: torch eager (DistributedDataParallel), "
                           "ddp-fp16 / ddp-bf16 (the same with PyTorch's fp16 / bf16 gradient "
@@ -165,18 +165,16 @@ class Distributed(Study):
                 if extra:
                     problems.append(f"key '{key}': {fw} {', '.join(extra)} not in modes "
                                     f"({', '.join(full['modes'].get(fw, ())) or 'none'})")
-        if "ddp-bf16" in full["modes"].get("torch", ()) and full["device"] != "gpu":
-            problems.append("key 'modes': torch ddp-bf16 needs a GPU (PyTorch's "
-                            "bf16_compress_hook requires CUDA 11+ and NCCL 2.10+; gloo has no "
-                            "bfloat16 path for it): use ddp-fp16 on the CPU")
-        if "ps" in full["modes"].get("tensorflow", ()):
-            if len(hosts) > 1:
-                problems.append("key 'modes': tensorflow ps runs its cluster (chief, workers, "
-                                "parameter servers) on this host only: one entry in hosts")
-            if full["device"] != "cpu":
-                problems.append("key 'modes': tensorflow ps runs on the CPU only "
-                                "(ParameterServerStrategy makes every GPU a worker sees a "
-                                "replica of its own; the launch gives each worker one device)")
+        for fw, modes in full["modes"].items():  # engines its framework declares narrower
+            declared = frameworks.find(fw)
+            if declared is None:
+                continue
+            for mode in modes:
+                if mode in declared.dist_one_host and len(hosts) > 1:
+                    problems.append(f"key 'modes': {fw} {mode} {declared.dist_one_host[mode]}")
+                device, why = declared.dist_device.get(mode, (full["device"], ""))
+                if device != full["device"]:
+                    problems.append(f"key 'modes': {fw} {mode} {why}")
         if len(hosts) > 1 and not full["master_port"]:
             problems.append("key 'master_port': several hosts need a fixed port (0 picks a free "
                             "port on one host only)")

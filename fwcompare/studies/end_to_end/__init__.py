@@ -34,7 +34,7 @@ from __future__ import annotations
 import shutil
 
 from ...core import models
-from ...frameworks import FRAMEWORKS, TRAIN_MODES, get
+from ...frameworks import FRAMEWORKS, TRAIN_MODES, defaults, get
 from ...results.judging import Metric, check_cells
 from ...results.store import Columns
 from ...plan.schema import TIMING, Param, grid_params, modes_in, positive, replace_param
@@ -100,8 +100,7 @@ class EndToEnd(Study):
             "fed": Param("dict[str, list[str]]", {fw: list(k) for fw, k in pipes.items()},
                          "per framework, the pipelines timed feeding the training step",
                          modes_in(pipes)),
-            "train_modes": Param("dict[str, list[str]]",
-                                 {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]},
+            "train_modes": Param("dict[str, list[str]]", defaults(lambda f: f.train_modes[:1]),
                                  "how each framework runs the step the fed pipelines feed (one each)",
                                  lambda v: modes_in(TRAIN_MODES)(v) or _one_each(v)),
             "train_examples": Param("int", 2048, "examples of the training split", positive),

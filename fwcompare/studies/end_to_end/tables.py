@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...frameworks import REFERENCE
 from ...results.judging import Measurement, StudyData, _why_none, time_ratio, timed_from
 from ...results.store import MEASURED
 from ...core.stats import rounds_t_interval
@@ -165,9 +166,9 @@ def first_losses(curve: pd.DataFrame) -> pd.DataFrame:
     t = t[t["round"] == t.groupby("cell_id")["round"].transform("min")]
     wide = t.assign(stack=t["framework"] + "/" + t["mode"]).pivot_table(
         index="step", columns="stack", values="loss")
-    torch = [c for c in wide.columns if c.startswith("torch/")]
-    if torch:
+    ref = [c for c in wide.columns if c.startswith(f"{REFERENCE}/")]
+    if ref:
         for c in wide.columns:
-            if c not in torch:
-                wide[f"{c} - {torch[0]}"] = wide[c] - wide[torch[0]]
+            if c not in ref:
+                wide[f"{c} - {ref[0]}"] = wide[c] - wide[ref[0]]
     return wide

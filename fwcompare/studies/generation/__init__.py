@@ -39,7 +39,7 @@ import numpy as np
 
 from ...core import models
 from ...measure.cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
-from ...frameworks import Generator, greedy_config
+from ...frameworks import Generator, defaults, greedy_config
 from ...results.judging import Claim, Measurement, Metric, StudyData, check_cells, time_ratio
 from ...core.models import token_ids
 from ...plan.schema import TIMING, Param, grid_params, positive, replace_param
@@ -48,7 +48,7 @@ from ...core.spec import Axis
 from ...results.tables import CELL_KEYS
 from ...execution.study import Study
 from .figures import compile_cost, latency, throughput  # noqa: F401
-from .modes import GEN_MODES, UNCOMPILED  # noqa: F401
+from .modes import GEN_MODES, uncompiled  # noqa: F401
 from .tables import agreement_table, breakeven, generation_table  # noqa: F401
 
 # What a generation cell shares with its one-token cell (the shared cell keys).
@@ -212,8 +212,8 @@ class Generation(Study):
     modes = GEN_MODES
 
     def schema(self):
-        grid = grid_params(["distilgpt2"], {fw: list(m) for fw, m in GEN_MODES.items()},
-                           GEN_MODES, [1], [32], 1800.0, tf_autograph=None)
+        grid = grid_params(["distilgpt2"], defaults(lambda f: f.generation_modes), GEN_MODES,
+                           [1], [32], 1800.0, tf_autograph=None)
         grid = replace_param(grid, "seq_lens", help="prompt lengths in tokens (seeded token ids)")
         return {
             **grid,

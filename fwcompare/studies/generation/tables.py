@@ -9,7 +9,7 @@ import pandas as pd
 
 from ...results.store import MEASURED
 from ...results.tables import CELL_KEYS as KEYS
-from .modes import GEN_MODES, UNCOMPILED
+from .modes import GEN_MODES, uncompiled
 
 
 def generation_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -72,7 +72,7 @@ def breakeven(table: pd.DataFrame, r) -> float:
     itself against its framework's uncompiled mode at the same shape: the
     extra first-call seconds over the decode seconds saved per token. NaN
     for an uncompiled mode, and inf when it saves nothing per token."""
-    base_mode = UNCOMPILED.get((r["framework"], r["mode"]))
+    base_mode = uncompiled(r["framework"], r["mode"])
     if base_mode is None:
         return math.nan
     b = table[(table["variant"] == f"{r['framework']}/{base_mode}")

@@ -45,7 +45,7 @@ from ...core import env, models
 from ...plan.run import is_claimed
 from ...results.judging import Metric, check_cells
 from ...plan.schema import TIMING, Param, check_models, grid_params, modes_in, positive
-from ...frameworks import FRAMEWORKS, TRAIN_MODES
+from ...frameworks import FRAMEWORKS, TRAIN_MODES, defaults
 from ...results.store import Columns
 from ...core.spec import RunSpec
 from ...measure.workloads import (AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, plan_training,
@@ -95,8 +95,7 @@ class Memory(Study):
             **grid_params(["all-minilm-l6-v2"], techniques, {fw: tuple(TECHNIQUES)
                                                              for fw in FRAMEWORKS},
                           [8], [128], 1800.0, torch_malloc=None),  # its own: work()
-            "train_modes": Param("dict[str, list[str]]",
-                                 {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]},
+            "train_modes": Param("dict[str, list[str]]", defaults(lambda f: f.train_modes[:1]),
                                  "how each framework runs the step every technique changes (one mode each)",
                                  lambda v: modes_in(TRAIN_MODES)(v) or _one_each(v)),
             **OPTIMIZER,

@@ -12,6 +12,7 @@ from .. import claims
 from ...core import env, models
 from ... import frameworks, load_results
 from ...core.atomic import UnreadableFile, write_text
+from ...results import tables
 from ...studies import STUDIES
 
 SUMMARY = "summary"  # the claims scorecard: judged after every study, opens index.html
@@ -230,7 +231,7 @@ figcaption {{ font-size: 0.8em; color: #555; }} .failed {{ color: #b00; }}
 </style></head><body>
 <h1>fwcompare report: profile <code>{html.escape(profile)}</code></h1>
 <p>PyTorch, TensorFlow and JAX on Transformer models, measured on this machine
-({html.escape(env.hardware_line(manifest))}). Every figure shows 95% confidence intervals;
+({html.escape(tables.hardware_line(manifest))}). Every figure shows 95% confidence intervals;
 failed cells are marked, not dropped. Index written {html.escape(manifest['timestamp'])}.</p>
 {_not_installed_html()}
 <nav><a href="#scorecard">Claims scorecard</a>{''.join(toc)}<a href="#environment">Environment</a></nav>
