@@ -195,6 +195,7 @@ def test_the_memory_studys_rounds_go_to_its_claims_variants():
     from collections import Counter
 
     from fwcompare.core.paths import PARAMS
+    from fwcompare.studies import STUDIES
     from fwcompare.suite.api import run_plan
     from fwcompare.suite.params import load_file, validate
 
@@ -214,13 +215,12 @@ def test_the_memory_studys_rounds_go_to_its_claims_variants():
     # with checkpointing named for TensorFlow, its plain step repeats beside it
     p = validate("memory", {**load_file(PARAMS / "memory" / "quick.yaml").to_dict(),
                             "modes": {**p["modes"], "tensorflow": ["plain", "checkpointing"]}})
-    planned = planned_cells(STUDIES["memory"], p, STUDIES["memory"].cells(p),
-                            claimed_for("memory", p))
+    planned = run_plan("memory", p).cells
     assert sum(1 for c in planned if (c.spec.framework, c.spec.mode, c.spec.task)
                == ("tensorflow", "plain", "train")) == 3
     # a claim that names TensorFlow's plain step keeps it repeating without a technique
-    study, quick = STUDIES["memory"], validate("memory", load_file(PARAMS / "memory" /
-                                                                   "quick.yaml"))
+    study = STUDIES["memory"]
+    quick = validate("memory", load_file(PARAMS / "memory" / "quick.yaml"))
     tf_plain = next(c for c in study.cells(quick) if (c.framework, c.mode, c.task)
                     == ("tensorflow", "plain", "train"))
     assert not study.repeats(tf_plain, quick, {"*/plain", "*/checkpointing"})
