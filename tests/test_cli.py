@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import fwcompare
-from fwcompare.commands import cli
+from fwcompare.commands import base, cli, listing
 from fwcompare.suite import report
 from fwcompare.suite.claims import load_claims
 from fwcompare.core.env import ISA_FLAGS
@@ -157,7 +157,7 @@ def test_a_runs_table_shows_the_studys_own_axes_and_why_cells_did_not_run(tmp_pa
                      [0.01 * n] * 8)
         store.append(make_row(RunSpec.from_dict({**s.to_dict(), "model": "tiny-bert"}),
                               status="unsupported", run_id="r", error=why))
-    cli._print_cells(load_results(tmp_path))
+    base.print_cells(load_results(tmp_path))
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:6] == ["model", "variant", "batch_size", "seq_len", "new_tokens",
                                   "status"], out
@@ -173,7 +173,7 @@ def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(monkeyp
         print("a line", flush=True)
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(cli, "_cmd_list", closed)
+    monkeypatch.setattr(listing, "main", closed)
     assert cli.main(["list", "models"]) == cli.FAILED
     assert capsys.readouterr().err == ""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
