@@ -217,6 +217,39 @@ def test_no_module_outside_the_frameworks_names_one(tmp_path):
                                     "fwcompare/studies/x.py:3: 'jax/'"]
 
 
+def context_members_used(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """What the schedules and the studies read or call on the run they are
+    handed (named ``runner``, ``self.runner`` or, in a schedule, ``r``), per module."""
+    used: dict[str, set[str]] = {}
+    schedules = sorted((package / "execution" / "schedules").rglob("*.py"))
+    for path in [*sorted((package / "studies").rglob("*.py")), *schedules]:
+        names = ("runner", "r") if path in schedules else ("runner",)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id in names) or (
+                    isinstance(v, ast.Attribute) and v.attr == "runner"
+                    and isinstance(v.value, ast.Name) and v.value.id == "self"):
+                used.setdefault(str(path.relative_to(package)), set()).add(node.attr)
+    return used
+
+
+def test_schedules_and_studies_use_only_the_run_context(tmp_path):
+    from fwcompare.execution.context import RunContext
+
+    members = {n for n in dir(RunContext) if not n.startswith("_")}
+    used = context_members_used()
+    assert used and set().union(*used.values()) <= members, {
+        m: sorted(u - members) for m, u in used.items() if u - members}
+    pkg = tmp_path / "fwcompare"  # the check can fail: a study reaching for the fork servers
+    (pkg / "studies").mkdir(parents=True)
+    (pkg / "execution" / "schedules").mkdir(parents=True)
+    (pkg / "studies" / "x.py").write_text("def spawn(runner, r):\n    runner.servers.close()\n"
+                                          "    return r.servers\n")
+    assert context_members_used(pkg) == {"studies/x.py": {"servers"}}
+
+
 MAX_LINES = 600  # a module longer than this does more than one job: split it by job
 
 

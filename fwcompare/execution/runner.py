@@ -45,6 +45,7 @@ from ..core import env, protocol
 from ..measure import peak
 from . import schedules
 from ..core.atomic import write_json
+from .context import RunContext
 from .forkserver import ForkServerError, ForkServers, kill_group
 from ..frameworks import Unsupported, check_precision, not_installed, worker_env
 from ..core.host import HostMeter
@@ -203,6 +204,8 @@ class Runner:
         # where the run's time went (seconds), summed over its round passes
         self.phases: dict[str, float] = self.passes.phases.setdefault(task, {})
         self.host = HostMeter()  # what else the machine did while cells were sampled
+        # what the schedules and the study's hooks are handed: a narrow view of this
+        self.context = RunContext(self)
 
 
     def _fit(self) -> "schedules.fit.Fit":
@@ -386,13 +389,13 @@ class Runner:
             kinds = sorted({c.spec.mode for c in remaining.values()}) + sorted(
                 {c.spec.dtype for c in remaining.values()} - {"float32"})
             name = f"{framework}-{'-'.join(kinds)}-{self.model_key(model)}"
-            w = self.study.spawn(self, self.job(CELLS, model, framework,
+            w = self.study.spawn(self.context, self.job(CELLS, model, framework,
                                                 list(remaining.values())), name)
             flight = sequential.Flight()
             try:
                 why = ""
                 try:
-                    sequential.drive(self, w, remaining, deadline, cell_limit, flight)
+                    sequential.drive(self.context, w, remaining, deadline, cell_limit, flight)
                 except WorkerStop as stop:
                     why = str(stop)
                 if not remaining:  # every row is written: a short wait for a
@@ -531,8 +534,7 @@ class Runner:
                         for c in (c for group in groups for c in group):
                             self.fail(c, "error", prepared[made])
                     else:
-                        schedules.run(self.fit.schedule, self,
-                                      model, groups, rnd)
+                        schedules.run(self.fit.schedule, self.context, model, groups, rnd)
         finally:
             if self._own_servers and self.servers is not None:
                 self.servers.close()

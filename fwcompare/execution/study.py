@@ -26,6 +26,8 @@ how cells share processes; worker-side hooks say what one cell is.
 - ``worker_threads``: threads of each worker, where not the run's (ranks)
 - ``spawn``: the process(es) that run one group (default: one worker)
 - ``run_group``: how the parent runs one group (default: the runner's)
+  (these two are handed the run's ``RunContext``, not the runner:
+  ``execution/context.py``)
 - ``schedule``: a task's schedule (default: the ``schedule`` param)
 - ``train_settings``: the training reference's optimizer and steps (training
   tasks)
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     from ..measure.cell import CellPlan, WorkerContext
     from ..measure.gate import TrainSettings
     from ..plan.schema import Param, Params
-    from .runner import Runner
+    from .context import RunContext
 
 
 def grid_cells(params: dict, study: str, task: str, *, models=None, modes=None, dtypes=None,
@@ -236,10 +238,10 @@ class Study:
         (None): a data-parallel rank's share of the cores."""
         return None
 
-    def spawn(self, runner: "Runner", job: Job, name: str):
+    def spawn(self, runner: "RunContext", job: Job, name: str):
         return runner.spawn_worker(job, name)
 
-    def run_group(self, runner: "Runner", model: str, group: list[CellRef]) -> None:
+    def run_group(self, runner: "RunContext", model: str, group: list[CellRef]) -> None:
         runner.run_group(model, group)
 
     def schedule(self, params: "Params", task: str) -> str:
