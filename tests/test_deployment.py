@@ -42,6 +42,30 @@ def test_every_framework_keeps_its_baseline_and_modes_are_checked():
                                        "modes": {"tensorflow": ["graph", "tflite-int4"]}})
 
 
+def test_a_framework_registered_later_brings_its_deployment_paths():
+    """The catalog reads the registry when used: a framework declared outside
+    fwcompare (a test's) brings its paths, modes and baseline, and takes them
+    away when it leaves; the built-in ones are the study's defaults."""
+    from fwcompare import frameworks
+    from fwcompare.frameworks import DeployPath, Framework
+
+    toy = Framework(name="toyfw", modes=("plain",), deploy_paths={
+        "plain": DeployPath("numpy (the baseline)", "NumPy"),
+        "frozen": DeployPath("weights saved with np.save", "NumPy", artifact="npz")})
+    assert "toyfw" not in deployment.PATHS
+    frameworks.register(toy)
+    try:
+        assert list(deployment.PATHS)[-1] == "toyfw"
+        assert deployment.DEPLOY_MODES["toyfw"] == ("plain", "frozen")
+        assert deployment.BASELINE["toyfw"] == "plain"
+        assert deployment.path_of("toyfw", "frozen").artifact == "npz"
+        assert "toyfw" not in params.validate("deployment", {})["modes"]
+    finally:
+        frameworks.unregister("toyfw")
+    assert "toyfw" not in deployment.PATHS and list(deployment.BASELINE) == list(
+        frameworks.BUILT_IN)
+
+
 def test_converter_message_keeps_the_lines_that_say_what_failed():
     exc = RuntimeError("Conversion failed.\n" + "note: called from\n" * 50
                        + "error: 'tfl.reshape' op requires at most one dynamic dimension")

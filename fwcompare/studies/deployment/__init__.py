@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 
 from ...core import models
+from ...frameworks import defaults
 from ...results.judging import Metric, check_cells
 from ...plan.schema import TIMING, Param, grid_params, non_negative, positive
 from ...results.store import Columns
@@ -65,7 +66,7 @@ class Deployment(Study):
 
     def schema(self):
         return {
-            **grid_params(["all-minilm-l6-v2"], {fw: list(m) for fw, m in DEPLOY_MODES.items()},
+            **grid_params(["all-minilm-l6-v2"], defaults(lambda f: f.deploy_paths),
                           DEPLOY_MODES, [1], [128], 1800.0, tf_autograph=None),
             "equiv_tol": EQUIV_TOL,
             "mp_equiv_rtol": Param("float", 1.0, "relative L2 error against float64 on the gate batch above which a float16 or INT8 path is flagged not_equivalent: a bound against a broken conversion (an unrelated output of the same size scores about 1.4), not a judgement of accuracy (see the sentence-pair agreement)", positive),

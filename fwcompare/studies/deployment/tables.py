@@ -28,7 +28,7 @@ def deployment_table(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFra
     if summary.empty:
         return pd.DataFrame()
     by_cell = samples_by_cell(samples)
-    base = summary["mode"] == summary["framework"].map(BASELINE)
+    base = summary["mode"] == summary["framework"].map(dict(BASELINE))
     rows = []
     for r, b, status in baseline_pairs(summary, PATH_KEYS, base):
         p = path_of(r["framework"], r["mode"])
