@@ -299,3 +299,30 @@ def test_typed_params_of_another_process_are_checked_again():
     copy = cloudpickle.loads(cloudpickle.dumps(p))
     again = params.validate("inference_sweep", copy)
     assert type(again) is type(p) and again == p
+
+
+def test_a_frameworks_options_are_keys_of_the_studies_that_take_them():
+    """A framework declares the params keys its backend takes (its options): a
+    shared one is a key of every study (a study may leave it out), another
+    only of a study that asks for it; a study cannot name an option nobody
+    declares."""
+    from fwcompare import frameworks
+    from fwcompare.frameworks import Framework, Option
+    from fwcompare.plan import schema
+
+    toy = Framework(name="toyfw", modes=("plain",), options={
+        "toy_fast": Option("bool", True, "the toy's fast path"),
+        "toy_level": Option("int", 2, "the toy's level", (1, 2, 3), shared=False)})
+    frameworks.register(toy)
+    try:
+        grid = schema.grid_params(["m"], {}, {}, [1], [8], 10.0)
+        assert grid["toy_fast"].default is True and "toy_level" not in grid
+        assert "toy_fast" not in schema.grid_params(["m"], {}, {}, [1], [8], 10.0,
+                                                    toy_fast=None)
+        level = schema.option_params("toy_level")["toy_level"]
+        assert level.default == 2 and level.check(4) and not level.check(3)
+        with pytest.raises(TypeError, match="toy_level is no framework's shared option"):
+            schema.grid_params(["m"], {}, {}, [1], [8], 10.0, toy_level=1)
+    finally:
+        frameworks.unregister("toyfw")
+    assert "toy_fast" not in schema.grid_params(["m"], {}, {}, [1], [8], 10.0)

@@ -26,8 +26,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from .base import (Backend, DeployPath, Engine, Framework, Generator, Unsupported,  # noqa: F401
-                   bucket, crc32_of, greedy_config, looks_like_oom)
+from .base import (Backend, DeployPath, Engine, Framework, Generator, Option,  # noqa: F401
+                   Unsupported, bucket, crc32_of, greedy_config, looks_like_oom)
 from .jax import FRAMEWORK as _JAX
 from .tensorflow import FRAMEWORK as _TENSORFLOW
 from .torch import FRAMEWORK as _TORCH

@@ -72,6 +72,21 @@ def _frozen(mapping) -> Mapping:
 
 
 @dataclass(frozen=True)
+class Option:
+    """A params key a framework's backend takes (what ``configure`` and
+    ``make_forward`` get as ``options``): its type (a params schema type),
+    default and help, the values it may take (none named: any of its type),
+    and whether every study has the key (``shared``) or only a study that
+    asks for it (``schema.option_params``)."""
+
+    type: str
+    default: Any
+    help: str
+    choices: tuple = ()
+    shared: bool = True
+
+
+@dataclass(frozen=True)
 class Framework:
     """Everything about one framework that is known without importing it.
 
@@ -93,7 +108,7 @@ class Framework:
     backend: Union[str, Callable[[], "Backend"]] = ""
     # The params keys that change how its backend builds modes and steps
     # (handed to ``configure`` and ``make_forward`` as ``options``).
-    options: tuple[str, ...] = ()
+    options: Mapping[str, Option] = field(default_factory=dict)
     # Set in its worker processes' environment: keeps transformers from
     # importing the other frameworks (it imported TensorFlow into the PyTorch
     # worker: +700 MB of RSS, unrelated work).
@@ -151,11 +166,11 @@ class Framework:
 
     def __post_init__(self):
         for name in ("worker_env", "deploy_paths", "runtimes", "uncompiled", "dist_device",
-                     "dist_one_host"):
+                     "dist_one_host", "options"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         object.__setattr__(self, "probe_env", _frozen(
             {k: _frozen(v) for k, v in self.probe_env.items()}))
-        for name in ("modes", "train_modes", "common_modes", "generation_modes", "options",
+        for name in ("modes", "train_modes", "common_modes", "generation_modes",
                      "preload", "dist_modes",
                      "server_modes", "packages", "requires", "traced_modes", "compiled_modes",
                      "pipelines", "fit_pipelines"):

@@ -22,6 +22,7 @@ import yaml
 
 from ..core import models
 from ..core.host import BUSY_HOST
+from .. import frameworks
 from ..frameworks import BUILT_IN, FRAMEWORKS
 from ..core.spec import DEVICES, DTYPES, SCHEDULES
 from ..core.timing import TimingConfig
@@ -145,13 +146,13 @@ def float32_only(v):
 
 
 def grid_params(models_default, modes_default, modes_table, batch_default, seq_default,
-                timeout_default, tf_autograph: bool | None = False,
-                torch_malloc: str | None = "reuse") -> dict[str, Param]:
-    """The keys every study shares: what to run, where, and how long it may take.
-    ``tf_autograph``: the default of that key, or None for a study whose
-    TensorFlow functions are its own (not the backend's steps): no key.
-    ``torch_malloc``: the default of that key, or None for a study that sets
-    the C allocator itself (the memory study's peaks): no key."""
+                timeout_default, **options) -> dict[str, Param]:
+    """The keys every study shares: what to run, where, and how long it may
+    take, and every registered framework's shared options (``Framework.options``).
+    ``options``: an option's default for this study, or None to leave its key
+    out (``tf_autograph=None``: a study whose TensorFlow functions are its own,
+    not the backend's steps; ``torch_malloc=None``: a study that sets the C
+    allocator itself, the memory study's peaks)."""
     grid = {
         "models": Param("list[str]", models_default,
                         "zoo names or local checkpoint directories", check_models),
@@ -177,13 +178,28 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "seed": Param("int", 0, "seed of weights and token ids", non_negative),
         "group_timeout_s": Param("float", timeout_default, "seconds a (framework, model) group may run before it is stopped", positive),
         "cell_timeout_s": Param("float", 900.0, "seconds one cell's measurement (timing, memory pass) may run before it is stopped as timeout; the group's other cells go on", positive),
-        "tf_autograph": Param("bool", tf_autograph, "TensorFlow's tf.function converts Python control flow with AutoGraph (tf.function's default); off, the first call traces the same graph several seconds sooner (these models and steps have no tensor-dependent Python control flow; an accumulation loop keeps it on)"),
     }
-    if torch_malloc is not None:
-        grid["torch_malloc"] = Param("str", torch_malloc, "PyTorch on a CPU (a GPU ignores it): reuse (glibc keeps freed memory for the next allocation: its mmap and trim thresholds raised, memory.reuse_freed_memory; what PyTorch's CPU tuning guide asks of jemalloc or TCMalloc, which reuse of their own accord where preloaded) or system (glibc as it comes: a training step's gradients and optimizer temporaries come back as fresh pages every step); the rows' c_allocator says what took effect", one_of(["reuse", "system"]))
-    if tf_autograph is None:
-        del grid["tf_autograph"]
+    shared = {k: o for fw in frameworks.registered() for k, o in fw.options.items() if o.shared}
+    unknown = sorted(set(options) - set(shared))
+    if unknown:
+        raise TypeError(f"grid_params: {', '.join(unknown)} is no framework's shared option")
+    for key, option in shared.items():
+        if key not in options or options[key] is not None:
+            grid[key] = _option_param(option, options.get(key, option.default))
     return grid
+
+
+def option_params(*keys: str) -> dict[str, Param]:
+    """The keys of the framework options a study asks for beyond the shared
+    ones (``Option.shared`` False: the acceleration study's torch.compile
+    settings), at their frameworks' defaults."""
+    declared = {k: o for fw in frameworks.registered() for k, o in fw.options.items()}
+    return {k: _option_param(declared[k], declared[k].default) for k in keys}
+
+
+def _option_param(option, default) -> Param:
+    return Param(option.type, default, option.help,
+                 one_of(list(option.choices)) if option.choices else None)
 
 
 def replace_param(schema: dict[str, Param], key: str, **changes) -> dict[str, Param]:

@@ -23,7 +23,7 @@ import pandas as pd
 from ..core import models
 from ..measure.cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ..frameworks import MODES, backend_options, defaults
-from ..plan.schema import TIMING, Param, all_of, grid_params, modes_in, one_of, positive
+from ..plan.schema import TIMING, Param, all_of, grid_params, modes_in, option_params, positive
 from ..core.spec import RunSpec
 from ..core.stats import geomean_ratio_ci, median_diff_ci
 from ..results.tables import baseline_pairs, both_measured, samples_by_cell, variant
@@ -87,14 +87,14 @@ class Acceleration(Study):
         # The time to the first result is this study's subject: TensorFlow's
         # first call keeps AutoGraph's conversion, as tf.function's users get it.
         return {
-            **grid_params(["distilbert-base-uncased"],
-                          defaults(lambda f: f.modes), MODES, [1, 8], [16, 128], 1800.0, tf_autograph=True),
+            **grid_params(["distilbert-base-uncased"], defaults(lambda f: f.modes), MODES,
+                          [1, 8], [16, 128], 1800.0, tf_autograph=True),
             "equiv_tol": EQUIV_TOL,
             "accel_tol": Param("float", 1e-4, "max abs error of a compiled mode's output against the same framework's eager output before the cell is flagged not_equivalent", positive),
-            "torch_compile_mode": Param("str", "default", "torch.compile mode", one_of(["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])),
-            "torch_compile_dynamic": Param("str", "auto", "torch.compile dynamic shapes: auto (recompile as dynamic after a shape changes), true, false", one_of(["auto", "true", "false"])),
+            **option_params("torch_compile_mode", "torch_compile_dynamic"),
             **TIMING,
-        } | {"modes": Param("dict[str, list[str]]", defaults(lambda f: f.modes), "modes per framework; eager is required in each (the baseline)",
+        } | {"modes": Param("dict[str, list[str]]", defaults(lambda f: f.modes),
+                            "modes per framework; eager is required in each (the baseline)",
                             all_of(modes_in(MODES), _eager_in_each))}
 
     def gate_shape(self, params, task):

@@ -4,7 +4,7 @@ data-parallel engines ``parallel.py``, its deployment exporter and SavedModel
 runtime ``export.py``, its launch (TF_CONFIG per process) ``launch.py``."""
 from __future__ import annotations
 
-from ..base import DeployPath, Framework
+from ..base import DeployPath, Framework, Option
 
 FRAMEWORK = Framework(
     name="tensorflow",
@@ -15,7 +15,7 @@ FRAMEWORK = Framework(
     generation_modes=("eager", "xla"),
     uncompiled={"xla": "eager"},
     backend="fwcompare.frameworks.tensorflow.backend",
-    options=("tf_autograph",),
+    options={"tf_autograph": Option("bool", False, "TensorFlow's tf.function converts Python control flow with AutoGraph (tf.function's default); off, the first call traces the same graph several seconds sooner (these models and steps have no tensor-dependent Python control flow; an accumulation loop keeps it on)")},
     worker_env={"USE_FLAX": "0"},
     preload=("tf_keras",),
     model_module_prefix="tf_",

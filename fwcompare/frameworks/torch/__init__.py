@@ -3,7 +3,7 @@
 its data-parallel launch (torchrun) ``launch.py``."""
 from __future__ import annotations
 
-from ..base import DeployPath, Framework
+from ..base import DeployPath, Framework, Option
 
 FRAMEWORK = Framework(
     name="torch",
@@ -15,7 +15,17 @@ FRAMEWORK = Framework(
     generation_modes=("eager", "static-compile"),
     uncompiled={"static-compile": "eager"},
     backend="fwcompare.frameworks.torch.backend",
-    options=("torch_compile_mode", "torch_compile_dynamic", "torch_malloc"),
+    options={
+        "torch_malloc": Option("str", "reuse", "PyTorch on a CPU (a GPU ignores it): reuse (glibc keeps freed memory for the next allocation: its mmap and trim thresholds raised, memory.reuse_freed_memory; what PyTorch's CPU tuning guide asks of jemalloc or TCMalloc, which reuse of their own accord where preloaded) or system (glibc as it comes: a training step's gradients and optimizer temporaries come back as fresh pages every step); the rows' c_allocator says what took effect", ("reuse", "system")),
+        # the acceleration study's (its compile mode's settings)
+        "torch_compile_mode": Option(
+            "str", "default", "torch.compile mode",
+            ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+            shared=False),
+        "torch_compile_dynamic": Option(
+            "str", "auto", "torch.compile dynamic shapes: auto (recompile as dynamic after a "
+            "shape changes), true, false", ("auto", "true", "false"), shared=False),
+    },
     worker_env={"USE_TF": "0", "USE_FLAX": "0"},
     model_module_prefix="",
     # eager: DistributedDataParallel under torchrun; ddp-fp16 / ddp-bf16: the
