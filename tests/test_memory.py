@@ -200,7 +200,7 @@ def test_the_row_of_a_try_stopped_from_outside_names_its_budget():
 
 HELD = """
 import ctypes, sys
-from fwcompare import memory
+from fwcompare.core import memory
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
