@@ -34,3 +34,16 @@ def test_cell_ids_unchanged(path, monkeypatch):
     ids = [c.cell_id for c in study.cells(params.load_file(file, study.name))]
     assert len(ids) == len(STORED[path])
     assert ids == STORED[path]
+
+
+def test_the_tool_stores_a_new_params_files_ids_as_this_test_reads_them(monkeypatch):
+    """tools/cell_ids.py (what a new study runs once) adds only the files not
+    stored, with the ids this test would compare."""
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    monkeypatch.setattr(env, "default_threads", env.default_threads)  # the tool sets it: undone after
+    import cell_ids
+
+    assert cell_ids.new_ids("inference_sweep", STORED) == {}
+    key = "params/inference_sweep/quick.yaml"
+    fewer = {k: v for k, v in STORED.items() if k != key}
+    assert cell_ids.new_ids("inference_sweep", fewer) == {key: STORED[key]}
