@@ -183,7 +183,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
     unknown = sorted(set(options) - set(shared))
     if unknown:
         raise TypeError(f"grid_params: {', '.join(unknown)} is no framework's shared option")
-    for key, option in shared.items():
+    for key, option in sorted(shared.items()):  # by name: not the order frameworks registered
         if key not in options or options[key] is not None:
             grid[key] = _option_param(option, options.get(key, option.default))
     return grid
