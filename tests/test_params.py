@@ -326,3 +326,27 @@ def test_a_frameworks_options_are_keys_of_the_studies_that_take_them():
     finally:
         frameworks.unregister("toyfw")
     assert "toy_fast" not in schema.grid_params(["m"], {}, {}, [1], [8], 10.0)
+
+
+def test_the_studies_modes_tables_know_a_framework_registered_later():
+    """The modes tables are read when used: a framework registered after the
+    studies were imported is in the memory study's and, declaring engines, in
+    the distributed study's (its engines checked as every framework's)."""
+    from fwcompare import frameworks
+    from fwcompare.frameworks import Framework
+    from fwcompare.studies.distributed import DIST_MODES
+
+    toy = Framework(name="toyfw", modes=("plain",), dist_modes=("plain",),
+                    dist_one_host={"plain": "keeps its ranks on this host"})
+    assert "toyfw" not in DIST_MODES and "toyfw" not in STUDIES["memory"].modes
+    frameworks.register(toy)
+    try:
+        assert DIST_MODES["toyfw"] == ("plain",) and list(DIST_MODES)[-1] == "toyfw"
+        assert "checkpointing" in STUDIES["memory"].modes["toyfw"]
+        with pytest.raises(params.ParamsError,
+                           match="key 'modes': toyfw plain keeps its ranks on this host"):
+            params.validate("distributed", {"frameworks": ["toyfw"], "modes": {"toyfw": ["plain"]},
+                                            "hosts": ["a", "b"], "master_port": 29500})
+    finally:
+        frameworks.unregister("toyfw")
+    assert "toyfw" not in DIST_MODES and "toyfw" not in STUDIES["memory"].modes

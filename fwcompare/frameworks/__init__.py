@@ -154,6 +154,37 @@ class _Table(Mapping):
         return repr(dict(self))
 
 
+class _Declared(Mapping):
+    """Framework name -> ``of`` its declaration, over the registered frameworks
+    for which that is not empty, read when used."""
+
+    def __init__(self, of):
+        self._of = of
+
+    def __getitem__(self, name: str):
+        declared = _REGISTRY.get(name)
+        value = self._of(declared) if declared is not None else None
+        if not value:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self):
+        return iter([f.name for f in _REGISTRY.values() if self._of(f)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def declared(of) -> Mapping:
+    """A live table of what the registered frameworks declare: name ->
+    ``of(framework)``, leaving out those for which it is empty (a study's
+    modes table: a framework registered later is in it)."""
+    return _Declared(of)
+
+
 FRAMEWORKS = _Names()
 # Modes each backend implements, per task; anything else is rejected by params
 # validation. torchscript: torch.jit.trace; compile: torch.compile (inductor);

@@ -10,44 +10,21 @@ from pathlib import Path
 
 import numpy as np
 
-from ...frameworks import DeployPath, Framework, find, registered
+from ...frameworks import DeployPath, Framework, declared
 
 SENTENCE_PAIRS = Path(__file__).resolve().parents[2] / "data" / "sentence_pairs.tsv"
 
 
-class _Declared(Mapping):
-    """Framework -> what ``of`` reads from its declared deployment paths, over
-    the registered frameworks that declare some, read when used: a framework
-    registered later (a test's) is known too."""
-
-    def __init__(self, of):
-        self._of = of
-
-    def __getitem__(self, name: str):
-        declared = find(name)
-        if declared is None or not declared.deploy_paths:
-            raise KeyError(name)
-        return self._of(declared)
-
-    def __iter__(self):
-        return iter([fw.name for fw in registered() if fw.deploy_paths])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
-
-
 def _baseline(fw: Framework) -> str:
-    return next(m for m, p in fw.deploy_paths.items() if not p.artifact)
+    return next((m for m, p in fw.deploy_paths.items() if not p.artifact), "")
 
 
 # Each framework's paths, as its package declares them (``Framework.deploy_paths``),
 # their modes, and its baseline (the path that exports nothing).
-PATHS: Mapping[str, Mapping[str, DeployPath]] = _Declared(lambda fw: fw.deploy_paths)
-DEPLOY_MODES: Mapping[str, tuple[str, ...]] = _Declared(lambda fw: tuple(fw.deploy_paths))
-BASELINE: Mapping[str, str] = _Declared(_baseline)
+# Read when used: a framework registered later (a test's) brings its own.
+PATHS: Mapping[str, Mapping[str, DeployPath]] = declared(lambda fw: fw.deploy_paths)
+DEPLOY_MODES: Mapping[str, tuple[str, ...]] = declared(lambda fw: tuple(fw.deploy_paths))
+BASELINE: Mapping[str, str] = declared(_baseline)
 # Columns of the sentence-pair check (real weights with a tokenizer).
 STS_COLUMNS = ("sts_spearman", "sts_max_abs_diff")
 

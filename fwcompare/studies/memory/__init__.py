@@ -45,7 +45,7 @@ from ...core import env, models
 from ...plan.run import is_claimed
 from ...results.judging import Metric, check_cells
 from ...plan.schema import TIMING, Param, check_models, grid_params, modes_in, positive
-from ...frameworks import FRAMEWORKS, TRAIN_MODES, defaults
+from ...frameworks import FRAMEWORKS, TRAIN_MODES, declared, defaults
 from ...results.store import Columns
 from ...core.spec import RunSpec
 from ...measure.workloads import (AGREEMENT, OPTIMIZER, TRAINING_COLUMNS, plan_training,
@@ -82,7 +82,7 @@ class Memory(Study):
     columns = TRAINING_COLUMNS + Columns(figures=("largest_batch", "oom_batch", "fit_tries",
                                                   "budget_bytes"), analytic=("budget_bytes",))
     tasks = ("train", SEARCH)
-    modes = {fw: (*TECHNIQUES, FORWARD) for fw in FRAMEWORKS}
+    modes = declared(lambda fw: (*TECHNIQUES, FORWARD))  # every registered framework
     first_steps_phase = "agreement steps (losses against PyTorch's plain step)"
     # A try is one measurement from its start (its peak spans loading and
     # compiling too): its whole process is the figure.
