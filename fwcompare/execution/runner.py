@@ -60,7 +60,7 @@ from ..core.paths import ROOT
 from ..results.store import BREAKDOWN, ResultStore, make_row, record_run
 from .schedules import sequential
 from ..core.spec import RunSpec
-from .study import Study, module_file
+from .study import module_file
 
 MAX_RESTARTS = 3
 

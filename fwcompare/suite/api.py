@@ -19,13 +19,9 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
     all its studies); by default the run starts its own and closes them.
     ``plan``: the run's plan, made already by the caller (a shard's), for
     these validated params."""
-    from .params import validate
-
     out = study_dir(study, profile, output_dir)
-    if plan is None:
-        params = validate(study, params, source=f"{study} params")  # typed params pass as they are
-        plan = run_plan(study, params)
-    _measure(plan, profile, out, progress, cells, servers)
+    _measure(_plan_of(study, params if plan is None else plan), profile, out, progress, cells,
+             servers)
     return load_results(out)
 
 
@@ -139,12 +135,18 @@ def planned(runs: dict) -> dict:
     """``runs`` (study -> (params or its plan, output folder)) with each
     study's plan: params are validated (typed params pass as they are) and
     planned (:func:`run_plan`); a plan passes as it is."""
+    return {study: (_plan_of(study, first), out) for study, (first, out) in runs.items()}
+
+
+def _plan_of(study: str, given):
+    """``given`` if it is a plan, else the plan of ``study`` with ``given``
+    as its params, validated first (typed params pass as they are)."""
     from ..plan.run import RunPlan
     from .params import validate
 
-    return {study: (first if isinstance(first, RunPlan) else
-                    run_plan(study, validate(study, first, source=f"{study} params")), out)
-            for study, (first, out) in runs.items()}
+    if isinstance(given, RunPlan):
+        return given
+    return run_plan(study, validate(study, given, source=f"{study} params"))
 
 
 def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passes: dict,
