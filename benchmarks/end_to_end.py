@@ -32,7 +32,7 @@ def child(args) -> dict:
     import numpy as np
 
     from fwcompare.core import models
-    from fwcompare.core.fitting import FitLog, FitSettings
+    from fwcompare.core.training_run import FitLog, FitSettings
     from fwcompare.frameworks import get, get_backend
     from fwcompare.studies.end_to_end import data
 

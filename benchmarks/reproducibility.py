@@ -324,7 +324,7 @@ def main() -> None:
         print(f"\n## {schedule} schedule ({rounds} round(s) per run), {len(runs)} runs\n")
         table = pd.DataFrame({f"run {i + 1}": [fmt(r) for r in run.to_dict("records")]
                               for i, run in enumerate(runs)}, index=runs[0]["id"])
-        # What else the machine did (host.py): a disturbed run shows here.
+        # What else the machine did (machine_load.py): a disturbed run shows here.
         table.loc["busiest host load of a claim's cells"] = [
             f"{run['host_load'].max():.1%}" if run["host_load"].notna().any() else "-"
             for run in runs]

@@ -11,7 +11,7 @@ import pytest
 
 from fwcompare.execution.launch import fresh_compile_cache, use_compile_cache
 from fwcompare.core.paths import ROOT
-from fwcompare.core.protocol import TMPDIR_PREFIX
+from fwcompare.core.messages import TMPDIR_PREFIX
 
 PROGRAM = {
     "jax": """

@@ -432,7 +432,7 @@ def test_fsdp_trains_as_ddp_with_less_memory_per_rank(tmp_path, ports_used):
 def _other_work_metered(df) -> None:
     """Each launch's row says what else the machine did while rank 0 sampled
     (host.HostMeter, with the launcher's process and so every rank under it
-    counted as its own: tests/test_host.py shows a tree counted so, whatever
+    counted as its own: tests/test_machine_load.py shows a tree counted so, whatever
     else the machine does; here other tests may share the cores)."""
     host = df[["host_other_cpu", "host_steal"]]
     assert host.notna().all().all() and host.ge(0).all().all() and host.le(1).all().all(), host

@@ -4,7 +4,7 @@ import pytest
 
 from fwcompare.core import models
 from fwcompare.frameworks import FRAMEWORKS, contract_gaps, get_backend
-from fwcompare.measure.precision import error_metrics
+from fwcompare.measure.error_metrics import error_metrics
 from fwcompare.core.models import token_ids
 
 # The gate's subject: every framework, loaded in this process.

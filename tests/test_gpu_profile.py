@@ -1,6 +1,6 @@
 """The `gpu` profile without a GPU (issue 49): its params validate and dry-run
 for every study, interleaving on a GPU falls back to sequential where the
-variants' memory does not fit (schedules/fit.py), and a distributed run with
+variants' memory does not fit (schedules/shared_gpu.py), and a distributed run with
 fewer GPUs than ranks says so in every cell before anything starts."""
 import pytest
 
@@ -10,7 +10,7 @@ from fwcompare.suite import params
 from fwcompare.suite.api import planned, run_plan
 from fwcompare.core.models import config_for
 from fwcompare.core.paths import PARAMS
-from fwcompare.execution.schedules import fit
+from fwcompare.execution.schedules import shared_gpu
 from fwcompare.core.spec import RunSpec
 from fwcompare.studies import STUDIES
 
@@ -42,20 +42,20 @@ def test_gpu_profile_interleaves_where_it_can():
 def test_param_count_from_a_config_is_near_the_built_models():
     """bert-base has 108.3M parameters, gpt2 124.4M (their PyTorch models,
     embeddings included): the estimate from the config within 3%."""
-    assert fit.param_count(config_for("bert-base-cased")) == pytest.approx(108.3e6, rel=0.03)
-    assert fit.param_count(config_for("gpt2")) == pytest.approx(124.4e6, rel=0.03)
+    assert shared_gpu.param_count(config_for("bert-base-cased")) == pytest.approx(108.3e6, rel=0.03)
+    assert shared_gpu.param_count(config_for("gpt2")) == pytest.approx(124.4e6, rel=0.03)
 
 
 def test_a_training_lane_needs_more_than_an_inference_lane():
     c = config_for("bert-base-cased")
-    infer = fit.lane_bytes(c, "torch", 8, 128, training=False)
-    train = fit.lane_bytes(c, "torch", 8, 128, training=True)
-    weights = fit.param_count(c) * 4
-    assert infer > weights + fit.reserve_gib("torch") * GIB
+    infer = shared_gpu.lane_bytes(c, "torch", 8, 128, training=False)
+    train = shared_gpu.lane_bytes(c, "torch", 8, 128, training=True)
+    weights = shared_gpu.param_count(c) * 4
+    assert infer > weights + shared_gpu.reserve_gib("torch") * GIB
     # gradients and Adam's moments: at least three more copies of the weights
     assert train - infer > 3 * weights
     # activations grow with the batch
-    assert fit.lane_bytes(c, "torch", 64, 512, True) > train + 5 * GIB
+    assert shared_gpu.lane_bytes(c, "torch", 64, 512, True) > train + 5 * GIB
 
 
 def _cells(frameworks, modes, task="inference", batch=8, seq=128, model="bert-base-cased"):
@@ -66,10 +66,10 @@ def _cells(frameworks, modes, task="inference", batch=8, seq=128, model="bert-ba
 
 def test_a_set_sums_its_lanes_at_each_lanes_largest_cell():
     cells = _cells(["torch", "jax"], {"torch": ["eager"], "jax": ["jit"]})
-    needs = fit.set_bytes(cells, config_for, lambda s: (s.framework, s.mode))
+    needs = shared_gpu.set_bytes(cells, config_for, lambda s: (s.framework, s.mode))
     c = config_for("bert-base-cased")
-    expected = (fit.lane_bytes(c, "torch", 8, 128, False)
-                + fit.lane_bytes(c, "jax", 8, 128, False))
+    expected = (shared_gpu.lane_bytes(c, "torch", 8, 128, False)
+                + shared_gpu.lane_bytes(c, "jax", 8, 128, False))
     assert needs == {"bert-base-cased": pytest.approx(expected)}
 
 
@@ -78,18 +78,18 @@ def test_interleaving_on_a_gpu_falls_back_when_the_set_does_not_fit(free_gib, sc
     cells = _cells(["torch", "tensorflow", "jax"],
                    {"torch": ["eager"], "tensorflow": ["graph"], "jax": ["jit"]}, task="train",
                    batch=16)
-    needs = fit.set_bytes(cells, config_for, lambda s: (s.framework, s.mode))
-    got = fit.resolve("interleaved", "gpu", needs, free_gib * GIB)
+    needs = shared_gpu.set_bytes(cells, config_for, lambda s: (s.framework, s.mode))
+    got = shared_gpu.resolve("interleaved", "gpu", needs, free_gib * GIB)
     assert got.schedule == schedule
     if schedule == "sequential":
         assert "bert-base-cased's variants need about" in got.note
         assert "of its 4.0 GiB free: ran sequential" in got.note
     else:
-        assert got.note == "" and got.need_bytes < fit.HEADROOM * free_gib * GIB
+        assert got.note == "" and got.need_bytes < shared_gpu.HEADROOM * free_gib * GIB
     # unknown free memory: sequential, said; a CPU or a sequential task: untouched
-    assert fit.resolve("interleaved", "gpu", needs, None).schedule == "sequential"
-    assert fit.resolve("interleaved", "cpu", needs, 1.0).schedule == "interleaved"
-    assert fit.resolve("sequential", "gpu", needs, 1e15).schedule == "sequential"
+    assert shared_gpu.resolve("interleaved", "gpu", needs, None).schedule == "sequential"
+    assert shared_gpu.resolve("interleaved", "cpu", needs, 1.0).schedule == "interleaved"
+    assert shared_gpu.resolve("sequential", "gpu", needs, 1e15).schedule == "sequential"
 
 
 @pytest.mark.parametrize("free_gib", [1.0, 1000.0])
@@ -107,9 +107,9 @@ def test_the_runner_resolves_the_schedule_once_and_rows_carry_the_note(
     plan = run_plan(study, full)
     first = Runner(plan, tmp_path / "r", task="train", progress=False, passes=passes)
     second = Runner(plan, tmp_path / "r", task="train", progress=False, passes=passes)
-    assert len(calls) == 1 and second.fit is first.fit
+    assert len(calls) == 1 and second.gpu_schedule is first.gpu_schedule
     if free_gib < 10:
-        assert first.fit.schedule == "sequential"
+        assert first.gpu_schedule.schedule == "sequential"
         assert first.provenance["schedule"] == "sequential"
         assert "ran sequential" in first.provenance["schedule_note"]
         assert first.timing.min_block_s == 0.0  # sequential's timing, not interleaved's

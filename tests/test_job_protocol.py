@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from fwcompare.core import protocol
+from fwcompare.core import messages
 from fwcompare.plan.job import CELLS, CellRef, Job, JobError
 from fwcompare.core.spec import RunSpec
 from fwcompare.core.timing import TimingConfig
@@ -54,14 +54,14 @@ def test_a_file_that_is_not_a_job_is_refused():
 
 
 def test_events_and_requests_round_trip(capsys):
-    protocol.emit(protocol.DONE, cell="c", round=0, status="ok")
+    messages.emit(messages.DONE, cell="c", round=0, status="ok")
     line = capsys.readouterr().out
-    assert protocol.parse_event("[rank0]: " + line) == {"event": "done", "cell": "c",
+    assert messages.parse_event("[rank0]: " + line) == {"event": "done", "cell": "c",
                                                         "round": 0, "status": "ok"}
-    assert protocol.parse_event("a library's own output\n") is None
+    assert messages.parse_event("a library's own output\n") is None
     stream = io.StringIO()
-    protocol.send(stream, protocol.SAMPLE, cell="c-r0", blocks=3)
-    protocol.send(stream, protocol.EXIT)
-    protocol.send(stream, protocol.FINISH, cell="c-r0")  # after exit: never read
+    messages.send(stream, messages.SAMPLE, cell="c-r0", blocks=3)
+    messages.send(stream, messages.EXIT)
+    messages.send(stream, messages.FINISH, cell="c-r0")  # after exit: never read
     stream.seek(0)
-    assert list(protocol.requests(stream)) == [{"op": "sample", "cell": "c-r0", "blocks": 3}]
+    assert list(messages.requests(stream)) == [{"op": "sample", "cell": "c-r0", "blocks": 3}]

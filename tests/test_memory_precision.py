@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from fwcompare.core.memory import PeakRSS, current_rss_bytes
-from fwcompare.measure.precision import error_metrics
+from fwcompare.measure.error_metrics import error_metrics
 
 
 def test_peak_rss_sees_a_transient_allocation():

@@ -9,7 +9,7 @@ import pytest
 from fwcompare.suite import params
 from fwcompare.results import tables
 from fwcompare.frameworks import Unsupported, check_precision
-from fwcompare.measure.precision import error_metrics
+from fwcompare.measure.error_metrics import error_metrics
 from fwcompare.results.store import _frame, losses_frame, make_row
 from fwcompare.core.spec import RunSpec
 from fwcompare.studies import mixed_precision as study

@@ -172,7 +172,7 @@ def test_a_served_worker_takes_sample_blocks_of_two_prepared_cells_in_turn(
     """The parent/worker protocol of an interleaved schedule: two cells
     prepared in one worker, then asked for one block each in turn; each keeps
     its own samples and is judged on them when it finishes."""
-    from fwcompare.core import protocol
+    from fwcompare.core import messages
     from fwcompare.plan.job import CELLS, CellRef
     from fwcompare.results.store import ResultStore
     from fwcompare.execution.runner import Runner
@@ -185,18 +185,18 @@ def test_a_served_worker_takes_sample_blocks_of_two_prepared_cells_in_turn(
     try:
         keys = [r.key for r in refs]
         for k in keys:
-            worker.send(protocol.PREPARE, cell=k)
-            assert _next(worker, protocol.PREPARED, k)["calls_per_sample"] >= 1
+            worker.send(messages.PREPARE, cell=k)
+            assert _next(worker, messages.PREPARED, k)["calls_per_sample"] >= 1
         for _ in range(7):
             for k in keys:
-                worker.send(protocol.SAMPLE, cell=k, blocks=1)
-                assert len(_next(worker, protocol.SAMPLED, k)["seconds"]) == 1
+                worker.send(messages.SAMPLE, cell=k, blocks=1)
+                assert len(_next(worker, messages.SAMPLED, k)["seconds"]) == 1
         for k in keys:
-            worker.send(protocol.MEMORY, cell=k)
-            _next(worker, protocol.MEASURED, k)
-            worker.send(protocol.FINISH, cell=k)
-            assert _next(worker, protocol.DONE, k)["status"] == "ok"
-        worker.send(protocol.EXIT)
+            worker.send(messages.MEMORY, cell=k)
+            _next(worker, messages.MEASURED, k)
+            worker.send(messages.FINISH, cell=k)
+            assert _next(worker, messages.DONE, k)["status"] == "ok"
+        worker.send(messages.EXIT)
         assert worker.proc.wait(timeout=30) == 0
     finally:
         worker.kill()

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 from ..execution.forkserver import _MSG, kill_group
-from ..core.protocol import TMPDIR_PREFIX
+from ..core.messages import TMPDIR_PREFIX
 
 
 def _preload(framework: str, study: str, study_file: str, models: list[str]) -> None:
@@ -151,7 +151,7 @@ def serve(sock: socket.socket) -> None:
 def main(argv: list[str]) -> int:
     fd, threads, framework, study, study_file, *models = argv
     sock = socket.socket(fileno=int(fd))
-    from ..core.host import pin_threads
+    from ..core.machine_load import pin_threads
 
     pin_threads(int(threads))  # before any import, as a worker does (children inherit it)
     _preload(framework, study, study_file, models)

@@ -3,8 +3,8 @@
 The job (:class:`fwcompare.plan.job.Job`) names its study; the study's hooks do
 the rest: ``prepare`` for a prepare job (weights and the gate's references),
 ``work`` for a job of cells (by default: answer the runner's requests, see
-:mod:`fwcompare.core.protocol`; a data-parallel rank runs its cells itself). The
-parent never imports this module: both sides share ``protocol`` and ``job``.
+:mod:`fwcompare.core.messages`; a data-parallel rank runs its cells itself). The
+parent never imports this module: both sides share ``messages`` and ``job``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    from ..core.host import pin_threads
+    from ..core.machine_load import pin_threads
 
     raw = json.loads(Path(argv[0]).read_text())
     pin_threads(raw["threads"])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..core.host import HostMeter
+    from ..core.machine_load import HostMeter
     from ..core.spec import RunSpec
     from ..plan.job import CellRef, Job
     from ..results.store import ResultStore

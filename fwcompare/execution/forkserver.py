@@ -47,7 +47,7 @@ from ..core.paths import ROOT
 # at import): its own compile caches and temporary directory, a data-parallel
 # rank's place in its launch (torch.distributed's env:// variables, TensorFlow's
 # TF_CONFIG, JAX's coordinator and process: frameworks.jax.parallel.DataParallel),
-# and the launch's directory (protocol.LAUNCH_DIR_ENV).
+# and the launch's directory (messages.LAUNCH_DIR_ENV).
 PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_CACHE",
                   "TMPDIR", "RANK", "LOCAL_RANK",
                   "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",

@@ -49,7 +49,7 @@ import psutil
 from .forkserver import ForkServerError, kill_group
 from ..core.paths import ROOT
 from ..frameworks.base import WORKER_MODULE
-from ..core.protocol import LAUNCH_DIR_ENV, TMPDIR_PREFIX, parse_event
+from ..core.messages import LAUNCH_DIR_ENV, TMPDIR_PREFIX, parse_event
 
 # Every rank runs the worker entry point; the job names its study, whose
 # ``work`` hook is the rank's program.

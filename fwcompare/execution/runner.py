@@ -5,7 +5,7 @@ one framework's allocator, thread pools or a crash never touch another's; a
 worker is forked from its framework's pre-imported server
 (:mod:`fwcompare.execution.forkserver`), which has run nothing, where there is one. The
 parent hands each worker a typed job (:class:`fwcompare.plan.job.Job`), asks it for
-each cell's steps (:mod:`fwcompare.core.protocol`: prepare, sample, memory, finish),
+each cell's steps (:mod:`fwcompare.core.messages`: prepare, sample, memory, finish),
 enforces the timeouts, and writes rows for cells a worker could not. The
 task's schedule (``Study.schedule``) picks the order of the steps
 (:mod:`fwcompare.execution.schedules`): ``sequential`` (one cell after another, a
@@ -41,18 +41,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..core import env, protocol
+from ..core import env, messages
 from ..measure import peak
 from . import schedules
 from ..core.atomic import write_json
 from .context import RunContext
 from .forkserver import ForkServerError, ForkServers, kill_group
 from ..frameworks import Unsupported, check_precision, not_installed, worker_env
-from ..core.host import HostMeter
+from ..core.machine_load import HostMeter
 from ..plan.job import CELLS, PREPARE, CellRef, Job
 from ..plan.run import RunPlan
 from ..core.models import not_installed as model_not_installed
-from ..core.protocol import WorkerStop
+from ..core.messages import WorkerStop
 from .launch import (describe_exit, fresh_compile_cache, fresh_tmpdir, last_error_line, log_tail,
                      use_compile_cache)
 from ..plan.schema import timing_config
@@ -105,14 +105,14 @@ class Worker:
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            ev = protocol.parse_event(line)
+            ev = messages.parse_event(line)
             if ev is not None:
                 self.events.put(ev)
         self.events.put(None)
 
     def send(self, op: str, **fields) -> None:
         try:
-            protocol.send(self.proc.stdin, op, **fields)
+            messages.send(self.proc.stdin, op, **fields)
         except (BrokenPipeError, OSError, ValueError):
             pass  # it has ended: its end of output says so
 
@@ -156,7 +156,8 @@ class Passes:
         self.prepared: dict[tuple[str, str], str | None] = {}  # (task, model): error or None
         self.phases: dict[str, dict[str, float]] = {}  # task: phase: seconds
         self.cells: dict[str, int] = {}  # task: cells measured
-        self.fits: dict[str, schedules.fit.Fit] = {}  # task: its schedule, resolved once
+        # task: its schedule, resolved once
+        self.gpu_schedules: dict[str, schedules.shared_gpu.GpuSchedule] = {}
 
 
 class Runner:
@@ -188,17 +189,17 @@ class Runner:
         self.env_threads = study.worker_threads(params) or self.threads
         self.manifest = env.manifest(params)
         # Interleaved on a GPU where the variants fit on it together, else
-        # sequential with the reason in every row (schedules/fit.py); resolved
+        # sequential with the reason in every row (schedules/shared_gpu.py); resolved
         # in the first round pass, kept for the later ones.
-        if task not in self.passes.fits:
-            self.passes.fits[task] = self._fit()
-        self.fit = self.passes.fits[task]
+        if task not in self.passes.gpu_schedules:
+            self.passes.gpu_schedules[task] = self._gpu_schedule()
+        self.gpu_schedule = self.passes.gpu_schedules[task]
         self.provenance = {
             "versions": self.manifest["versions"], "git_commit": self.manifest["git_commit"],
             "git_dirty": self.manifest["git_dirty"], "params_hash": self.manifest["params_hash"],
             "hostname": self.manifest["hostname"], "cpu_model": self.manifest["cpu_model"],
-            "schedule": self.fit.schedule, "schedule_note": self.fit.note}
-        self.timing = timing_config(params, self.fit.schedule)
+            "schedule": self.gpu_schedule.schedule, "schedule_note": self.gpu_schedule.note}
+        self.timing = timing_config(params, self.gpu_schedule.schedule)
         self.work_dir = self.store.dir / "work"
         self._heads: dict[str, str] = {}
         # where the run's time went (seconds), summed over its round passes
@@ -208,24 +209,24 @@ class Runner:
         self.context = RunContext(self)
 
 
-    def _fit(self) -> "schedules.fit.Fit":
+    def _gpu_schedule(self) -> "schedules.shared_gpu.GpuSchedule":
         """This task's schedule: the study's, unless its variants would share a
-        GPU they do not fit on together (:func:`schedules.fit.resolve`)."""
+        GPU they do not fit on together (:func:`schedules.shared_gpu.resolve`)."""
         from ..core.models import config_for
 
         wanted = self.study.schedule(self.params, self.task)
         if wanted != "interleaved" or self.params["device"] != "gpu":
-            return schedules.fit.Fit(wanted, "")
+            return schedules.shared_gpu.GpuSchedule(wanted, "")
         cells = [s for s in self.plan.specs if s.task == self.task
                  and s.framework not in self.not_installed and not self.model_problem(s.model)]
         from .schedules.interleaved import variant_key
 
-        needs = schedules.fit.set_bytes(cells, config_for,
-                                        lambda s: variant_key(CellRef(s, 0)))
-        fit = schedules.fit.resolve(wanted, "gpu", needs, env.gpu_free_bytes())
-        if fit.note:
-            self.say(f"{self.study.name} ({self.task}): {fit.note}")
-        return fit
+        needs = schedules.shared_gpu.set_bytes(cells, config_for,
+                                               lambda s: variant_key(CellRef(s, 0)))
+        chosen = schedules.shared_gpu.resolve(wanted, "gpu", needs, env.gpu_free_bytes())
+        if chosen.note:
+            self.say(f"{self.study.name} ({self.task}): {chosen.note}")
+        return chosen
 
     def model_problem(self, model: str) -> str:
         """Why none of ``model``'s cells can run here: its package is missing
@@ -534,7 +535,7 @@ class Runner:
                         for c in (c for group in groups for c in group):
                             self.fail(c, "error", prepared[made])
                     else:
-                        schedules.run(self.fit.schedule, self.context, model, groups, rnd)
+                        schedules.run(self.gpu_schedule.schedule, self.context, model, groups, rnd)
         finally:
             if self._own_servers and self.servers is not None:
                 self.servers.close()

@@ -1,4 +1,4 @@
-"""The study protocol: what a study module declares, as named hooks.
+"""The study contract: what a study module declares, as named hooks.
 
 The runner, the worker process, params validation, the report and the claims
 scorecard only call these hooks; a study is one module (or package) that subclasses

@@ -129,7 +129,7 @@ class Framework:
     dist_one_host: Mapping[str, str] = field(default_factory=dict)
     # A process's memory on a GPU beyond its tensors (the CUDA context, library
     # workspaces, XLA's autotuning), in GiB: what a set of variants plans for
-    # each of its processes (``execution.schedules.fit``).
+    # each of its processes (``execution.schedules.shared_gpu``).
     gpu_reserve_gib: float = 1.5
     # The doctor's probe: environment per device, set before the import.
     probe_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -271,8 +271,8 @@ class Backend(abc.ABC):
         """Training end to end as this framework's users run it (``Trainer``,
         Keras ``fit``, a Flax loop): ``train`` and ``held_out``
         (``pipeline.Examples``) from the sequence classifier in
-        ``weights_dir``, with ``settings`` (``fitting.FitSettings``), the
-        clock kept in ``log`` (``fitting.FitLog``). Returns the evaluations."""
+        ``weights_dir``, with ``settings`` (``training_run.FitSettings``), the
+        clock kept in ``log`` (``training_run.FitLog``). Returns the evaluations."""
         raise Unsupported(f"{type(self).__name__} has no end-to-end training")
 
     def gpu_memory(self, run: Callable[[], Any]) -> dict:

@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..core import protocol
+from ..core import messages
 from ..plan.job import CellRef, Job
-from ..core.protocol import DONE, emit
+from ..core.messages import DONE, emit
 from ..results.store import MEASURED
 from ..core.spec import RunSpec
-from .outcome import CellFailure, describe, failure_status  # noqa: F401 (the studies' names)
+from .failure import CellFailure, describe, failure_status  # noqa: F401 (the studies' names)
 from ..core.stats import derived_figures  # noqa: F401
 from ..core.timing import Sampler, TimingConfig, prepare
 
@@ -225,7 +225,7 @@ def _memory_stored(store, cell_id: str, before: int) -> bool:
 
 
 def serve(study, job: Job) -> None:
-    """A worker's main loop: answer the parent's requests (see protocol) for
+    """A worker's main loop: answer the parent's requests (see messages) for
     the cells of ``job``, one prepared cell or several, in any order."""
     from ..frameworks import backend_options
 
@@ -235,39 +235,39 @@ def serve(study, job: Job) -> None:
     refs = {c.key: c for c in job.cells}
     runs: dict[str, CellRun] = {}
     plans: dict[str, CellPlan] = {}  # built, not yet prepared
-    emit(protocol.READY)
-    for req in protocol.requests():
+    emit(messages.READY)
+    for req in messages.requests():
         ref = refs[req["cell"]]
         spec, op = ref.spec, req["op"]
         ids = dict(cell=spec.cell_id, round=ref.round)
-        plan = plans.pop(ref.key, None) if op == protocol.PREPARE else None
+        plan = plans.pop(ref.key, None) if op == messages.PREPARE else None
         try:
-            if op in (protocol.BUILD, protocol.PREPARE) and plan is None:
+            if op in (messages.BUILD, messages.PREPARE) and plan is None:
                 try:
                     plan = study.plan(ctx, spec)  # builds its variant (model, gate) once
                 finally:  # the cell starts once its variant is ready (or failed)
-                    emit(protocol.START, label=spec.label, **ids)
+                    emit(messages.START, label=spec.label, **ids)
                 if plan.skip:
                     ctx.finish(ref, CellResult("unsupported", plan.skip, dict(plan.known), None,
                                                plan.provenance))
                     continue
-                if op == protocol.BUILD:
+                if op == messages.BUILD:
                     plans[ref.key] = plan
-                    emit(protocol.BUILT, **ids)
+                    emit(messages.BUILT, **ids)
                     continue
-            if op == protocol.PREPARE:
+            if op == messages.PREPARE:
                 inject_fault(spec.label)
                 runs[ref.key] = CellRun(backend, job.framework, job.device, spec, plan,
                                         ctx.config, ctx.baseline_rss)
                 timing = runs[ref.key].prepare()
-                emit(protocol.PREPARED, first_call_s=timing.first_call_s,
+                emit(messages.PREPARED, first_call_s=timing.first_call_s,
                      checked_s=timing.checked_s, made_s=timing.made_s,
                      calls_per_sample=timing.calls_per_sample, **ids)
-            elif op == protocol.SAMPLE:
+            elif op == messages.SAMPLE:
                 new = runs[ref.key].sample(None if req.get("until_stop") else req["blocks"],
                                            restart=bool(req.get("restart")))
-                emit(protocol.SAMPLED, seconds=new, **ids)
-            elif op == protocol.MEMORY:
+                emit(messages.SAMPLED, seconds=new, **ids)
+            elif op == messages.MEMORY:
                 # One pass per cell, in its first round that measures: a cell's
                 # memory is one measurement (a memory claim has no interval,
                 # judging.memory_ratio), and a later round's pass changed no
@@ -276,10 +276,10 @@ def serve(study, job: Job) -> None:
                 # 2-core AMD EPYC: 17 s of its 4:38).
                 if not _memory_stored(ctx.store, spec.cell_id, ref.round):
                     runs[ref.key].memory()
-                emit(protocol.MEASURED, **ids)
-            elif op == protocol.FINISH:
+                emit(messages.MEASURED, **ids)
+            elif op == messages.FINISH:
                 result = runs[ref.key].finish()  # a failure here keeps the plan's figures
-                result.figures.update(req.get("host") or {})  # what the parent saw (host.py)
+                result.figures.update(req.get("host") or {})  # what the parent saw: machine_load.py
                 del runs[ref.key]
                 ctx.finish(ref, result)
         except Exception as exc:

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..core.atomic import write_atomic
 from ..plan.job import Job
 from ..core.models import token_ids, train_labels
-from ..core.protocol import GATE, emit
+from ..core.messages import GATE, emit
 
 # The gate's batch where it is no cell's (acceleration): an odd shape no sensible grid uses.
 GATE_SHAPE = (3, 17)
@@ -146,7 +146,7 @@ def make_forwards(backend, model, modes, device: str, head: str, dtype: str,
     """Each mode's forward, built but not called (a compiled mode traces in its
     first call). Returns (forwards: mode -> fn, problems: mode -> (status,
     message) for a mode that could not be built)."""
-    from .outcome import describe, failure_status
+    from .failure import describe, failure_status
 
     forwards, problems = {}, {}
     for mode in modes:
@@ -165,7 +165,7 @@ def check_output(out, gate: Gate, mode: str, dtype: str, equiv_tol: float,
     (relative L2 error within ``mp_equiv_rtol``), which catches wrong weights
     or a broken cast, not rounding. Returns (the gate's error figures, the
     not-equivalent reason or "")."""
-    from .precision import error_metrics
+    from .error_metrics import error_metrics
 
     err = error_metrics(out, gate.reference)
     known = {"equiv_max_abs_err": err["max_abs_err"], "equiv_rel_err": err["rel_l2_err"]}

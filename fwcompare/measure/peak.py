@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.env import default_threads
     from ..frameworks import get_backend
     from ..frameworks import worker_env
-    from ..core.host import pin_threads
+    from ..core.machine_load import pin_threads
 
     threads = args.threads or default_threads()
     os.environ.update(worker_env(threads, args.device, args.framework))

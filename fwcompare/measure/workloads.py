@@ -26,7 +26,7 @@ from .cell import CellFailure, CellPlan, WorkerContext, describe, failure_status
 from ..frameworks import backend_options
 from .gate import TrainSettings
 from ..plan.schema import Param, non_negative, positive
-from ..core.protocol import GATE, emit
+from ..core.messages import GATE, emit
 from ..results.store import Columns
 from ..core.spec import RunSpec
 

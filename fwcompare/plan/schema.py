@@ -21,7 +21,7 @@ from typing import Any, Callable
 import yaml
 
 from ..core import models
-from ..core.host import BUSY_HOST
+from ..core.machine_load import BUSY_HOST
 from .. import frameworks
 from ..frameworks import BUILT_IN, FRAMEWORKS
 from ..core.spec import DEVICES, DTYPES, SCHEDULES
@@ -171,7 +171,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "more_rounds": Param("int", 0, "a report's extra rounds for doubtful claims: a timed claim of this study still inconclusive after the rounds above gets up to this many more, of its own cells only (fresh processes, interleaved as before), judged after each with the error spent over the looks (stats.look_confidence); 0: none", non_negative),
         "more_rounds_s": Param("float", 0.0, "seconds this study adds to the report's budget for extra rounds (more_rounds): the studies' budgets are pooled, and a round that would overrun what is left is not started", non_negative),
         "rounds_for": Param("str", "all", "which variants take the rounds after the first: all, or claims (only the framework/mode variants that a claim of params/claims.yaml compares in this study on this device; the others are measured in the first round only)", one_of(["all", "claims"])),
-        "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device). On a GPU, interleaved runs where the variants' memory fits on the device together (schedules/fit.py) and falls back to sequential, said in every row's schedule_note, where it does not", one_of(SCHEDULES)),
+        "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device). On a GPU, interleaved runs where the variants' memory fits on the device together (schedules/shared_gpu.py) and falls back to sequential, said in every row's schedule_note, where it does not", one_of(SCHEDULES)),
         "settle_s": Param("float", 0.005, "interleaved: idle seconds before each block, so the previous worker's spinning threads (PyTorch's OpenMP) have stopped", non_negative),
         "block_s": Param("float", 0.02, "interleaved: each sample block lasts at least this long (one block per variant per turn)", non_negative),
         "busy_retakes": Param("int", 1, f"interleaved: a set whose sampling window found the machine busy (other processes and the hypervisor's steal above {BUSY_HOST:.0%} of its CPU) is sampled again from scratch, at most this many times; the row counts the retakes", non_negative),

@@ -106,7 +106,7 @@ class Measurement:
     forced: str = ""
     rounds: int = 0  # fewest rounds (fresh processes) behind any cell used; 0: not a timing
     ids: list[str] = field(default_factory=list)  # the timed cells' ids (timed_from)
-    host_load: float = math.nan  # busiest share of the machine taken by other work (host.py)
+    host_load: float = math.nan  # the busiest share other work took (machine_load.py)
 
     def add_note(self, text: str) -> None:
         """``text`` after the note so far ("; " between; nothing for "")."""

@@ -62,7 +62,7 @@ FIGURES_HEAD = ("n_samples", "calls_per_sample", "median_s", "ci_low_s", "ci_hig
                 "flops_per_call", "achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak",
                 "bytes_per_call",
                 "equiv_max_abs_err", "equiv_rel_err")
-# what else the machine did while the cell was sampled (host.py)
+# what else the machine did while the cell was sampled (machine_load.py)
 FIGURES_TAIL = ("host_other_cpu", "host_steal", "host_retakes")
 PROVENANCE_HEAD = {"schedule": "string", "schedule_note": "string", "energy_note": "string",
                    "mem_method": "string", "precision_setup": "string", "mode_setup": "string"}

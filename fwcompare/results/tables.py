@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.stats import derived_figures
-from ..core.host import host_load
+from ..core.machine_load import host_load
 from .store import FAILED_STATUSES, MEASURED
 from ..core.spec import axes, tokens_per_call
 from ..frameworks import BASELINE, BUILT_IN

@@ -61,7 +61,7 @@ def accel_check(ctx: WorkerContext, fn, eager, x):
     """``first`` of a compiled cell: the compilations its first call on ``x``
     did (the framework's count before and after), and its output against
     eager's on the same input."""
-    from ..measure.precision import error_metrics
+    from ..measure.error_metrics import error_metrics
 
     before = fn.compile_count()
     tol = ctx.params["accel_tol"]

@@ -42,7 +42,7 @@ def _has_float32(v):
 
 def precision_errors(ctx: WorkerContext, spec: RunSpec):
     """``after`` of an inference cell: its output against its float64 reference."""
-    from ..measure.precision import error_metrics
+    from ..measure.error_metrics import error_metrics
 
     ref = ctx.gate.fp64(fp64_key(spec.batch_size, spec.seq_len))
     if ref is None:

@@ -32,7 +32,7 @@ from ..results.judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE,  # n
                                check_cells, judge, look_of, memory_ratio, speedup_trend,
                                stop_reason, time_ratio, timed_from)
 from ..core.stats import VariancePrior, look_confidence, variance_prior
-from ..core.host import BUSY_HOST
+from ..core.machine_load import BUSY_HOST
 from ..results.tables import hardware_line
 from ..core.paths import OUTPUTS
 from ..plan.schema import read_yaml

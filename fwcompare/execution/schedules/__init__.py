@@ -14,7 +14,7 @@ model's groups of one round to the schedule.
 from __future__ import annotations
 
 from ...core.spec import SCHEDULES as NAMES
-from . import fit, interleaved, sequential
+from . import interleaved, sequential, shared_gpu
 
 RUNS = {"interleaved": interleaved.run, "sequential": sequential.run}
 assert set(RUNS) == set(NAMES), "every schedule a params file may name has a module here"

@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...core import env, protocol
-from ...core.host import BUSY_HOST, BUSY_PHASE, host_load
+from ...core import env, messages
+from ...core.machine_load import BUSY_HOST, BUSY_PHASE, host_load
 from ...plan.job import CELLS, CellRef
-from ...core.protocol import WorkerStop
+from ...core.messages import WorkerStop
 from ...core.spec import axes, shape_text
 from ...core.timing import StoppingRule
 
@@ -89,7 +89,7 @@ class Lane:
 
     def wait_ready(self) -> None:
         with self.runner.phase("process start and imports"):
-            self._wait(None, protocol.READY, time.monotonic())
+            self._wait(None, messages.READY, time.monotonic())
 
     def kill(self) -> None:
         """SIGKILL the worker without waiting for it (:meth:`close` waits)."""
@@ -164,23 +164,23 @@ class Lane:
                 if ev is None:
                     raise WorkerStop("lost")
                 kind = ev["event"]
-                if kind == answer == protocol.READY:
+                if kind == answer == messages.READY:
                     return ev
                 key = f"{ev.get('cell')}-r{ev.get('round')}"
-                if kind == protocol.START:  # the variant is built: the cell's own time starts
+                if kind == messages.START:  # the variant is built: the cell's own time starts
                     r.charge("model build and gate", time.monotonic() - started)
                     self.flight, started = key, time.monotonic()
                     r.bar.set_postfix_str(ev["label"], refresh=True)
-                elif kind == protocol.DONE and key in self.remaining:
+                elif kind == messages.DONE and key in self.remaining:
                     done = self.remaining.pop(key)
                     if self.flight == key:
                         self.flight = None
                     r.cell_done(done.spec, ev["status"], ev.get("median_s"), ev.get("ci"),
                                  ev.get("error", ""))
                     if ref is not None and key == ref.key:
-                        return ev if answer == protocol.DONE else None
+                        return ev if answer == messages.DONE else None
                 elif kind == answer and ref is not None and key == ref.key:
-                    if kind == protocol.PREPARED:
+                    if kind == messages.PREPARED:
                         first = ev.get("first_call_s") or 0.0
                         checked = ev.get("checked_s") or 0.0  # e.g. a compiled output's
                         made = ev.get("made_s") or 0.0  # e.g. agreement steps after the first
@@ -247,11 +247,11 @@ def _build(lanes: list[Lane], shapes: list[tuple]) -> None:
             continue
         if len(asked) == env.default_threads():  # a core each: more only contend
             oldest, oldest_ref = asked.pop(0)
-            oldest.answer(oldest_ref, protocol.BUILT)
-        lane.worker.send(protocol.BUILD, cell=ref.key)
+            oldest.answer(oldest_ref, messages.BUILT)
+        lane.worker.send(messages.BUILD, cell=ref.key)
         asked.append((lane, ref))
     for lane, ref in asked:  # in turn: each wait charges the build time not yet charged
-        lane.answer(ref, protocol.BUILT)
+        lane.answer(ref, messages.BUILT)
 
 
 def _run_set(runner, lanes: list[Lane], shape: tuple, rng) -> None:
@@ -262,7 +262,7 @@ def _run_set(runner, lanes: list[Lane], shape: tuple, rng) -> None:
         ref = lane.cell(shape)
         if ref is None:
             continue
-        ev = lane.ask(protocol.PREPARE, ref, protocol.PREPARED)
+        ev = lane.ask(messages.PREPARE, ref, messages.PREPARED)
         if ev is not None:
             members.append(_Member(lane, ref, int(ev.get("calls_per_sample") or 1),
                                    StoppingRule(config)))
@@ -292,10 +292,10 @@ def _run_set(runner, lanes: list[Lane], shape: tuple, rng) -> None:
     host["host_retakes"] = retakes
     for m in members:  # memory passes one process at a time, then the rows
         with runner.phase("memory passes"):
-            ok = m.lane.ask(protocol.MEMORY, m.ref, protocol.MEASURED)
+            ok = m.lane.ask(messages.MEMORY, m.ref, messages.MEASURED)
         if ok is not None:
             with runner.phase("figures after timing"):
-                m.lane.ask(protocol.FINISH, m.ref, protocol.DONE, host=host)
+                m.lane.ask(messages.FINISH, m.ref, messages.DONE, host=host)
 
 
 def _turns(runner, members: list[_Member], rng) -> list[_Member]:
@@ -319,7 +319,7 @@ def _turns(runner, members: list[_Member], rng) -> list[_Member]:
             time.sleep(settle)
             runner.charge("settle between blocks", time.monotonic() - t0)
             with runner.phase("timing samples"):
-                ev = m.lane.ask(protocol.SAMPLE, m.ref, protocol.SAMPLED, blocks=1,
+                ev = m.lane.ask(messages.SAMPLE, m.ref, messages.SAMPLED, blocks=1,
                                 restart=not m.samples)
             spent += time.monotonic() - t0
             if ev is None:

@@ -14,19 +14,19 @@ import queue
 import time
 from dataclasses import dataclass
 
-from ...core import protocol
-from ...core.protocol import WorkerStop
+from ...core import messages
+from ...core.messages import WorkerStop
 
 # The steps of one cell, as the sequential schedule asks for them: request,
 # its fields, the event that answers it.
-STEPS = ((protocol.PREPARE, {}, protocol.PREPARED),
-         (protocol.SAMPLE, {"until_stop": True}, protocol.SAMPLED),
-         (protocol.MEMORY, {}, protocol.MEASURED),
-         (protocol.FINISH, {}, protocol.DONE))
+STEPS = ((messages.PREPARE, {}, messages.PREPARED),
+         (messages.SAMPLE, {"until_stop": True}, messages.SAMPLED),
+         (messages.MEMORY, {}, messages.MEASURED),
+         (messages.FINISH, {}, messages.DONE))
 # Where a request's time goes in the run's time breakdown.
-PHASES = {protocol.PREPARE: "model build, gate, first call and warm-up",
-          protocol.SAMPLE: "timing samples", protocol.MEMORY: "memory passes",
-          protocol.FINISH: "figures after timing"}
+PHASES = {messages.PREPARE: "model build, gate, first call and warm-up",
+          messages.SAMPLE: "timing samples", messages.MEMORY: "memory passes",
+          messages.FINISH: "figures after timing"}
 
 
 def run(runner, model: str, groups: list, rnd: int) -> None:
@@ -61,21 +61,21 @@ def drive(runner, w, remaining: dict, deadline: float, cell_limit: float,
                           time.monotonic() - t0 - flight.reported)
         return
     with runner.phase("process start and imports"):
-        next_event(runner, w, remaining, deadline, cell_limit, protocol.READY, flight)
+        next_event(runner, w, remaining, deadline, cell_limit, messages.READY, flight)
     pids = [w.proc.pid]
     for key in list(remaining):
-        host = {}  # what else the machine did while the cell was sampled (host.py)
+        host = {}  # what else the machine did while the cell was sampled (machine_load.py)
         for op, fields, answer in STEPS:
-            if op == protocol.SAMPLE:
+            if op == messages.SAMPLE:
                 runner.host.start(pids)
-            elif op == protocol.FINISH:
+            elif op == messages.FINISH:
                 fields = dict(fields, host=host)
             w.send(op, cell=key, **fields)
             with runner.phase(PHASES[op]):
                 kind = next_event(runner, w, remaining, deadline, cell_limit, answer, flight)
-            if op == protocol.SAMPLE:
+            if op == messages.SAMPLE:
                 host = runner.host.stop(pids)
-            if kind == protocol.DONE:
+            if kind == messages.DONE:
                 break
 
 
@@ -99,15 +99,15 @@ def next_event(runner, w, remaining: dict, deadline: float, cell_limit: float,
             raise WorkerStop("lost")
         key = f"{ev.get('cell')}-r{ev.get('round')}"
         kind = ev["event"]
-        if kind == answer == protocol.READY:
+        if kind == answer == messages.READY:
             return kind
-        if kind == protocol.SPENT:
+        if kind == messages.SPENT:
             runner.charge(ev["phase"], ev["seconds"])
             flight.reported += ev["seconds"]
-        elif kind == protocol.START:  # the cell's time limit counts from here
+        elif kind == messages.START:  # the cell's time limit counts from here
             flight.key, flight.started = key, time.monotonic()
             runner.bar.set_postfix_str(ev["label"], refresh=True)
-        elif kind == protocol.DONE and key in remaining:
+        elif kind == messages.DONE and key in remaining:
             ref = remaining.pop(key)
             if flight.key == key:
                 flight.key = None
@@ -123,7 +123,7 @@ def settle(w, grace_s: float = 15.0) -> None:
     served worker is told to exit first); a rank or worker stuck on its way
     out is then killed by the caller."""
     if not w.autonomous:
-        w.send(protocol.EXIT)
+        w.send(messages.EXIT)
     end = time.monotonic() + grace_s
     while time.monotonic() < end:
         try:

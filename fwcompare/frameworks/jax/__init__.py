@@ -36,7 +36,7 @@ FRAMEWORK = Framework(
     compiled_modes=("*", "eager"),
     # memory: arrays on the device; numpy: a NumPy iterator; grain (pipeline.py)
     pipelines=("memory", "numpy", "grain"),
-    # a Flax/optax loop under jax.jit (fit.py)
+    # a Flax/optax loop under jax.jit (trainer.py)
     fit_stack="flax-loop",
     fit_pipelines=("grain", "numpy", "memory"),
     deploy_paths={

@@ -331,7 +331,7 @@ def make_inputs(ids: np.ndarray, device: str):
 
 
 def fit(train, held_out, weights_dir, device: str, settings, log) -> list[dict]:
-    from .fit import fit as run
+    from .trainer import fit as run
 
     return run(load, train, held_out, weights_dir, device, settings, log, _device(device))
 

@@ -36,7 +36,7 @@ FRAMEWORK = Framework(
     compiled_modes=("xla",),  # graph and Keras fit: tf.function traces on the host
     # memory: tensors on the device; tfdata*: tf.data with its options (pipeline.py)
     pipelines=("memory", "tfdata", "tfdata-prefetch", "tfdata-cache", "tfdata-pyfunc"),
-    # Keras fit on a tf.data pipeline in the shared order (fit.py; tfdata-cache
+    # Keras fit on a tf.data pipeline in the shared order (trainer.py; tfdata-cache
     # shuffles its cached examples in an order of its own, so it is not one)
     fit_stack="keras-fit",
     fit_pipelines=("tfdata-prefetch", "tfdata", "tfdata-pyfunc"),

@@ -179,7 +179,7 @@ def serve_cluster_task() -> None:
 
     import psutil
 
-    from ...core.protocol import LAUNCH_DIR_ENV
+    from ...core.messages import LAUNCH_DIR_ENV
 
     kind, index = _task()
     out = Path(os.environ[LAUNCH_DIR_ENV]) / f"{kind}-{index}.json"
@@ -317,7 +317,7 @@ class ParameterServer(Engine):
         import json
         from pathlib import Path
 
-        from ...core.protocol import LAUNCH_DIR_ENV
+        from ...core.messages import LAUNCH_DIR_ENV
 
         found = sorted(Path(os.environ[LAUNCH_DIR_ENV]).glob("*.json"),
                        key=lambda p: (not p.stem.startswith("ps"), p.stem))

@@ -44,7 +44,7 @@ FRAMEWORK = Framework(
     # memory: tensors on the device; dataloader-wN: a DataLoader with N worker
     # processes (pipeline.py)
     pipelines=("memory", "dataloader-w0", "dataloader-w1"),
-    # Hugging Face Trainer on its DataLoader (fit.py)
+    # Hugging Face Trainer on its DataLoader (trainer.py)
     fit_stack="trainer",
     fit_pipelines=("dataloader-w0", "dataloader-w1"),
     deploy_paths={

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import transformers
 
-from ...core.protocol import TMPDIR_PREFIX
+from ...core.messages import TMPDIR_PREFIX
 from .. import (Engine, Unsupported, auto_class, check_precision, crc32_of, forward_fn, head_output,
                 looks_like_oom, tf32_note, module_backend)
 from .generate import make_generator  # noqa: F401  (the contract's call)
@@ -240,7 +240,7 @@ def make_inputs(ids: np.ndarray, device: str):
 
 
 def fit(train, held_out, weights_dir, device: str, settings, log) -> list[dict]:
-    from .fit import fit as run
+    from .trainer import fit as run
 
     return run(load, train, held_out, weights_dir, device, settings, log)
 

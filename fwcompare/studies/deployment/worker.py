@@ -69,7 +69,7 @@ def after_checks(ctx: WorkerContext, spec, embed):
     """``after`` of a cell: its output against the float64 reference and, on
     real weights, the sentence pairs' similarities against float32's.
     ``embed(ids) -> numpy`` runs the path on other token ids."""
-    from ...measure.precision import error_metrics
+    from ...measure.error_metrics import error_metrics
 
     ref = ctx.gate.fp64(fp64_key(spec.batch_size, spec.seq_len))
     sentences = sentences_path(ctx.job)

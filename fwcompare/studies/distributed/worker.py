@@ -14,7 +14,7 @@ from ...core import models
 from ...measure.cell import CellResult, derived_figures, release_freed_heap, write_row
 from ...measure.gate import TrainSettings
 from ...plan.job import CellRef, Job
-from ...core.protocol import GATE, SPENT, START, emit
+from ...core.messages import GATE, SPENT, START, emit
 from ...results.store import MEASURED
 from ...core.spec import RunSpec
 
@@ -169,7 +169,7 @@ class Rank:
         sampled (``host.HostMeter``; the launch's own processes are its
         parent's, the launcher's or the fork server's, children), as the
         interleaved and sequential schedules record it for their cells."""
-        from ...core.host import HostMeter, run_cores
+        from ...core.machine_load import HostMeter, run_cores
         from ...core.timing import StoppingRule
 
         cfg, dp = self.cfg, self.dp

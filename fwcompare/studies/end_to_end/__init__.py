@@ -8,7 +8,7 @@ model's own tokenizer:
 - ``fit``: a whole training run per framework, the way its users run it
   (its ``mode``: Hugging Face ``trainer`` for PyTorch, Keras ``keras-fit`` on
   ``tf.data`` for TensorFlow, a Flax/optax ``flax-loop`` under ``jax.jit``
-  on grain for JAX; ``fitting``): same weights, batches in the same order,
+  on grain for JAX; ``training_run``): same weights, batches in the same order,
   AdamW at the same settings, an evaluation on the held-out split every
   ``eval_every`` steps. Its row splits the run's wall time into data
   preparation, model set-up, first step, the steps after it and the

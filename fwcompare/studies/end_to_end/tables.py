@@ -14,7 +14,7 @@ from ...results.store import MEASURED
 from ...core.stats import rounds_t_interval
 
 PHASES = ("data_s", "setup_s", "first_step_s", "steps_s", "eval_s", "end_s")
-# A whole run's figures (its row; ``fitting.FitLog.figures``).
+# A whole run's figures (its row; ``training_run.FitLog.figures``).
 FIT_FIGURES = (*PHASES, "total_s", "train_steps", "steady_step_s", "time_to_target_s",
                "steps_to_target", "best_accuracy", "final_accuracy", "target_accuracy",
                "loss_step0")

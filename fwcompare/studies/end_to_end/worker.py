@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ...core import models, protocol
+from ...core import messages, models
 from ...measure.cell import CellPlan, CellResult, describe, failure_status
-from ...core.fitting import OPTIMIZER_KEYS, FitLog, FitSettings
+from ...core.training_run import OPTIMIZER_KEYS, FitLog, FitSettings
 from ...core.stats import derived_figures
 from . import data
 
@@ -124,7 +124,7 @@ def run_fits(study, job) -> None:
     backend.configure(job.threads, job.device, backend_options(job.params))
     ctx = WorkerContext(job, backend)
     for ref in job.cells:
-        protocol.emit(protocol.START, label=ref.spec.label, cell=ref.spec.cell_id,
+        messages.emit(messages.START, label=ref.spec.label, cell=ref.spec.cell_id,
                       round=ref.round)
         try:
             skip = ctx.skip_reason(ref.spec)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...core import models, protocol
+from ...core import messages, models
 from ...measure.cell import CellResult, describe, failure_status
 from ...plan.job import CellRef
 from ...core.spec import RunSpec
@@ -122,7 +122,7 @@ def run_try(study: Memory, job) -> None:
     backend.configure(job.threads, job.device, backend_options(job.params))
     ctx = WorkerContext(job, backend)
     ref = job.cells[0]
-    protocol.emit(protocol.START, label=ref.spec.label, cell=ref.spec.cell_id, round=ref.round)
+    messages.emit(messages.START, label=ref.spec.label, cell=ref.spec.cell_id, round=ref.round)
     lock = threading.Lock()
     guard = (BudgetGuard(job.params["fit_budget_gib"] * GIB, ctx, ref, lock)
              if job.device == "cpu" else None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...core.host import BUSY_HOST, host_load
+from ...core.machine_load import BUSY_HOST, host_load
 from ...measure.peak import PHASE as PEAK_PHASE
 from ...results.store import time_breakdowns
 
@@ -66,14 +66,14 @@ def format_breakdown(df: pd.DataFrame) -> str:
 
 def host_line(out_root: Path, studies: list[str]) -> str:
     """The busiest share of the CPU that other processes and the hypervisor
-    took while a study's cells were sampled (host.py), per study."""
+    took while a study's cells were sampled (machine_load.py), per study."""
     parts = []
     for study in studies:
         try:
             df = pd.read_parquet(out_root / study / "results" / "results.parquet")
         except (OSError, ValueError):  # not consolidated, or cut short: no figure to give
             continue
-        if "host_other_cpu" not in df:  # results from before host.py
+        if "host_other_cpu" not in df:  # results from before machine_load.py
             continue
         load = host_load(df["host_other_cpu"], df["host_steal"])
         if load.notna().any():

@@ -1,13 +1,13 @@
 """PyTorch end to end: Hugging Face ``Trainer``, as its users run it (issue 50).
 
-``TrainingArguments`` carry the run's settings (``fitting.FitSettings``):
+``TrainingArguments`` carry the run's settings (``training_run.FitSettings``):
 AdamW (``adamw_torch``) at a constant learning rate, no gradient clipping
 (``max_grad_norm`` 0: the other frameworks clip none), evaluation every
 ``eval_every`` steps, nothing saved or reported. Two things differ from a
 default ``Trainer``, both so that every framework trains on the same batches:
 its sampler is the examples' shared order (``fwcompare.core.pipeline``), and its
 collate function pads each batch in NumPy as the other frameworks' loaders
-do. A callback keeps the run's clock (``fitting.FitLog``).
+do. A callback keeps the run's clock (``training_run.FitLog``).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from ...core.fitting import FitLog, FitSettings
+from ...core.training_run import FitLog, FitSettings
 from ...core.pipeline import Examples, epoch_batches
 from . import FRAMEWORK
 from .pipeline import Collate, Rows, workers

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from fwcompare.core.fitting import FitLog, FitSettings
+from fwcompare.core.training_run import FitLog, FitSettings
 
 
 def test_bad_settings_are_refused_by_name():

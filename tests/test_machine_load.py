@@ -1,4 +1,4 @@
-"""What else the machine did while cells were timed (fwcompare.core.host), measured
+"""What else the machine did while cells were timed (fwcompare.core.machine_load), measured
 on this machine with a process that keeps one core busy."""
 import os
 import signal
@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from fwcompare.core.host import HostMeter
+from fwcompare.core.machine_load import HostMeter
 
 
 @pytest.fixture

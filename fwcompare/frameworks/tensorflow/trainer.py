@@ -7,7 +7,7 @@ clipping, biases and LayerNorm weights out of the weight decay, as
 logits; ``fit`` reads the examples' shared order through a ``tf.data``
 pipeline (``pipeline.py``: ``tfdata-prefetch`` unless the settings name
 another), runs ``eval_every`` steps per Keras epoch and evaluates the held-out
-split after each. A callback keeps the run's clock (``fitting.FitLog``); a
+split after each. A callback keeps the run's clock (``training_run.FitLog``); a
 step's loss is recovered from Keras' running mean of the epoch (the first
 steps' only, within the first Keras epoch: ``agreement_steps`` at most
 ``eval_every``). Keras' Adam adds its epsilon to the bias-uncorrected
@@ -20,7 +20,7 @@ import time
 
 import tensorflow as tf
 
-from ...core.fitting import FitLog, FitSettings
+from ...core.training_run import FitLog, FitSettings
 from ...core.pipeline import Examples
 from . import FRAMEWORK
 from .pipeline import Pipeline

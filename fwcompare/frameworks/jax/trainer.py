@@ -6,7 +6,7 @@ LayerNorm parameters out of the weight decay, as ``Trainer`` leaves them out)
 and the mean softmax cross-entropy of the logits; the batches come from a JAX
 pipeline (``pipeline.py``: ``grain`` unless the settings name another) in the
 examples' shared order. Every ``eval_every`` steps a jitted evaluation runs
-over the held-out split. The clock is ``fitting.FitLog``; the first steps'
+over the held-out split. The clock is ``training_run.FitLog``; the first steps'
 losses are read back (a sync) only for those steps, the others run ahead as
 a Flax loop's do until an evaluation reads the parameters."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ...core.fitting import FitLog, FitSettings
+from ...core.training_run import FitLog, FitSettings
 from ...core.pipeline import Examples
 from . import FRAMEWORK
 

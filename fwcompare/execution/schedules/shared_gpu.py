@@ -84,7 +84,7 @@ def reserve_gib(framework: str) -> float:
 
 
 @dataclass
-class Fit:
+class GpuSchedule:
     schedule: str  # what the task runs: the params' or sequential
     note: str  # why it fell back (every row carries it); "" where it did not
     need_bytes: float = 0.0  # the largest set's estimate
@@ -110,19 +110,19 @@ def set_bytes(cells, config_of, variant_of) -> dict[str, float]:
 
 
 def resolve(schedule: str, device: str, needs: dict[str, float],
-            free_bytes: float | None) -> Fit:
+            free_bytes: float | None) -> GpuSchedule:
     """The schedule a task runs: ``schedule`` unless it interleaves on a GPU
     and a model's set (``needs``: bytes per model, :func:`set_bytes`) does not
     fit in ``HEADROOM`` of ``free_bytes`` (None: unknown, which does not fit)."""
     if schedule != "interleaved" or device != "gpu" or not needs:
-        return Fit(schedule, "")
+        return GpuSchedule(schedule, "")
     model, need = max(needs.items(), key=lambda kv: kv[1])
     if free_bytes is None:
-        return Fit("sequential", "interleaved on the GPU needs its free memory, which NVML "
+        return GpuSchedule("sequential", "interleaved on the GPU needs its free memory, which NVML "
                                  "did not tell: ran sequential", need, None)
     if need <= HEADROOM * free_bytes:
-        return Fit(schedule, "", need, free_bytes)
-    return Fit("sequential",
+        return GpuSchedule(schedule, "", need, free_bytes)
+    return GpuSchedule("sequential",
                f"interleaved: {model}'s variants need about {need / GIB:.1f} GiB on the GPU "
                f"together, more than {HEADROOM:.0%} of its {free_bytes / GIB:.1f} GiB free: "
                "ran sequential", need, free_bytes)
