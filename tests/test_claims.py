@@ -66,6 +66,7 @@ CLAIM_X = ("  - id: x\n    claim: A.\n    source: s\n"
     ("    tolerance: -0.1\n", "claim 'x': key 'tolerance': must be >= 0"),
     ("    tolerance: 0.1\n" + CLAIM_X + "    tolerance: 0.1\n", "claim 'x': duplicate id"),
     ("    tolerance: yes\n", "claim 'x': key 'tolerance': expected a number, got True"),
+    ("    tolerance: 0.1\n    adaptation: [gpu]\n", "claim 'x': key 'adaptation': expected str"),
 ])
 def test_bad_claims_files_are_named(tmp_path, edit, message):
     text = "sources: {s: a source}\nclaims:\n" + CLAIM_X
@@ -73,6 +74,24 @@ def test_bad_claims_files_are_named(tmp_path, edit, message):
     f.write_text(text + edit)
     with pytest.raises(claims.ClaimsError, match=message):
         claims.load_claims(f)
+
+
+def test_an_adapted_claim_says_how_in_its_note(tmp_path):
+    """A claim whose measurement differs from its source's says how in its
+    note, judged or not; the project's adapted claims each have a pair or a
+    reason."""
+    f = tmp_path / "claims.yaml"
+    f.write_text("sources: {s: a source}\nclaims:\n" + CLAIM_X + "    tolerance: 0.1\n"
+                 "    adaptation: >-\n      on a CPU; the source\n      used a GPU\n")
+    c = claims.load_claims(f)[0]
+    assert c.adaptation == "on a CPU; the source used a GPU"
+    row, _ = claims.evaluate(c, SimpleNamespace(present=False, manifest={}, **STUDY_DATA))
+    assert "adapted from the source: on a CPU; the source used a GPU" in row["note"], row
+    adapted = {c.id: c.adaptation for c in claims.load_claims() if c.adaptation}
+    assert {"xla-speedup", "pytorch-oom-first", "py-function-costs-30pct",
+            "jax-faster-than-pytorch"} <= set(adapted)
+    ids = {c.id for c in claims.load_claims()}
+    assert {"jax-faster-than-compiled-pytorch", "jax-faster-than-tensorflow-xla"} <= ids
 
 
 def test_claims_file_problems_each_named(tmp_path):
@@ -269,18 +288,14 @@ def test_a_verdict_measured_on_a_busy_machine_says_so():
     assert "busy machine" in row["note"] and "27%" in row["note"], row["note"]
 
 
-def test_the_report_prior_narrows_timed_claims_and_spares_one_that_spreads_more():
-    """Twelve claims, one model each, three rounds whose ratios move 1% from
-    process to process, and a thirteenth whose rounds move 8%: the prior of
-    all of them (``claims.variance_prior_of``) narrows the twelve intervals
-    (the thirteenth, in the prior, makes its d0 small: about a quarter) and
-    leaves the thirteenth its own."""
+def _rounds_study(sds, seed=5, study="inference_sweep"):
+    """A study's stand-in whose claim i (model m{i}) compares two variants over
+    three rounds whose ratio moves ``sds[i]`` from process to process."""
     from fwcompare.core.stats import CellSamples
 
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     cells, by_cell = [], {}
-    for i in range(13):
-        sd = 0.08 if i == 12 else 0.01
+    for i, sd in enumerate(sds):
         effect = sd * rng.standard_normal(3)
         for var, scale in (("torch/eager", 1.2), ("tensorflow/graph", 1.0)):
             cid = f"c{len(cells)}"
@@ -293,23 +308,75 @@ def test_the_report_prior_narrows_timed_claims_and_spares_one_that_spreads_more(
                               status="ok", rounds=3, task="inference",
                               median_s=float(np.median(by_cell[cid].pooled)), peak_mem_bytes=1e9))
     df = pd.DataFrame(cells)
-    data = SimpleNamespace(present=True, summary=df, results=df, by_cell=by_cell,
+    return SimpleNamespace(present=True, summary=df, results=df, by_cell=by_cell,
                            samples=pd.DataFrame(), losses=None, manifest={},
-                           **{**STUDY_DATA, "rounds": 3})
+                           **{**STUDY_DATA, "rounds": 3, "dir": Path("/nonexistent") / study,
+                              "params": {"device": "cpu", "schedule": "interleaved"}})
+
+
+def _width(r):
+    return math.log(r["ci_high"]) - math.log(r["ci_low"])
+
+
+def test_a_class_prior_narrows_timed_claims_and_spares_one_that_spreads_more():
+    """Twelve claims, one model each, three rounds whose ratios move 1% from
+    process to process, and a thirteenth whose rounds move 8%: the prior of
+    their class (``claims.variance_priors``) narrows the twelve intervals,
+    estimated without the thirteenth (an outlier of the first estimate), and
+    leaves the thirteenth its own t; each row keeps its own-t interval too."""
+    data = _rounds_study([0.01] * 12 + [0.08])
     mine = [claim(id=f"k{i}", models=[f"m{i}"], expected=1.2, tolerance=0.1) for i in range(13)]
     own = [claims.evaluate(c, data)[0] for c in mine]
-    data.prior = claims.variance_prior_of(mine, {"inference_sweep": data})
-    assert data.prior is not None and data.prior.figures == 13
+    priors = claims.variance_priors(mine, {"inference_sweep": data})
+    assert list(priors) == [claims.prior_class(data)] == ["inference_sweep (cpu, interleaved)"]
+    data.prior = priors[claims.prior_class(data)]
+    assert data.prior.figures == 12 and data.prior.total_dof == 24  # the outlier left out
     pooled = [claims.evaluate(c, data)[0] for c in mine]
-
-    def width(r):
-        return math.log(r["ci_high"]) - math.log(r["ci_low"])
-
-    narrower = [width(p) / width(o) for p, o in zip(pooled[:12], own[:12])]
-    # a figure whose rounds agreed by chance widens towards the others (1.25 seen)
-    assert np.median(narrower) < 0.85, narrower  # 0.76 seen
-    assert width(pooled[12]) == pytest.approx(width(own[12])), (pooled[12], own[12])
+    narrower = [_width(p) / _width(o) for p, o in zip(pooled[:12], own[:12])]
+    # a figure whose rounds agreed by chance widens towards the others
+    assert np.median(narrower) < 0.85, narrower
+    assert _width(pooled[12]) == pytest.approx(_width(own[12])), (pooled[12], own[12])
     assert not data.prior.typical(*_spread_of(data, mine[12]))
+    for p, o in zip(pooled, own):  # the CSV's own-t interval is the one without the prior
+        assert (p["own_ci_low"], p["own_ci_high"]) == pytest.approx((o["ci_low"], o["ci_high"]))
+        assert p["confidence"] == 0.95 and p["prior_class"] == "inference_sweep (cpu, interleaved)"
+    assert own[0]["prior_class"] == ""
+
+
+def test_classes_borrow_only_from_their_own_study():
+    """A quiet study (0.5% between rounds) and a noisy one (4%), eight claims
+    each: each class's prior is its own, so the quiet claims' intervals stay
+    narrow and the noisy ones' wide; one prior pooled over both (as reports
+    made it before) would pull each towards the other."""
+    quiet = _rounds_study([0.005] * 8, seed=1, study="inference_sweep")
+    noisy = _rounds_study([0.04] * 8, seed=2, study="training")
+    mine = [claim(id=f"q{i}", models=[f"m{i}"]) for i in range(8)]
+    theirs = [claim(id=f"n{i}", models=[f"m{i}"], study="training") for i in range(8)]
+    data = claims.variance_priors(mine + theirs, {"inference_sweep": quiet, "training": noisy})
+    assert set(data) == {"inference_sweep (cpu, interleaved)", "training (cpu, interleaved)"}
+    q, n = data["inference_sweep (cpu, interleaved)"], data["training (cpu, interleaved)"]
+    assert n.var > 10 * q.var
+    # one pooled prior of both classes: its spread between them
+    from fwcompare.core.stats import variance_prior
+
+    both = variance_prior([_spread_of(quiet, c) for c in mine]
+                          + [_spread_of(noisy, c) for c in theirs])
+    assert q.var < both.var < n.var or both.dof < min(q.dof, n.dof)
+
+
+def test_a_prior_adds_at_most_what_the_other_figures_measured():
+    """Smyth's d0 comes out infinite where the variances spread no more than
+    sampling explains; what it adds to a figure's t is capped at the other
+    figures' degrees of freedom, and the moderated variance is then the
+    pooled one."""
+    from fwcompare.core.stats import VariancePrior, variance_prior
+
+    spreads = [(1e-4, 2)] * 5
+    prior = variance_prior(spreads)
+    assert math.isinf(prior.dof) and prior.total_dof == 10 and prior.weight(2) == 8
+    var, dof = prior.moderate(1.5e-4, 2)
+    assert dof == 10 and var == pytest.approx((8 * prior.var + 2 * 1.5e-4) / 10)
+    assert VariancePrior(1e-4, 3.0, 5, 10.0).weight(2) == 3.0
 
 
 def _spread_of(data, c):
@@ -319,9 +386,42 @@ def _spread_of(data, c):
     return spreads[0]
 
 
+def test_the_page_says_how_many_wrong_verdicts_to_expect_at_most(tmp_path):
+    """A decided verdict from a 95% interval is wrong with a chance of at most
+    2.5% (a contradicted one on a two-edged band 5%, an interval of a later
+    look its own level's); verdicts without an interval are counted apart,
+    and the interval's level is printed beside it where it is not 95%."""
+    import json
+
+    from fwcompare.suite import report
+
+    def row(verdict, direction="above", confidence=0.95, has_ci=True):
+        return dict(id=f"c{len(rows)}", claim="x", source="s", source_text="", claimed="",
+                    verdict=verdict, direction=direction, confidence=confidence,
+                    has_ci=has_ci, value=1.1, ci_low=1.05, ci_high=1.15, unit="", n_cells=1,
+                    cells="", measured_on="cpu", note="", band_low=1.02, band_high=math.inf,
+                    metric="time_ratio")
+    rows: list = []
+    for args in [("supported",), ("contradicted", "about"), ("supported", "above", 0.9833),
+                 ("inconclusive",), ("contradicted", "below", math.nan, False)]:
+        rows.append(row(*args))
+    assert claims.wrong_verdicts_bound(rows) == pytest.approx(0.025 + 0.05 + 0.0167 / 2)
+    assert claims.decided_without_interval(rows) == 1
+    assert claims.format_value(rows[2]) == "1.100 [1.050, 1.150] at 98.3%"
+    assert claims.format_value(rows[0]) == "1.100 [1.050, 1.150]"
+    summary = tmp_path / report.SUMMARY
+    summary.mkdir()
+    (summary / "scorecard.json").write_text(json.dumps(
+        {"profile": "quick", "verdicts": {"supported": 2}, "claims": rows}))
+    page = report._scorecard_section(tmp_path, {})
+    assert "Of the 4 decided verdicts, at most about 0.1 are expected to be wrong" in page, page
+    assert "1 of them rest on a single figure without an interval" in page
+
+
 def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
-    """The report's first page names the moderated t and its prior (as
-    scorecard.json stores it: an infinite d0 is "inf" in JSON)."""
+    """The report's first page names the moderated t and its classes' priors
+    (as scorecard.json stores them: an infinite d0 is "inf" in JSON, and what
+    a prior is worth is capped at its figures' degrees of freedom)."""
     import json
 
     from fwcompare.suite import report
@@ -329,20 +429,26 @@ def test_the_scorecard_page_says_what_the_prior_is(tmp_path):
     summary = tmp_path / report.SUMMARY
     summary.mkdir()
     doc = {"profile": "quick", "verdicts": {"supported": 0}, "claims": [],
-           "variance_prior": {"var": 1.44e-4, "dof": "inf", "figures": 14}}
+           "variance_priors": {"inference_sweep (cpu, interleaved)":
+                               {"var": 1.44e-4, "dof": "inf", "figures": 14, "total_dof": 28}}}
     (summary / "scorecard.json").write_text(json.dumps(doc))
     page = report._scorecard_section(tmp_path, {})
-    assert "moderated t" in page and "1.20%" in page and "unlimited" in page, page
-    assert "from 14 figures" in page
+    assert "moderated t" in page and "1.20%" in page and "worth 28 degrees" in page, page
+    assert "1 class(es) here" in page
     assert "noisy" not in page  # 1.2%: about a quiet machine's spread
-    doc["variance_prior"] = {"var": 0.0416 ** 2, "dof": 2.7, "figures": 20}  # the EPYC's
+    doc["variance_priors"]["training (cpu, interleaved)"] = {
+        "var": 0.0416 ** 2, "dof": 2.7, "figures": 5, "total_dof": 10}
+    doc["variance_priors"]["memory (cpu, interleaved)"] = {
+        "var": 0.05 ** 2, "dof": 4.0, "figures": 3, "total_dof": 6}
     (summary / "scorecard.json").write_text(json.dumps(doc))
     page = report._scorecard_section(tmp_path, {})
-    assert "This machine was noisy:</b> that spread is 4 times a quiet machine's" in page, page
-    doc["variance_prior"]["var"] = 0.019 ** 2  # under twice a quiet machine's: not said
+    assert "1.20% to 5.00%" in page and "worth 3 to 28 degrees" in page, page
+    assert "noisy" not in page  # noisier classes, but the quietest is a quiet machine's
+    doc["variance_priors"]["inference_sweep (cpu, interleaved)"]["var"] = 0.0416 ** 2
     (summary / "scorecard.json").write_text(json.dumps(doc))
-    assert "noisy" not in report._scorecard_section(tmp_path, {})
-    doc["variance_prior"] = None
+    page = report._scorecard_section(tmp_path, {})
+    assert "This machine was noisy:</b> even the quietest class's spread is 4 times" in page
+    doc["variance_priors"] = {}
     (summary / "scorecard.json").write_text(json.dumps(doc))
     assert "moderated t" not in report._scorecard_section(tmp_path, {})
 

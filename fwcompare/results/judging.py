@@ -70,6 +70,9 @@ class Claim:
     shapes: str = "all"
     aggregate: str = "geomean"
     source_text: str = ""
+    # what the figure judged here differs in from the source's (its device,
+    # its workload, its setting), said in the claim's note
+    adaptation: str = ""
 
     @property
     def band(self) -> tuple[float, float]:
@@ -201,8 +204,9 @@ class StudyData:
 
         self.dir = directory
         self.confidence = 0.95
-        # the report's variance prior (stats.variance_prior), and a list that
-        # collects the figures' per-round spreads to estimate it (claims.scorecard)
+        # the variance prior of this study's class of timed claims
+        # (claims.prior_class), and a list that collects the figures' per-round
+        # spreads to estimate it (claims.variance_priors)
         self.prior = None
         self.spreads = None
         params = directory / "results" / "params.json"

@@ -18,14 +18,13 @@ import copy
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..core.atomic import read_json, write_text
-from ..core.env import lacks_package
 from ..results.judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE,  # noqa: F401
                                SHARED_METRICS, SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known,
                                Measurement, Metric, StudyData, _devices, busy_host_note, cell_label,
@@ -36,12 +35,15 @@ from ..core.machine_load import BUSY_HOST
 from ..results.tables import hardware_line
 from ..core.paths import OUTPUTS
 from ..plan.schema import read_yaml
+from .unmeasured import (LEFT_OUT, NO_FIGURE, NO_GPU, NO_RESULTS,  # noqa: F401 (the report's)
+                         _ran_on_gpu, _unmeasured)
 
 # -- loading ------------------------------------------------------------------------
 _REQUIRED = {"id": str, "claim": str, "source": str, "claimed": str, "hardware": str,
              "study": str, "metric": str, "cells": dict, "expected": (int, float),
              "direction": str, "tolerance": (int, float)}
-_OPTIONAL = {"reference": (int, float), "models": list, "shapes": str, "aggregate": str}
+_OPTIONAL = {"reference": (int, float), "models": list, "shapes": str, "aggregate": str,
+             "adaptation": str}
 
 
 def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
@@ -118,7 +120,8 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
             reference=float(raw.get("reference", math.nan)),
             models=tuple(raw.get("models", ())), shapes=raw.get("shapes", "all"),
             aggregate=raw.get("aggregate", "geomean"),
-            source_text=" ".join(str(sources[raw["source"]]).split())))
+            source_text=" ".join(str(sources[raw["source"]]).split()),
+            adaptation=" ".join(raw.get("adaptation", "").split())))
     if problems:
         raise ClaimsError(f"{path}: {len(problems)} problem(s)\n  " + "\n  ".join(problems))
     return claims
@@ -176,139 +179,12 @@ class Scorecard:
     points: pd.DataFrame  # per-cell values behind each claim's figure
     profile: str
     counts: frozenset = frozenset()  # the metrics whose figure is a signed count
-    prior: VariancePrior | None = None  # the report's variance prior (timed claims)
+    # the variance prior of each class of timed claims (``prior_class``: study,
+    # device, schedule) that has one
+    priors: dict[str, VariancePrior] = field(default_factory=dict)
 
     def verdict_counts(self) -> dict[str, int]:
         return {v: int((self.table["verdict"] == v).sum()) for v in VERDICTS}
-
-
-def _nothing_ran(data: StudyData) -> str:
-    """The one reason, where every stored cell of a study is ``unsupported``
-    with the same one (distributed on one GPU: "needs 2 GPUs ..."); "" else."""
-    r = data.results
-    if not data.present or "status" not in r or not (r["status"] == "unsupported").all():
-        return ""
-    reasons = set(r["error"].fillna(""))
-    return reasons.pop() if len(reasons) == 1 else ""
-
-
-# The reasons a claim is "not measured here" that the report's first page counts
-# (its ``unmeasured`` column), beside those of ``_nothing_ran`` and ``_lacking``.
-NO_RESULTS = "its study has no results for this profile"
-LEFT_OUT = "left out by this profile's params"
-NO_GPU = "a GPU claim, and this run has no GPU cells"
-NO_FIGURE = "no figure from the cells that ran"
-
-
-def _unmeasured(data: StudyData, claim: Claim, note: str) -> tuple[str, str]:
-    """Why a claim is not measured here: a short reason, the same for every
-    claim it stops (the report's first page counts them: ``unmeasured``), and
-    the claim's note (``note``: the metric's own, kept where no reason of the
-    run's says more)."""
-    if not data.present:
-        return NO_RESULTS, note
-    if ran := _nothing_ran(data):  # every cell of the study unsupported, one reason
-        return ran, f"none of the study's cells ran here: {ran}"
-    if lacking := _lacking(data, claim):  # a framework or model package missing
-        return lacking, lacking
-    if left := _left_out(data, claim):  # the params plan none of its cells
-        return LEFT_OUT, left
-    if claim.hardware == "gpu" and not _ran_on_gpu(data):
-        return NO_GPU, note
-    return NO_FIGURE, note or "no figure could be computed"
-
-
-def _lacking(data: StudyData, claim: Claim) -> str:
-    """Why the claim's cells could not run here, where that is a framework or
-    model package this machine lacks ("tensorflow: not installed here (...)",
-    each reason once), or ""."""
-    r = data.results
-    if not data.present or not {"framework", "mode", "device", "status", "error"} <= set(r.columns):
-        return ""
-    # the cells a claim names: variants ("tensorflow/graph") or frameworks (distributed's
-    # {frameworks: [...]}); a claim that names neither (a precision, a technique) gets none
-    named = [v for x in claim.cells.values() for v in (x if isinstance(x, list) else [x])
-             if isinstance(v, str)]
-    variants = {v for v in named if "/" in v}
-    fws = set(claim.cells.get("frameworks") or [])
-    if not variants and not fws:
-        return ""
-    mine = ((r["framework"].astype(str) + "/" + r["mode"].astype(str)).isin(variants)
-            | r["framework"].isin(fws)) & r["device"].isin(_devices(claim.hardware))
-    if claim.models:
-        mine &= r["model"].isin(claim.models)
-    lacking = r[mine & (r["status"] == "unsupported") & r["error"].map(lacks_package)]
-    return "; ".join(dict.fromkeys(lacking["error"]))
-
-
-# Profiles a left-out claim's note does not offer: the tests' tiny models judge nothing
-# a reader should take as a verdict.
-TEST_PROFILES = ("smoke",)
-
-
-def _planned(study: str, params, devices) -> tuple[set[str], set[str]] | None:
-    """The framework/mode variants and the models ``params`` (a study's raw
-    params, or a params file's path) plan on ``devices``; None where they
-    plan no cell there or are not valid params of the study."""
-    from ..plan.schema import ParamsError
-    from ..studies import STUDIES
-
-    st = STUDIES[study]
-    try:
-        if isinstance(params, Path):
-            params = read_yaml(params, "params")
-        specs = [s for s in st.cells(st.validate(params, "params")) if s.device in devices]
-    except (ParamsError, KeyError, TypeError, ValueError):
-        return None
-    if not specs:
-        return None
-    return {f"{s.framework}/{s.mode}" for s in specs}, {s.model for s in specs}
-
-
-def _left_out(data: StudyData, claim: Claim) -> str:
-    """Why a claim is not measured where the run's own params leave out what
-    it compares on its hardware (the gpu profile leaves gpt2-xl, and JAX
-    outside distributed, to full): the variants missing, or its models where
-    none of them is planned, and the profiles of ``params/`` that plan them
-    (the tests' own left out); "" where the params plan them, plan no cell
-    on the claim's hardware at all, or were not stored."""
-    import functools
-
-    from ..core.paths import PARAMS
-
-    if not data.params:
-        return ""
-    devices = _devices(claim.hardware)
-
-    def missing(planned) -> list[str]:
-        variants, models = planned
-        # a claim's models are alternatives (its metric reads the cells of any of them)
-        return ([v for v in claim.variants if v not in variants]
-                + (list(claim.models) if claim.models and not set(claim.models) & models
-                   else []))
-
-    here = _planned(claim.study, data.params, devices)
-    if here is None or not (gone := missing(here)):
-        return ""
-    plan = functools.partial(_planned, claim.study, devices=devices)
-    others = [f.stem for f in sorted((PARAMS / claim.study).glob("*.yaml"))
-              if f.stem not in TEST_PROFILES and (p := plan(f)) is not None and not missing(p)]
-    where = f" on {devices[0]}" if len(devices) == 1 else ""
-    text = f"this run's params leave out {_and(gone)}{where}"
-    if others:
-        text += (f"; the {_and(others)} profile{'s measure' if len(others) > 1 else ' measures'} "
-                 f"{'them' if len(gone) > 1 else 'it'}")
-    return text
-
-
-def _and(words: list[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
-    return " and ".join(filter(None, [", ".join(words[:-1]), words[-1]]))
-
-
-def _ran_on_gpu(data: StudyData) -> bool:
-    r = data.results
-    return bool(data.present and "device" in r and (r["device"] == "gpu").any())
 
 
 def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float]]]:
@@ -320,10 +196,11 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
            "band_low": claim.band[0], "band_high": claim.band[1], "tolerance": claim.tolerance}
     metric = metrics()[claim.metric]
     look, looks = 1, 1
+    devices = _devices(claim.hardware)
     if not data.present:
         m = Measurement(note=f"the {claim.study} study has no results for this profile")
     else:
-        m, look, looks = measure(metric, data, claim, _devices(claim.hardware))
+        m, look, looks = measure(metric, data, claim, devices)
         if (claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced
                 and _ran_on_gpu(data)):
             m.forced = "not measured here"  # its GPU cells did not make a figure: m.note says why
@@ -335,7 +212,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                 cpu.note = ("the claim is about GPUs and this run has no GPU cells; the "
                             "figure is this CPU's, shown for context and not judged"
                             + (f" ({cpu.note})" if cpu.note else ""))
-                m = cpu
+                m, devices = cpu, ("cpu",)
             else:
                 m.forced = "not measured here"
                 m.note = "the claim is about GPUs and this run has no GPU cells"
@@ -351,13 +228,27 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
         m.add_note(f"after {look - 1} extra round(s) of its cells, its interval at "
                    f"{look_confidence(look, looks):.1%} (the error spent over the looks)")
     if verdict == "inconclusive" and metric.timed and m.rounds >= 2:
-        why = stop_reason(m, claim.band, look, looks, prior_dof(data)) or skipped_note(data, claim)
+        why = (stop_reason(m, claim.band, look, looks, prior_dof(data, m))
+               or skipped_note(data, claim))
         m.add_note(why)
     if m.host_load > BUSY_HOST and judged:
         m.add_note(busy_host_note(m.host_load))
+    if claim.adaptation:  # what is measured here differs from what the source measured
+        m.add_note(f"adapted from the source: {claim.adaptation}")
     hw = hardware_line(data.manifest) if data.manifest else ""
+    has_ci = bool(math.isfinite(m.low) and math.isfinite(m.high))
+    own = m
+    if has_ci and metric.timed and data.prior is not None:  # its own t, beside the pooled
+        alone = copy.copy(data)
+        alone.prior = None
+        own, _, _ = measure(metric, alone, claim, devices)
     row.update(verdict=verdict, value=m.value, ci_low=m.low, ci_high=m.high, unit=m.unit,
-               has_ci=bool(math.isfinite(m.low) and math.isfinite(m.high)),
+               has_ci=has_ci,
+               confidence=(look_confidence(look, looks) if metric.timed else data.confidence)
+               if has_ci else math.nan,
+               own_ci_low=own.low if has_ci else math.nan,
+               own_ci_high=own.high if has_ci else math.nan,
+               prior_class=prior_class(data) if has_ci and data.prior is not None else "",
                n_cells=len(m.cells), cells="; ".join(m.cells), rounds=m.rounds,
                host_load=m.host_load,
                measured_on=("/".join(sorted(m.devices)) + (f": {hw}" if hw else ""))
@@ -399,40 +290,62 @@ def skipped_note(data: StudyData, claim: Claim) -> str:
     return "" if record else "no extra rounds were taken (a report takes them: fwcompare report)"
 
 
-def prior_dof(data: StudyData) -> float:
-    """The degrees of freedom the report's variance prior adds to a figure's t."""
-    return data.prior.dof if data.prior is not None else 0.0
+def prior_dof(data: StudyData, m: Measurement) -> float:
+    """The degrees of freedom the class's variance prior adds to the t of the
+    figure ``m`` (``VariancePrior.weight``); 0 without a prior."""
+    return data.prior.weight(m.rounds - 1) if data.prior is not None else 0.0
 
 
-def variance_prior_of(claims: list[Claim], data: dict[str, StudyData]) -> VariancePrior | None:
-    """The report's prior of per-round variances (``stats.variance_prior``,
-    Smyth 2004): from the per-round figures of every timed claim of these
-    studies measured in two or more rounds, as they stand (extra rounds
-    included). Three rounds give a figure's own variance 2 degrees of
-    freedom (t = 4.30); where the report's figures spread alike, the prior
-    adds many more (t near 2), and a figure that spreads more than they do
-    keeps its own t (``VariancePrior.typical``; methodology.md). The
-    distributed study's launches (several ranks each) feed no prior and take
-    none: their spread is of another kind."""
-    spreads: list = []
+def prior_class(data: StudyData) -> str:
+    """The class of timed claims whose round-to-round spreads a claim's
+    interval borrows: one study's, on one device, under one schedule. Their
+    spreads differ by class far more than within one (between 0.1% and 7.7%
+    of the log ratio over a CPU report's claims; a training step's processes
+    spread 5-7 times as much as an inference cell's), and a prior pooled over
+    unlike figures narrows the noisy ones' intervals past their level and
+    widens the quiet ones'."""
+    p = data.params
+    return f"{data.dir.name} ({p.get('device', 'cpu')}, {p.get('schedule', 'interleaved')})"
+
+
+def class_spreads(claims: list[Claim], data: dict[str, StudyData]) -> dict[str, list]:
+    """Per class (:func:`prior_class`): the (variance, degrees of freedom) of the
+    per-round figures of its timed claims measured in two or more rounds, as
+    they stand (extra rounds included). The distributed study's launches
+    (several ranks each) give none: their spread is of another kind."""
+    spreads: dict[str, list] = {}
     known = metrics()
     for c in claims:
         d = data.get(c.study)
         if not known[c.metric].timed or d is None or not d.present:
             continue
         d = copy.copy(d)
-        d.prior, d.spreads = None, spreads
+        d.prior, d.spreads = None, spreads.setdefault(prior_class(d), [])
         known[c.metric].fn(d, c, _devices(c.hardware))
-    return variance_prior(spreads)
+    return {k: v for k, v in spreads.items() if v}
+
+
+def variance_priors(claims: list[Claim], data: dict[str, StudyData]) -> dict[str, VariancePrior]:
+    """The variance prior (``stats.variance_prior``, Smyth 2004) of each class
+    of timed claims (:func:`prior_class`) that has one, from its spreads
+    (:func:`class_spreads`). Three rounds give a figure's own variance 2
+    degrees of freedom (t = 4.30); where a class's figures spread alike, its
+    prior adds up to what the others have between them (t near 2), and a
+    figure that spreads more than they do keeps its own t
+    (``VariancePrior.typical``; methodology.md). A class of fewer than three
+    such figures has none: each keeps its own t. Coverage on a real report's
+    spreads: ``benchmarks/prior_coverage.py``."""
+    return {k: prior for k, v in class_spreads(claims, data).items()
+            if (prior := variance_prior(v)) is not None}
 
 
 def studies_data(claims: list[Claim], folder) -> dict[str, StudyData]:
     """Each claimed study's stored results (``folder(study)``: its output
-    folder), with the variance prior of all of them set on each."""
+    folder), each with the variance prior of its class (:func:`prior_class`)."""
     data = {s: StudyData(Path(folder(s))) for s in dict.fromkeys(c.study for c in claims)}
-    prior = variance_prior_of(claims, data)
+    priors = variance_priors(claims, data)
     for d in data.values():
-        d.prior = prior
+        d.prior = priors.get(prior_class(d)) if d.present else None
     return data
 
 
@@ -452,7 +365,7 @@ def doubtful(outs: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
         m, look, looks = measure(known[c.metric], d, c, _devices(c.hardware))
         if (judge(m.value, m.low, m.high, c.band) == "inconclusive" and not m.forced
                 and m.rounds >= 2 and m.ids
-                and not stop_reason(m, c.band, look, looks, prior_dof(d))):
+                and not stop_reason(m, c.band, look, looks, prior_dof(d, m))):
             out.setdefault(c.study, {})[c.id] = m.ids
     return out
 
@@ -474,7 +387,7 @@ def scorecard(profile: str = "quick", results_dir: Path | str | None = None,
         points += [{"id": c.id, "cell": label, "value": float(v)} for label, v in pts]
     card = Scorecard(pd.DataFrame(rows), pd.DataFrame(points, columns=["id", "cell", "value"]),
                      profile, frozenset(k for k, m in metrics().items() if m.count),
-                     next(iter(data.values())).prior if data else None)
+                     {prior_class(d): d.prior for d in data.values() if d.prior is not None})
     if output_dir:
         write(card, Path(output_dir))
     return card
@@ -491,8 +404,9 @@ def _jsonable(v):
 def write(card: Scorecard, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"profile": card.profile, "verdicts": card.verdict_counts(),
-           "variance_prior": {k: _jsonable(v) for k, v in dataclasses.asdict(card.prior).items()}
-           if card.prior else None,
+           "variance_priors": {label: {k: _jsonable(v)
+                                       for k, v in dataclasses.asdict(prior).items()}
+                               for label, prior in card.priors.items()},
            "claims": [{k: _jsonable(v) for k, v in r.items()}
                       for r in card.table.to_dict("records")]}
     target = write_text(directory / "scorecard.json", json.dumps(doc, indent=1))
@@ -535,9 +449,37 @@ def format_value(row) -> str:
     if lo is not None and hi is not None and all(
             isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
         text += f" [{num(lo)}, {num(hi)}]"
+        level = row.get("confidence")
+        if isinstance(level, (int, float)) and math.isfinite(level) and round(level, 4) != 0.95:
+            text += f" at {level:.1%}"  # an interval of a later look (look_confidence)
     elif not count:
         text += " (no CI)"
     return text
+
+
+def wrong_verdicts_bound(rows) -> float:
+    """How many of these scorecard rows' verdicts may be wrong, in expectation
+    at most, where each interval keeps its level: a decided verdict is wrong
+    only where its interval lies wholly on one side of the truth, which an
+    interval of level c does with a chance of at most (1 - c) / 2; a
+    "contradicted" on a band with two edges (``about``) from either side, so
+    twice that. Verdicts without an interval are not counted: they carry no
+    such bound (:func:`decided_without_interval`)."""
+    total = 0.0
+    for r in rows:
+        level = r.get("confidence")
+        if (r.get("verdict") not in ("supported", "contradicted") or not r.get("has_ci")
+                or not isinstance(level, (int, float)) or not math.isfinite(level)):
+            continue
+        sides = 2 if r["verdict"] == "contradicted" and r.get("direction") == "about" else 1
+        total += sides * (1 - level) / 2
+    return total
+
+
+def decided_without_interval(rows) -> int:
+    """The decided verdicts that rest on a figure without an interval."""
+    return sum(1 for r in rows
+               if r.get("verdict") in ("supported", "contradicted") and not r.get("has_ci"))
 
 
 def format_band(row) -> str:

@@ -121,32 +121,67 @@ def _scorecard_section(out_root: Path, failures: dict[str, str]) -> str:
     forest = out / "figures" / f"{FOREST}.png"
     glance = (f'<div class="glance">{_figure_html(f"{SUMMARY}/figures", forest, "")}</div>'
               if forest.is_file() else "")
-    prior = card.get("variance_prior")
-    dof = float(prior["dof"]) if prior else math.nan  # "inf" in JSON
-    spread = math.sqrt(prior["var"]) if prior else math.nan
-    pooled = (f" A timed claim's interval from rounds borrows the round-to-round spread of "
-              f"this report's other timed claims (moderated t: typical spread "
-              f"{spread:.2%} of the log ratio, worth "
-              f"{'unlimited' if math.isinf(dof) else format(dof, '.0f')}"
-              f" degrees of freedom, from {prior['figures']} figures); one that spreads more "
-              f"keeps its own (docs/methodology.md)." if prior else "")
+    priors = card.get("variance_priors") or {}
+    spreads = sorted(math.sqrt(p["var"]) for p in priors.values())
+    # the quietest class: the others spread more by their kind (whole training
+    # runs, exports), not by the machine
+    spread = spreads[0] if spreads else math.nan
+    pooled = ""
+    if priors:
+        worth = sorted(min(float(p["dof"]), float(p.get("total_dof", "inf")))  # "inf" in JSON
+                       for p in priors.values())
+        pooled = (f" A timed claim's interval from rounds borrows the round-to-round spread "
+                  f"of the other timed claims of its class (one study on one device and "
+                  f"schedule; moderated t) where its class has three or more: "
+                  f"{len(priors)} class(es) here, typical spreads "
+                  f"{_span(spreads, '.2%')} of the log ratio, worth {_span(worth, '.0f')} "
+                  f"degrees of freedom; one that spreads more than its class keeps its own "
+                  f"t, and the scorecard CSV gives each claim's own-t interval beside "
+                  f"(docs/methodology.md).")
     if spread > NOISY_FACTOR * QUIET_SPREAD:
-        pooled += (f" <b>This machine was noisy:</b> that spread is {spread / QUIET_SPREAD:.0f} "
+        pooled += (f" <b>This machine was noisy:</b> even the quietest class's spread is "
+                   f"{spread / QUIET_SPREAD:.0f} "
                    f"times a quiet machine's (about {QUIET_SPREAD:.0%} on a 2-core Xeon), so its "
                    f"intervals are wider and more verdicts inconclusive than a quiet machine's; "
                    f"a quieter machine, or more rounds (<code>--set rounds=5</code>), narrows "
                    f"them.")
     return (f"{head}<p>Each claim from the 2019 Hugging Face study or framework-comparison "
             f"articles, judged against this profile's measurements: <b>supported</b> when "
-            f"the whole 95% CI lies where the claim holds, <b>contradicted</b> when it lies "
+            f"the whole interval (95%, or the level it names after extra rounds) lies "
+            f"where the claim holds, <b>contradicted</b> when it lies "
             f"wholly outside, <b>inconclusive</b> when it straddles an edge, <b>not measured "
             f"here</b> when this run has no cells for it (a GPU claim on a CPU, say). "
-            f"Verdicts are about this machine, not the frameworks in general.{pooled}</p>"
+            f"Verdicts are about this machine, not the frameworks in general."
+            f"{_wrong_html(card['claims'])}{pooled}</p>"
             f"<p>{counts}</p><p>{links}</p>{glance}"
             f'<table class="scorecard"><thead><tr><th>claim</th><th>claimed</th>'
-            f"<th>measured here (95% CI)</th><th>holds when</th><th>verdict</th>"
+            f"<th>measured here (interval)</th><th>holds when</th><th>verdict</th>"
             f"<th>cells</th><th>on</th><th>note</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>{figs}</section>")
+
+
+def _span(values: list[float], spec: str) -> str:
+    """"a" or "a to b": the smallest and the largest of sorted ``values``."""
+    lo, hi = format(values[0], spec), format(values[-1], spec)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _wrong_html(rows: list[dict]) -> str:
+    """How many wrong verdicts a scorecard of this size should expect, at
+    most, and why (``claims.wrong_verdicts_bound``)."""
+    decided = [r for r in rows if r["verdict"] in ("supported", "contradicted")]
+    if not decided:
+        return ""
+    bound = claims.wrong_verdicts_bound(rows)
+    bare = claims.decided_without_interval(rows)
+    text = (f" Of the {len(decided)} decided verdicts, at most about {bound:.1f} are expected "
+            f"to be wrong: one is wrong only where its interval misses the truth on one "
+            f"side, a chance of at most 2.5% at 95% (5% for a contradicted claim whose band "
+            f"has two edges), as long as the intervals keep their level.")
+    if bare:
+        text += (f" {bare} of them rest on a single figure without an interval and carry no "
+                 f"such bound.")
+    return text
 
 
 def _unmeasured_html(card: dict) -> str:
