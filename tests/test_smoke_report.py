@@ -139,8 +139,12 @@ def test_generation_tokens_agree_and_prefill_decode_and_compile_are_apart(smoke)
     table = generation.generation_table(tables.summarize(res.results, res.samples))
     ok = table[table["status"] == "ok"]
     assert len(ok) >= len(p["seq_lens"]) * n_variants(p)
-    assert ((ok["ttft_s"] > 0) & (ok["decode_s_per_token"] > 0)).all(), \
-        ok[["variant", "ttft_s", "decode_s_per_token"]]
+    # A tiny model's decode (tens of microseconds a token) is the difference of two
+    # medians: on a loaded machine one cell's can come out at or below zero, never
+    # one whose interval lies there, nor more than one.
+    shown = ok[["variant", "ttft_s", "decode_s_per_token", "decode_low_s", "decode_high_s"]]
+    assert (ok["ttft_s"] > 0).all() and (ok["decode_high_s"] > 0).all(), shown
+    assert (ok["decode_s_per_token"] <= 0).sum() <= 1, shown
     assert (ok["decode_low_s"] <= ok["decode_s_per_token"]).all()
     assert (ok["decode_s_per_token"] <= ok["decode_high_s"]).all()
     longest = ok[(ok["model"] == "tiny-gpt2") & (ok["prompt"] == max(p["seq_lens"]))
