@@ -321,16 +321,16 @@ def _width(r):
 def test_a_class_prior_narrows_timed_claims_and_spares_one_that_spreads_more():
     """Twelve claims, one model each, three rounds whose ratios move 1% from
     process to process, and a thirteenth whose rounds move 8%: the prior of
-    their class (``claims.variance_priors``) narrows the twelve intervals,
-    estimated without the thirteenth (an outlier of the first estimate), and
-    leaves the thirteenth its own t; each row keeps its own-t interval too."""
+    their class (``claims.variance_priors``) narrows the twelve intervals
+    and leaves the thirteenth its own t; each row keeps its own-t interval
+    too."""
     data = _rounds_study([0.01] * 12 + [0.08])
     mine = [claim(id=f"k{i}", models=[f"m{i}"], expected=1.2, tolerance=0.1) for i in range(13)]
     own = [claims.evaluate(c, data)[0] for c in mine]
     priors = claims.variance_priors(mine, {"inference_sweep": data})
     assert list(priors) == [claims.prior_class(data)] == ["inference_sweep (cpu, interleaved)"]
     data.prior = priors[claims.prior_class(data)]
-    assert data.prior.figures == 12 and data.prior.total_dof == 24  # the outlier left out
+    assert data.prior.figures == 13 and data.prior.total_dof == 26
     pooled = [claims.evaluate(c, data)[0] for c in mine]
     narrower = [_width(p) / _width(o) for p, o in zip(pooled[:12], own[:12])]
     # a figure whose rounds agreed by chance widens towards the others

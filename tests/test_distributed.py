@@ -210,7 +210,7 @@ def test_scaling_table_efficiency():
 
 # what a StudyData has besides its frames: one round, no extra rounds, 95%, no folder or params
 NO_RUN_DIR = dict(rounds=1, more_rounds=0, confidence=0.95, dir=Path("/nonexistent"),
-                  params={})
+                  params={}, prior=None, spreads=None)
 
 
 def test_scaling_claim_from_claims_yaml_needs_every_framework():

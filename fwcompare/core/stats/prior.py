@@ -87,10 +87,6 @@ class VariancePrior:
     # the upper-tail probability of a figure's variance under the prior below
     # which the figure keeps its own t
     OUTLIER_P = 0.35
-    # below which, in the estimate's first pass, a figure is left out of the
-    # second (:func:`variance_prior`)
-    ESTIMATE_OUTLIER_P = 0.05
-
     def weight(self, dof: float) -> float:
         """The degrees of freedom the prior adds to a figure's own ``dof``: d0,
         at most what the other figures have between them. Their pooled
@@ -126,30 +122,16 @@ def variance_prior(spreads: Sequence[tuple[float, float]]) -> VariancePrior | No
     ``spreads`` ((variance, degrees of freedom) of each figure's per-round
     values): on log variances, whose mean and spread beyond what sampling
     alone gives (digamma and trigamma of d / 2) fix s0^2 and d0. None from
-    fewer than 3 figures, or where a variance is 0 (no log).
-
-    Robust to a few figures that spread far more than the rest: a first
-    estimate finds them (an F tail below ``ESTIMATE_OUTLIER_P``), and the
-    prior is estimated again without them where 3 or more are left, so they
-    neither widen the others' prior nor shrink its d0 (the idea of Phipson
-    et al. 2016, in its simplest form). They keep their own t
-    (:meth:`VariancePrior.typical`)."""
-    kept = [(x, d) for x, d in spreads if d >= 1]
-    first = _moments(kept)
-    if first is None:
-        return None
-    alike = [(x, d) for x, d in kept if _special.fdtrc(
-        d, min(first.dof, 1e9), x / first.var) >= VariancePrior.ESTIMATE_OUTLIER_P]
-    if len(alike) == len(kept) or len(alike) < 3:
-        return first
-    return _moments(alike) or first
-
-
-def _moments(spreads: Sequence[tuple[float, float]]) -> VariancePrior | None:
+    fewer than 3 figures, or where a variance is 0 (no log). A figure that
+    spreads far more than the rest is in the estimate (a second estimate
+    without the figures the first found atypical left the estimate of alike
+    figures biased low, and with a Bonferroni cut left it unchanged on the
+    constructed reports: measurements.md, "the variance prior by class"); it
+    keeps its own t all the same (:meth:`VariancePrior.typical`)."""
     from scipy import optimize, special
 
-    v = np.asarray([x for x, _ in spreads], dtype=float)
-    d = np.asarray([d for _, d in spreads], dtype=float)
+    v = np.asarray([x for x, d in spreads if d >= 1], dtype=float)
+    d = np.asarray([d for x, d in spreads if d >= 1], dtype=float)
     if v.size < 3 or not np.all(v > 0):
         return None
     total = float(d.sum())
