@@ -36,7 +36,7 @@ from ..results.tables import hardware_line
 from ..core.paths import OUTPUTS
 from ..plan.schema import read_yaml
 from .unmeasured import (LEFT_OUT, NO_FIGURE, NO_GPU, NO_RESULTS,  # noqa: F401 (the report's)
-                         _ran_on_gpu, _unmeasured)
+                         ran_on_gpu, why_unmeasured)
 
 # -- loading ------------------------------------------------------------------------
 _REQUIRED = {"id": str, "claim": str, "source": str, "claimed": str, "hardware": str,
@@ -202,7 +202,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
     else:
         m, look, looks = measure(metric, data, claim, devices)
         if (claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced
-                and _ran_on_gpu(data)):
+                and ran_on_gpu(data)):
             m.forced = "not measured here"  # its GPU cells did not make a figure: m.note says why
         elif claim.hardware == "gpu" and not math.isfinite(m.value) and not m.forced:
             # Not measured on a GPU: show what the CPU cells say, unjudged.
@@ -219,7 +219,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
     verdict = m.forced or judge(m.value, m.low, m.high, claim.band)
     unmeasured = ""
     if verdict == "not measured here":
-        unmeasured, m.note = _unmeasured(data, claim, m.note)
+        unmeasured, m.note = why_unmeasured(data, claim, m.note)
     judged = verdict in ("supported", "contradicted", "inconclusive")
     if judged and metric.timed and m.rounds == 1:
         verdict = "inconclusive"  # one process per variant: not a verdict (issue 48)
@@ -298,12 +298,11 @@ def prior_dof(data: StudyData, m: Measurement) -> float:
 
 def prior_class(data: StudyData) -> str:
     """The class of timed claims whose round-to-round spreads a claim's
-    interval borrows: one study's, on one device, under one schedule. Their
-    spreads differ by class far more than within one (between 0.1% and 7.7%
-    of the log ratio over a CPU report's claims; a training step's processes
-    spread 5-7 times as much as an inference cell's), and a prior pooled over
-    unlike figures narrows the noisy ones' intervals past their level and
-    widens the quiet ones'."""
+    interval borrows: one study's, on one device, under one schedule. Spreads
+    differ by class far more than within one (a training step's processes
+    against an inference cell's: methodology.md, "the moderated t, within a
+    class"), and a prior pooled over unlike figures narrows the noisy ones'
+    intervals past their level and widens the quiet ones'."""
     p = data.params
     return f"{data.dir.name} ({p.get('device', 'cpu')}, {p.get('schedule', 'interleaved')})"
 

@@ -28,7 +28,7 @@ NO_GPU = "a GPU claim, and this run has no GPU cells"
 NO_FIGURE = "no figure from the cells that ran"
 
 
-def _unmeasured(data: StudyData, claim: Claim, note: str) -> tuple[str, str]:
+def why_unmeasured(data: StudyData, claim: Claim, note: str) -> tuple[str, str]:
     """Why a claim is not measured here: a short reason, the same for every
     claim it stops (the report's first page counts them: ``unmeasured``), and
     the claim's note (``note``: the metric's own, kept where no reason of the
@@ -41,7 +41,7 @@ def _unmeasured(data: StudyData, claim: Claim, note: str) -> tuple[str, str]:
         return lacking, lacking
     if left := _left_out(data, claim):  # the params plan none of its cells
         return LEFT_OUT, left
-    if claim.hardware == "gpu" and not _ran_on_gpu(data):
+    if claim.hardware == "gpu" and not ran_on_gpu(data):
         return NO_GPU, note
     return NO_FIGURE, note or "no figure could be computed"
 
@@ -134,6 +134,6 @@ def _and(words: list[str]) -> str:
     return " and ".join(filter(None, [", ".join(words[:-1]), words[-1]]))
 
 
-def _ran_on_gpu(data: StudyData) -> bool:
+def ran_on_gpu(data: StudyData) -> bool:
     r = data.results
     return bool(data.present and "device" in r and (r["device"] == "gpu").any())

@@ -87,6 +87,7 @@ class VariancePrior:
     # the upper-tail probability of a figure's variance under the prior below
     # which the figure keeps its own t
     OUTLIER_P = 0.35
+
     def weight(self, dof: float) -> float:
         """The degrees of freedom the prior adds to a figure's own ``dof``: d0,
         at most what the other figures have between them. Their pooled

@@ -186,7 +186,7 @@ def _wrong_html(rows: list[dict]) -> str:
 
 def _unmeasured_html(card: dict) -> str:
     """Why the claims not measured here are not, counted by reason
-    (``claims._unmeasured``: a framework or package this machine lacks, the
+    (``unmeasured.why_unmeasured``: a framework or package this machine lacks, the
     GPUs a study needs, what the profile's params leave out...), most first;
     "" where every claim was measured (or the scorecard predates the count)."""
     from collections import Counter
