@@ -113,8 +113,8 @@ ENCODER_DECODER_TYPES = ("t5",)
 def model_type(model: str) -> str:
     """A model's architecture (transformers' ``model_type``), read without
     importing transformers: the runner's process (a notebook's kernel) only
-    names cells and files, and importing transformers there took 7 s of CPU
-    beside the fork servers' own imports."""
+    names cells and files, and importing transformers there cost seconds of
+    CPU beside the fork servers' own imports (measurements.md, "comments quoted")."""
     check_model(model)
     if model in ZOO:
         return ZOO_TYPES[ZOO[model][0]]

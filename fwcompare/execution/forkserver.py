@@ -1,8 +1,8 @@
 """Worker processes forked from a pre-imported template (a fork server).
 
-Importing a framework with transformers takes 7 to 13 s of CPU on a 2-core
-machine, and a quick report starts about sixty worker processes (a lane per
-variant and round): their imports were a sixth of its time. A fork server
+Importing a framework with transformers takes seconds of CPU, and a quick
+report starts about sixty worker processes (a lane per variant and round):
+their imports were a sixth of its time (measurements.md, "comments quoted"). A fork server
 imports once per framework and run (its framework, transformers' model
 modules, the study; ``fwcompare report`` keeps one set for all its studies,
 and a worker of another study imports that study itself), then forks each

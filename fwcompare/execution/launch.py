@@ -198,7 +198,7 @@ class Launch:
         """``server``: a fork server of this environment (fwcompare.execution.forkserver):
         the ranks are forked from it, with the environment torchrun or
         TF_CONFIG would give them, instead of started as fresh interpreters
-        (their imports took the quick distributed study 41 s). ``servers``:
+        (their imports were most of a launch: measurements.md, "comments quoted"). ``servers``:
         TensorFlow's parameter servers (a ParameterServerStrategy cluster on
         this host; 0: none, MultiWorkerMirroredStrategy's workers)."""
         path = job.write(job_dir / f"{name}.json")

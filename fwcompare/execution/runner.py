@@ -330,8 +330,8 @@ class Runner:
         and TensorFlow's persistent XLA caches). Round 0 starts them empty,
         so its first calls are the cold compiles that the acceleration study
         reports; the later rounds' fresh processes reuse them: their compile
-        is a cache hit (torch.compile, distilbert 1 x 64: 26 s cold, 7 s warm,
-        2-core Xeon) and their steady state runs the same compiled code. Only
+        is a cache hit (a fraction of the cold compile: measurements.md, "comments quoted") and
+        their steady state runs the same compiled code. Only
         round 0's first calls are reported (``tables.summarize``)."""
         # a variant axis too (twins: the error-rates benchmark's): a lane restarted
         # in round 0 empties its own cache, never a live twin's (its TMPDIR as well)

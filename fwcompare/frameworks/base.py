@@ -111,7 +111,7 @@ class Framework:
     options: Mapping[str, Option] = field(default_factory=dict)
     # Set in its worker processes' environment: keeps transformers from
     # importing the other frameworks (it imported TensorFlow into the PyTorch
-    # worker: +700 MB of RSS, unrelated work).
+    # worker: hundreds of MB of RSS, unrelated work).
     worker_env: Mapping[str, str] = field(default_factory=dict)
     # What a fork server imports beside the backend: modules, and the prefix
     # of transformers' model modules (``modeling_{prefix}{model_type}``).
@@ -309,8 +309,8 @@ class Backend(abc.ABC):
 
 
 def crc32_of(arrays) -> int:
-    """CRC-32 of the bytes of NumPy ``arrays``, in order (zlib: 0.06 s for
-    distilbert's 265 MB, 2-core AMD EPYC)."""
+    """CRC-32 of the bytes of NumPy ``arrays``, in order (zlib: a small part
+    of a step for a base-sized model's weights, measurements.md, "comments quoted")."""
     import zlib
 
     crc = 0

@@ -272,8 +272,7 @@ def serve(study, job: Job) -> None:
                 # memory is one measurement (a memory claim has no interval,
                 # judging.memory_ratio), and a later round's pass changed no
                 # figure the report reads but the largest of the rounds' peaks
-                # (0.5 s a cell of the acceleration study's quick profile on a
-                # 2-core AMD EPYC: 17 s of its 4:38).
+                # (its cost: measurements.md, "comments quoted").
                 if not _memory_stored(ctx.store, spec.cell_id, ref.round):
                     runs[ref.key].memory()
                 emit(messages.MEASURED, **ids)

@@ -191,8 +191,8 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
     for extra in range(1, max(limit.values(), default=0) + 1):
         now = {s: out for s, (_, out) in runs.items() if taking[s] >= extra}
         if now and until is not None and until <= time.monotonic():
-            # No round could start: the claims are not judged for one (5-10 s of a
-            # quick report on a 2-core CPU), and the scorecard names the budget as
+            # No round could start: the claims are not judged for one (seconds of a
+            # report), and the scorecard names the budget as
             # the reason for each claim that would have taken one (claims.skipped_note).
             for study in now:
                 record[study]["why"] = (

@@ -239,9 +239,9 @@ def two_level_medians(pairs: Sequence[tuple], n_resamples: int = 2000,
 def row_nanmedians(x: np.ndarray) -> np.ndarray:
     """``np.nanmedian(x, axis=1)`` of a 2-D array, the same numbers, without
     its loop over rows (numpy takes one row at a time in Python where rows are
-    long: the bootstrap took 4.6-5.3 s of a quick scorecard's 9-11 s on a
-    2-core EPYC, 3.2-3.5 s with this): each row sorted (NaN last), the middle
-    one or two of its numbers; NaN for a row of none."""
+    long: the bootstrap took half a quick scorecard's time, measurements.md, "comments quoted"):
+    each row sorted (NaN last), the middle one or two of its numbers; NaN for
+    a row of none."""
     if not x.shape[1]:
         return np.full(x.shape[0], np.nan)
     s = np.sort(x, axis=1)

@@ -99,7 +99,7 @@ class Lane:
     def close(self) -> None:
         """Stop the worker. Its rows are written before it says ``done``, so a
         finished worker is killed without waiting for its exit (a TensorFlow
-        process took seconds to tear down: 11-17 s of a study's run)."""
+        process takes seconds to tear down: measurements.md, "comments quoted")."""
         if self.worker is not None:
             self.worker.kill()
             self.worker = None

@@ -22,7 +22,7 @@ def configure(threads: int, device: str, options: dict | None = None) -> None:
     # XLA's CPU client has no intra-op thread setting; the worker pins the
     # process to ``threads`` cores (sched_setaffinity) for every framework.
     # Without PyTorch (the runner sets USE_TORCH=0: the weights are converted
-    # from safetensors with numpy; importing torch took a JAX worker 4-5 s).
+    # from safetensors with numpy; importing torch cost a JAX worker seconds).
     os.environ.setdefault("JAX_PLATFORMS", _PLATFORM[device])
     # On a GPU, XLA takes 75% of the memory at its first use unless told not
     # to: the workers of the other frameworks (alive beside it in the
@@ -94,11 +94,10 @@ def load(weights_dir, device: str, head: str = "base", dtype: str = "float32"):
     The model is built without initialisation (``_do_init=False``: no random
     parameters, no jitted init) and given the shared weights: the first load
     converts the PyTorch safetensors (:func:`_from_safetensors`) and keeps a
-    Flax-native copy (``flax_copy``), later loads read that copy. bert-base on
-    a 2-core Xeon, one process: 6.8 s for the first load (conversion and copy
-    written), 1.8 s from the copy, against 12.8 s for ``from_pt``, which
-    initialises random parameters with a jitted init first. The parameters
-    are identical to ``from_pt``'s; the equivalence gate checks them anyway."""
+    Flax-native copy (``flax_copy``), later loads read that copy: both far
+    faster than ``from_pt``, which initialises random parameters with a jitted
+    init first (measurements.md, "comments quoted"). The parameters are identical to
+    ``from_pt``'s; the equivalence gate checks them anyway."""
     import jax.numpy as jnp
     import transformers
     from flax import serialization
@@ -314,8 +313,8 @@ def _train_function(model, opt: dict, head: str, accumulation_steps: int = 1,
             return *update(None), scale, total
         # A step whose gradients overflowed keeps the old parameters and state:
         # a branch, as optax.apply_if_finite does, not jmp.select_tree of new and
-        # old, which keeps both alive (MiniLM's float16 step on a 2-core Xeon
-        # compiled 3x longer and stepped 41% slower: benchmarks/cpu/loss_scale.py).
+        # old, which keeps both alive and compiled and stepped far slower
+        # (benchmarks/cpu/loss_scale.py; measurements.md, "comments quoted").
         finite = jmp.all_finite(grads)
         new_params, new_opt = jax.lax.cond(finite, update, lambda _: (params, opt_state), None)
         return new_params, new_opt, scale.adjust(finite), total

@@ -84,7 +84,7 @@ class DataParallel(Engine):
         self.params, self.opt_state, self.scale = state
         # check_vma off: with it, autodiff itself sums the gradient of a
         # replicated input over the processes, a collective per parameter
-        # (the 170 ms step above), and the mean below would then average sums.
+        # (the slow step above), and the mean below would then average sums.
         # Without it each process's gradients are its own until the one
         # pmean, and the outputs are replicated because every input to the
         # update is.

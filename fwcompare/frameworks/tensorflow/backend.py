@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 # kills the process (SIGSEGV: `import tensorflow; import triton` alone does it; the
 # other order loads both). transformers' TF classes import its generation code,
 # which imports torch._dynamo, which imports triton. So: triton first where it is
-# installed (0.15 s; a CPU build of torch has none); where TensorFlow is already
+# installed (a fraction of a second; a CPU build of torch has none); where TensorFlow is already
 # loaded (a notebook imported it), triton is marked absent, as torch and
 # transformers then find it (a TensorFlow process compiles nothing with it).
 if "tensorflow" not in sys.modules:
@@ -96,8 +96,8 @@ def tf_copy(weights_dir):
 def _no_random_init():
     """Variables start at zero instead of random draws while a model is built
     to be loaded: the checkpoint overwrites every value. Drawing them took
-    1.7 s of a 2.7 s bert-base load from the native copy (cProfile, 2-core
-    AMD EPYC); a quick report loads about twenty TensorFlow models. A
+    most of a load from the native copy (measurements.md, "comments quoted"), and a quick
+    report loads about twenty TensorFlow models. A
     variable the checkpoint lacked would stay zero where it was random: the
     equivalence gate fails it either way."""
     import tf_keras
@@ -124,7 +124,7 @@ def _no_random_init():
 def _from_pretrained(auto, weights_dir):
     """The model from the TensorFlow-native copy of the weights; the first
     load converts the PyTorch safetensors (``from_pt``) and writes the copy
-    (3.1 s instead of 4.2-5.8 s for bert-base on a 2-core Xeon). The
+    (faster than ``from_pt`` each time: measurements.md, "comments quoted"). The
     equivalence gate checks the result either way."""
     with _no_random_init():
         return _load_native(auto, weights_dir)

@@ -36,7 +36,7 @@ def save_figure(fig, directory: Path | str, name: str) -> None:
     what it shows, the hardware, the versions; the report's index shows it
     under the figure). In a notebook, show that very PNG. The figure is laid
     out once and drawn once per file: left open, the inline backend drew it
-    again to show it (0.15-0.3 s a figure on a 2-core AMD EPYC)."""
+    again to show it (measurements.md, "comments quoted")."""
     check_slug(name)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -58,11 +58,11 @@ def _fault(label: str, rank: int, dp=None) -> None:
 
 def weight_spread(dp) -> float | None:
     """The largest difference of a weight between ranks (``max_weight_diff``,
-    which gathers every weight: 1.7 s for TensorFlow's first call, 1.0 s
-    after, 0.9 s for PyTorch's, distilbert on a 2-core AMD EPYC), or 0.0 at
-    once where every rank's weights have the same CRC-32 (``weights_crc``):
-    the same bytes, but for a 2^-32 chance. The digest goes in 16-bit
-    halves, which any all-reduce's float sums exactly."""
+    which gathers every weight: about a second a call, measurements.md,
+    "comments quoted"), or 0.0 at once where every rank's weights have the
+    same CRC-32 (``weights_crc``): the same bytes, but for a 2^-32 chance.
+    The digest goes in 16-bit halves, which any all-reduce's float sums
+    exactly."""
     crc = dp.weights_crc()
     if crc is not None:
         halves = (crc >> 16, crc & 0xFFFF)
@@ -194,7 +194,7 @@ class Rank:
             meter.start(own)
         # A sample is one flag all-reduce and one step. The flag that ends the
         # loop is rank 0's verdict on the samples so far: sent after the step it
-        # judged, not after one more (a step of 0.9-2 s each launch, wasted).
+        # judged, not after one more (a whole step each launch, wasted).
         start = prev = time.perf_counter()
         dp.allreduce_sum(0.0)
         while True:

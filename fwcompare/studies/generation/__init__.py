@@ -21,7 +21,7 @@ left-padded to a fixed bucket, the recipe of Hugging Face's "Faster Text
 Generation with TensorFlow and XLA", so a new prompt length within a bucket
 does not retrace); JAX ``jit`` (``jax.jit`` of Flax's ``generate`` with the
 parameters passed as arguments: closed over, they become XLA constants and the
-compile took 29 s instead of 3 s for distilgpt2 here).
+compile took ten times as long; measurements.md, "comments quoted").
 
 **Agreement before speed.** The prepare job runs PyTorch eager's greedy
 generation of every prompt and keeps its tokens and, per step, the margin

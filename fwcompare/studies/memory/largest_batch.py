@@ -17,7 +17,7 @@ class OutsideGuard:
     is a thread of the try, so it runs only when the try lets go of Python's
     lock, and a library call can allocate for seconds without doing so:
     GPT-2 XL's JAX tries (the PyTorch weights read and converted) went from
-    their level to 23 GB unseen, and the kernel's OOM killer ended them. From
+    their level to tens of GB unseen, and the kernel's OOM killer ended them. From
     outside the process, every 2 ms: the try's resident memory over its level
     when it started, past the budget and a margin (so the try's own guard, if
     it can run, speaks first with the exact figure), kills the try

@@ -131,9 +131,8 @@ def run_notebooks(jobs: list[NotebookJob], failures: dict[str, str],
     its own): each imports papermill and nbconvert once and takes the jobs it
     is handed one after another, every notebook in a fresh kernel, its output
     in ``<out>/.notebook.log``. A process per notebook paid those imports,
-    Python's start and nbconvert's templates (about 3 s of a 2-core AMD EPYC,
-    timed apart; each job 1.5-7 s shorter in a quick report's stage) for
-    every notebook of a report, ten in a quick one. A failure is recorded in
+    Python's start and nbconvert's templates (seconds each: measurements.md, "comments quoted")
+    for every notebook of a report, ten in a quick one. A failure is recorded in
     ``failures``, never raised; a process that dies takes only its own job
     with it (a fresh one takes the rest). Returns each succeeded job's seconds.
     On an interrupt or error here, the processes are told to stop (SIGTERM:
