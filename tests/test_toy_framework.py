@@ -122,7 +122,7 @@ def _block(w, p: str, x, heads: int, eps: float):
 def gpt2_logits(model: Weights, ids: np.ndarray) -> np.ndarray:
     """transformers' GPT2LMHeadModel (eval, no padding): the next-token logits
     at every position (the head is the token embedding, tied)."""
-    return _gpt2(model, ids)[0]
+    return _gpt2(model, ids, keep=False)[0]  # no backward pass: keep no activations
 
 
 def _gpt2(model: Weights, ids: np.ndarray, keep: bool = True):
