@@ -141,6 +141,54 @@ def scorecard_files(files: list[Path]) -> list[pd.DataFrame]:
         ["id", "value", "ci_low", "ci_high", "verdict", "note", "host_load"]] for c in cards]
 
 
+def report_figures(card: Path) -> dict:
+    """What issue 81 asks of one report (``card``: its scorecard.json or the
+    folder of it): the seconds ``fwcompare report`` took (its
+    ``time_breakdown.csv``, two folders up, summed), the claims judged and
+    decided (supported or contradicted), the median relative half-width of
+    the timed claims' intervals, the extra rounds started, and the decided
+    verdicts with neither an interval nor an exact figure."""
+    doc = claims_mod.read(card)
+    if doc is None:
+        raise SystemExit(f"no scorecard at {card}")
+    folder = Path(card) if Path(card).is_dir() else Path(card).parent
+    breakdown = folder.parent / "time_breakdown.csv"
+    seconds = (float(pd.read_csv(breakdown)["seconds"].sum()) if breakdown.is_file()
+               else math.nan)
+    timed = {name for name, m in claims_mod.metrics().items() if m.timed}
+    rows = [r for r in doc["claims"] if r["verdict"] in JUDGED]
+    decided = [dict(r, has_ci=r.get("has_ci", True)) for r in rows
+               if r["verdict"] in ("supported", "contradicted")]
+    halves = [(r["ci_high"] - r["ci_low"]) / 2 / r["value"] for r in rows
+              if r.get("metric") in timed and all(
+                  isinstance(r[k], (int, float)) and math.isfinite(r[k])
+                  for k in ("value", "ci_low", "ci_high"))]
+    extra = 0
+    for f in folder.parent.glob(f"*/results/{claims_mod.MORE_ROUNDS_FILE}"):
+        extra += len(json.loads(f.read_text()).get("rounds", []))
+    return {"report": str(folder.parent), "report time": seconds, "judged": len(rows),
+            "decided": len(decided), "decided share": len(decided) / max(len(rows), 1),
+            "timed intervals": len(halves),
+            "median half-width": float(np.median(halves)) if halves else math.nan,
+            "extra rounds": extra,
+            "decided without an interval": claims_mod.decided_without_interval(decided)}
+
+
+def report_lines(cards: list[Path]) -> str:
+    """One line per report of :func:`report_figures`, then the issue's bars."""
+    out = []
+    for f in cards:
+        r = report_figures(f)
+        t = r["report time"]
+        out.append(f"{r['report']}: report {int(t // 60)}:{t % 60:04.1f} "
+                   f"(within 20:00: {'yes' if t <= 1200 else 'no'}); decided {r['decided']} "
+                   f"of {r['judged']} judged ({r['decided share']:.0%}); median half-width "
+                   f"of {r['timed intervals']} timed intervals {r['median half-width']:.1%}; "
+                   f"extra rounds {r['extra rounds']}; decided without an interval or an "
+                   f"exact figure {r['decided without an interval']}")
+    return "\n".join(out)
+
+
 def _half_width(r, log: bool) -> float:
     """An interval's half-width, in the log of its figure (a ratio's intervals
     are even there) or in the figure itself; NaN without an interval."""
@@ -289,6 +337,7 @@ def main() -> None:
         table = pd.DataFrame({str(f): [fmt(r) for r in run.to_dict("records")]
                               for f, run in zip(args.scorecards, runs)}, index=runs[0]["id"])
         print(md(table))
+        print("\n" + report_lines(args.scorecards))
         print(f"\nclaims judged in every run: {a['claims']}; verdict changed: {a['changed']}; "
               f"run pairs flipping supported <-> contradicted: {a['flips']}; "
               f"{coverage_line(a)}\n")

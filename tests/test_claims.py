@@ -182,10 +182,10 @@ def test_a_timed_claim_from_one_process_per_variant_is_not_decided():
     data.summary["lost_rounds"] = [1, 0, 0, 0]
     row, _ = claims.evaluate(claim(expected=1.2, tolerance=0.1), data)
     assert row["verdict"] == "supported" and "1 round(s) of its cells failed" in row["note"]
-    # a figure that is no timing (one memory measurement per cell) is judged as it is
+    # a figure that is no timing is per round: from one process it decides nothing either
     data.summary["rounds"] = 1
     row, _ = claims.evaluate(claim(metric="memory_ratio", expected=2.0, tolerance=0.1), data)
-    assert row["verdict"] == "supported" and "one process" not in row["note"]
+    assert row["verdict"] == "inconclusive" and "a figure from one process" in row["note"]
 
 
 def test_gpu_claim_on_a_cpu_run_is_not_judged_but_shows_the_cpu_figure():
@@ -228,11 +228,75 @@ def test_speedup_trend_compares_smallest_with_largest():
     assert row["ci_low"] < row["value"] < row["ci_high"] and row["verdict"] == "supported"
 
 
-def test_memory_ratio_has_no_ci_and_is_judged_on_its_value():
+def test_a_memory_ratio_from_one_process_decides_nothing():
+    """A peak-memory figure from one process has no interval: shown, not decided."""
     c = claim(metric="memory_ratio", expected=2.0, tolerance=0.1)
     row, _ = claims.evaluate(c, two_framework_study(1.0))
     assert row["value"] == pytest.approx(2.0) and not row["has_ci"]
-    assert row["verdict"] == "supported" and "no CI" in row["note"]
+    assert row["verdict"] == "inconclusive" and "from one process" in row["note"]
+
+
+def memory_rounds_study(peaks_a, peaks_b):
+    """Two cells, torch/eager (a) and tensorflow/graph (b), with one peak
+    memory per round: the summary keeps round 0's row, the results every round's."""
+    summary = fake_study([("m", "torch/eager", "cpu", 1, 32, "ok", noisy(0.01), peaks_a[0]),
+                          ("m", "tensorflow/graph", "cpu", 1, 32, "ok", noisy(0.01, seed=1),
+                           peaks_b[0])])
+    rows = [dict(cell_id=cid, round=r, status="ok", peak_mem_bytes=mem)
+            for cid, peaks in (("c0", peaks_a), ("c1", peaks_b)) for r, mem in enumerate(peaks)]
+    summary.results = pd.DataFrame(rows)
+    return summary
+
+
+def test_a_memory_ratio_over_rounds_has_students_t_interval():
+    a, b = [2.00e9, 2.10e9, 1.96e9], [1.0e9, 1.0e9, 1.0e9]
+    c = claim(metric="memory_ratio", expected=2.0, tolerance=0.3)
+    row, _ = claims.evaluate(c, memory_rounds_study(a, b))
+    logs = np.log(np.array(a) / np.array(b))
+    half = 4.302653 * logs.std(ddof=1) / math.sqrt(3)  # t(0.975, 2 dof)
+    assert row["value"] == pytest.approx(math.exp(logs.mean()))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        (math.exp(logs.mean() - half), math.exp(logs.mean() + half)))
+    assert row["has_ci"] and row["confidence"] == 0.95 and row["verdict"] == "supported"
+    assert "over 3 fresh processes" in row["note"]
+    # a band edge inside the interval: not decided
+    row, _ = claims.evaluate(claim(metric="memory_ratio", expected=2.0, tolerance=0.05),
+                             memory_rounds_study(a, b))
+    assert row["verdict"] == "inconclusive"
+
+
+def test_the_same_figure_in_every_process_is_exact():
+    c = claim(metric="memory_ratio", expected=2.0, tolerance=0.1)
+    row, _ = claims.evaluate(c, memory_rounds_study([2e9] * 3, [1e9] * 3))
+    assert row["value"] == row["ci_low"] == row["ci_high"] == pytest.approx(2.0)
+    assert row["exact"] and row["has_ci"] and math.isnan(row["confidence"])
+    assert row["verdict"] == "supported" and "exact: the same figure in each of its 3" in row["note"]
+    assert claims.format_value(row) == "2.000 (exact)"
+    assert claims.decided_without_interval([row]) == 0
+
+
+@pytest.mark.parametrize("statuses, verdict, exact", [
+    (["ok", "ok", "ok"], "supported", True),
+    (["ok", "error", "ok"], "inconclusive", False),   # one process of three failed
+    (["ok"], "inconclusive", False)])                 # one process: no interval
+def test_a_path_works_from_every_round_it_ran(statuses, verdict, exact):
+    """tf2onnx-bridges-frameworks: the share of the path's cells ok, per round
+    (a fresh process each), then over the rounds."""
+    c = claim(study="deployment", metric="path_works", cells={"a": "tensorflow/tf2onnx"},
+              direction="above", reference=0.99, tolerance=0.0, expected=1.0)
+    data = fake_study([("m", "tensorflow/tf2onnx", "cpu", 1, 128, "ok", noisy(0.01), 1e8)])
+    data.summary = data.summary.assign(error="")
+    data.results = pd.DataFrame([dict(cell_id="c0", round=r, status=st)
+                                 for r, st in enumerate(statuses)])
+    row, _ = claims.evaluate(c, data)
+    assert row["verdict"] == verdict and bool(row["exact"]) == exact, row
+    if len(statuses) == 1:
+        assert "from one process" in row["note"]
+    elif exact:
+        assert row["value"] == 1.0 and "each of its 3 fresh processes" in row["note"]
+    else:
+        assert row["value"] == pytest.approx(2 / 3)
+        assert row["ci_low"] < row["value"] < row["ci_high"]
 
 
 def stability_losses(fp16_skips, bf16_skips, steps=10):
@@ -245,17 +309,18 @@ def stability_losses(fp16_skips, bf16_skips, steps=10):
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("fp16, bf16, verdict", [
-    (3, 0, "supported"), (0, 2, "contradicted"), (0, 0, "inconclusive")])
-def test_precision_stability(fp16, bf16, verdict):
+@pytest.mark.parametrize("fp16, bf16, why", [
+    (3, 0, "from one process"), (0, 2, "from one process"), (0, 0, "nothing separates them")])
+def test_precision_stability_from_one_run_decides_nothing(fp16, bf16, why):
+    """A count of unstable steps from one stability run per precision has no
+    interval: it is shown, and the claim stays undecided."""
     c = claim(study="mixed_precision", metric="precision_stability",
               cells={"a": "float16", "b": "bfloat16"}, direction="above", reference=0.0,
               tolerance=0.0, expected=1)
     data = fake_study([], losses=stability_losses(fp16, bf16))
     row, _ = claims.evaluate(c, data)
-    assert row["value"] == fp16 - bf16 and row["verdict"] == verdict, row
-    if verdict == "inconclusive":
-        assert "nothing separates them" in row["note"]
+    assert row["value"] == fp16 - bf16 and row["verdict"] == "inconclusive", row
+    assert why in row["note"]
 
 
 def test_scorecard_without_results_is_all_not_measured(tmp_path):

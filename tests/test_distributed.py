@@ -768,8 +768,11 @@ def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass
     weak = next(s for s in specs if s.scaling == "weak")
     strong = next(s for s in specs if s.scaling == "strong")
 
-    def launch(refs):  # one launch (a Rank) over these cells
-        job = runner.job(CELLS, "tiny-bert", "torch", refs)
+    def launch(refs, memory_rounds=()):  # one launch (a Rank) over these cells
+        # memory_rounds: a memory claim's cells (RunPlan.memory_every_round; the
+        # plan's own would name torch/eager's, fsdp-lowers-rank-memory's a)
+        job = runner.job(CELLS, "tiny-bert", "torch", refs).replace(
+            memory_rounds=memory_rounds)
         dp = OneRank(gate_mod.Gate(job.gate_path).reference)
         rank = Rank(job, dp, load_s=0.0)
         known, problems = rank.agreement()
@@ -802,6 +805,10 @@ def test_a_later_round_of_a_measured_cell_times_no_all_reduce_and_no_memory_pass
     assert summary.loc["strong", "rounds"] == 2
     assert summary.loc["strong", "rank_mem_bytes"] == rows.loc[("strong", 0), "rank_mem_bytes"]
     assert summary.loc["strong", "allreduce_s"] == rows.loc[("strong", 0), "allreduce_s"]
+    # a memory claim's cell takes its memory pass in every round: its figure is per round
+    rank, comm, _ = launch([CellRef(strong, 2)], memory_rounds=(strong.cell_id,))
+    assert comm == [1]
+    assert rank.store.load().set_index("round").loc[2, "rank_mem_bytes"] > 0
 
 
 def test_a_launch_has_every_class_attribute_the_runner_reads_of_a_worker():

@@ -15,12 +15,14 @@ def _card(path, claims):
     path.mkdir(parents=True)
     (path / "scorecard.json").write_text(json.dumps({"profile": "gpu", "claims": [
         {"id": i, "value": v, "ci_low": lo, "ci_high": hi, "verdict": verdict,
-         "note": "", "host_load": None} for i, v, lo, hi, verdict in claims]}))
+         "note": "", "host_load": None, "metric": "time_ratio", "has_ci": lo is not None}
+        for i, v, lo, hi, verdict in claims]}))
     return path / "scorecard.json"
 
 
 @pytest.mark.slow
 def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path):
+    (tmp_path / "time_breakdown.csv").write_text("phase,seconds\nsampling,1000\nnotebooks,190.5\n")
     a = _card(tmp_path / "a", [("x", 1.30, 1.20, 1.40, "supported"),
                                ("y", 0.90, 0.80, 1.05, "inconclusive"),
                                ("z", 2.00, 1.90, 2.10, "supported"),
@@ -31,6 +33,11 @@ def test_scorecards_of_two_runs_are_compared_on_the_claims_both_judged(tmp_path)
     r = subprocess.run([sys.executable, "benchmarks/reproducibility.py", "--scorecards",
                         str(a), str(b)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
+    # each report's own figures (issue 81's bars): a's time from no breakdown, its
+    # three judged claims, two decided, half-widths 7.7%, 13.9% and 5.0%
+    assert (f"{tmp_path}: report 19:50.5 (within 20:00: yes); decided 2 of 3 judged (67%); "
+            "median half-width of 3 timed intervals 7.7%; extra rounds 0; decided without "
+            "an interval or an exact figure 0") in r.stdout, r.stdout
     # x and y judged in both (z only in a, w not measured in a): x covers both ways,
     # y's 0.70 lies outside a's [0.80, 1.05] and 0.90 outside b's [0.65, 0.75]
     assert ("claims judged in every run: 2; verdict changed: 1; run pairs flipping "

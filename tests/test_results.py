@@ -118,6 +118,12 @@ def test_a_cells_memory_pass_waits_for_a_round_that_measured(tmp_path):
     assert not _memory_stored(store, failed, 1)
     store.append(make_row(spec(2), status="ok", figures={"peak_mem_bytes": 5e8}, round=1))
     assert _memory_stored(store, failed, 2)
+    # a memory claim's cell takes it in every round (its figure is per round)
+    from fwcompare.measure.cell import memory_pass_due
+    from types import SimpleNamespace
+
+    assert not memory_pass_due(SimpleNamespace(memory_rounds=()), store, ok, 1)
+    assert memory_pass_due(SimpleNamespace(memory_rounds=(ok,)), store, ok, 1)
 
 
 def test_samples_know_the_turns_they_were_taken_in():

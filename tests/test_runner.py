@@ -149,7 +149,9 @@ def test_rounds_for_claims_repeats_only_the_variants_a_claim_compares(tmp_path):
 
 def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
     """checkpointing-costs-20pct-time compares checkpointing with plain in
-    each framework of the memory study; no claim times accumulate-4."""
+    each framework of the memory study; gradient-accumulation-lowers-memory
+    compares accumulate-4 with plain, a memory figure per round: those repeat
+    too, and take a memory pass every round."""
     from fwcompare.plan.run import is_claimed
     from fwcompare.suite.claims import claimed_variants
 
@@ -161,9 +163,15 @@ def test_a_technique_claim_repeats_the_technique_and_plain_in_every_framework():
     assert {"*/checkpointing", "*/plain"} <= keep
     assert is_claimed(cell("jax", "checkpointing"), keep)
     assert is_claimed(cell("tensorflow", "plain"), keep)
-    # accumulate-4's claim is about memory: no rounds for its timings
-    assert not is_claimed(cell("torch", "accumulate-4"), keep)
+    # accumulate-4's claim is about memory: its figure is per round, so it repeats
+    assert is_claimed(cell("torch", "accumulate-4"), keep)
     assert not is_claimed(cell("torch", "checkpointing"), claimed_variants("training", "cpu"))
+    memory = claimed_variants("memory", "cpu", memory=True)
+    assert {"*/checkpointing", "*/plain", "*/accumulate-4"} <= memory
+    # the training study's memory claim compares TensorFlow's graph step with PyTorch's
+    assert claimed_variants("training", "cpu", memory=True) == {"tensorflow/graph",
+                                                                "torch/eager"}
+    assert not claimed_variants("inference_sweep", "cpu", memory=True)
 
 
 def test_a_precision_claim_repeats_its_task_and_precisions_only():
@@ -189,9 +197,10 @@ def test_a_precision_claim_repeats_its_task_and_precisions_only():
 
 def test_the_memory_studys_rounds_go_to_its_claims_variants():
     """The memory study's quick params (rounds 3, fit_rounds 2, rounds_for
-    claims): the timing claim's variants take three rounds, accumulate-4 one,
-    and the searches of pytorch-oom-first two (the second from the first's
-    bracket: tests/test_largest_batch.py); JAX's search is not in quick."""
+    claims): the timing claim's and the memory claims' variants take three
+    rounds, each with a memory pass, and the searches of pytorch-oom-first
+    two (the second from the first's bracket: tests/test_largest_batch.py);
+    JAX's search is not in quick."""
     from collections import Counter
 
     from fwcompare.core.paths import PARAMS
@@ -201,15 +210,18 @@ def test_the_memory_studys_rounds_go_to_its_claims_variants():
 
     p = validate("memory", load_file(PARAMS / "memory" / "quick.yaml"))
     assert p["rounds"] == 3
-    planned = run_plan("memory", p).cells
+    plan = run_plan("memory", p)
+    planned = plan.cells
     rounds = Counter((c.spec.task, c.spec.framework, c.spec.mode) for c in planned)
     for fw in ("torch", "jax"):
         assert rounds[("train", fw, "checkpointing")] == rounds[("train", fw, "plain")] == 3
-    # TensorFlow runs no checkpointing (transformers has none for its models): its
-    # plain step compares nothing in the later rounds (Memory.repeats)
+    # TensorFlow runs no checkpointing (transformers has none for its models):
+    # its plain step repeats beside its accumulate-4 (a memory claim's)
     assert ("train", "tensorflow", "checkpointing") not in rounds
-    assert rounds[("train", "tensorflow", "plain")] == 1
-    assert sum(n for (task, _, mode), n in rounds.items() if mode == "accumulate-4") == 3
+    assert rounds[("train", "tensorflow", "plain")] == 3
+    assert sum(n for (task, _, mode), n in rounds.items() if mode == "accumulate-4") == 9
+    # every training cell is a memory claim's: a memory pass in every round
+    assert all(plan.memory_every_round(c.spec) for c in planned if c.spec.task == "train")
     searches = Counter(c.spec.framework for c in planned if c.spec.task == "largest_batch")
     assert searches == {"torch": 2, "tensorflow": 2}
     # with checkpointing named for TensorFlow, its plain step repeats beside it

@@ -165,7 +165,9 @@ def test_generation_tokens_agree_and_prefill_decode_and_compile_are_apart(smoke)
     data = claims.StudyData(smoke.study("generation"))
     claim = next(c for c in claims.load_claims() if c.id == "tf-xla-buckets-no-retrace")
     row, _ = claims.evaluate(claim, data)
-    assert row["verdict"] == "supported" and row["value"] == 0, row
+    # the count, from the one round a smoke run takes: shown, not decided
+    assert row["value"] == 0 and row["verdict"] == "inconclusive", row
+    assert "from one process" in row["note"], row
 
 
 @pytest.mark.smoke("memory")

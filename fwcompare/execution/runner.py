@@ -302,7 +302,9 @@ class Runner:
                    gate_shape=self.study.gate_shape(self.params, self.task),
                    store_dir=str(self.store.dir), run_id=self.run_id, profile=self.profile,
                    timing=self.timing, params=self.params, provenance=self.provenance,
-                   framework=framework, cells=tuple(cells), fp64_shapes=tuple(fp64_shapes))
+                   framework=framework, cells=tuple(cells), fp64_shapes=tuple(fp64_shapes),
+                   memory_rounds=tuple(dict.fromkeys(
+                       c.spec.cell_id for c in cells if self.plan.memory_every_round(c.spec))))
 
     def worker_env(self, threads: int, framework: str) -> dict:
         return worker_env(threads, self.params["device"], framework)

@@ -256,13 +256,14 @@ class Study:
         return None
 
     def claimed_variants(self, claim, metric) -> set[str]:
-        """The framework/mode variants a claim of this study times (its cells
-        ``a`` and ``b`` that name one, where the claim's figure is a timing):
-        what ``rounds_for: claims`` measures in every round. A figure that is
-        no timing (a memory ratio, a count) is one measurement per cell: later
-        rounds would add nothing to it. ``metric``: the claim's
+        """The framework/mode variants a claim of this study reads (its cells
+        ``a`` and ``b`` that name one, where the claim's figure is a timing or
+        another figure taken once per round, ``Metric.repeats``): what
+        ``rounds_for: claims`` measures in every round, so that the figure
+        has an interval over fresh processes. A figure exact by its nature (a
+        file's size) needs no round after the first. ``metric``: the claim's
         ``judging.Metric``."""
-        if not metric.timed:
+        if not metric.repeats:
             return set()
         return set(claim.variants)
 

@@ -217,6 +217,15 @@ def failed(backend, exc: BaseException, plan: CellPlan | None = None) -> CellRes
                       plan.provenance if plan else {})
 
 
+def memory_pass_due(job: Job, store, cell_id: str, round: int) -> bool:
+    """Whether the cell takes its memory pass in this round: in every round
+    for a memory claim's cells (``Job.memory_rounds``: their figure is per
+    round, judging.from_rounds), else in its first round that measured (a
+    later round's pass changes no figure the report reads but the largest
+    of the rounds' peaks; its cost: measurements.md, "comments quoted")."""
+    return cell_id in job.memory_rounds or not _memory_stored(store, cell_id, round)
+
+
 def _memory_stored(store, cell_id: str, before: int) -> bool:
     """Whether a round of the cell before round ``before`` stored its peak
     memory (a round 0 that failed did not: the next round measures it)."""
@@ -268,12 +277,7 @@ def serve(study, job: Job) -> None:
                                            restart=bool(req.get("restart")))
                 emit(messages.SAMPLED, seconds=new, **ids)
             elif op == messages.MEMORY:
-                # One pass per cell, in its first round that measures: a cell's
-                # memory is one measurement (a memory claim has no interval,
-                # judging.memory_ratio), and a later round's pass changed no
-                # figure the report reads but the largest of the rounds' peaks
-                # (its cost: measurements.md, "comments quoted").
-                if not _memory_stored(ctx.store, spec.cell_id, ref.round):
+                if memory_pass_due(job, ctx.store, spec.cell_id, ref.round):
                     runs[ref.key].memory()
                 emit(messages.MEASURED, **ids)
             elif op == messages.FINISH:

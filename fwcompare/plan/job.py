@@ -60,6 +60,9 @@ class Job:
     cells: tuple[CellRef, ...] = ()
     fp64_shapes: tuple[tuple[int, int], ...] = ()
     peak_dtypes: tuple[str, ...] = ()
+    # the cells (ids) that take a memory pass in every round, not only in
+    # their first that measured (a memory claim's: RunPlan.memory_every_round)
+    memory_rounds: tuple[str, ...] = ()
     # The file that declares ``framework`` where it is registered from outside
     # fwcompare (a test's): the worker imports it, as ``study_file``. Filled
     # from the frameworks registry when not given; "" for the built-in ones.

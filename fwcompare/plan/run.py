@@ -38,12 +38,15 @@ class RunPlan:
     ``rounds_for`` names (all, or ``claimed``: the variants a claim compares
     in this study, less the cells of them no claim reads, ``Study.repeats``).
     ``more``: that many extra rounds after the params' (a doubtful claim's).
-    A cell takes the first ``Study.rounds_of`` of the params' rounds."""
+    A cell takes the first ``Study.rounds_of`` of the params' rounds.
+    ``memory``: the variants a memory claim compares, whose cells take a
+    memory pass in every round they run (:meth:`memory_every_round`)."""
 
     study: Study
     params: object  # the study's typed params (``schema.Params``)
     claimed: frozenset[str] | None = None
     more: int = 0
+    memory: frozenset[str] = frozenset()
 
     def __post_init__(self):
         if self.params["rounds_for"] != "all" and self.claimed is None:
@@ -80,6 +83,12 @@ class RunPlan:
         specs = list(specs)
         planned = {(c.spec, c.round) for c in self.cells}
         return [CellRef(s, r) for r in range(self.rounds) for s in specs if (s, r) in planned]
+
+    def memory_every_round(self, spec: RunSpec) -> bool:
+        """Whether the cell ``spec`` takes a memory pass in every round, not
+        only its first that measures: a memory claim's figure is per round
+        (``judging.from_rounds``)."""
+        return is_claimed(spec, self.memory)
 
     def with_more(self, more: int) -> RunPlan:
         """This plan with ``more`` extra rounds (its cells made again)."""

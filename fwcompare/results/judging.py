@@ -20,7 +20,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 import pandas as pd
 
@@ -385,24 +387,106 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
     return m
 
 
+# -- figures that are no timing: one per round --------------------------------------
+# A memory peak, an agreement or a count is one figure per fresh process. Its
+# cells repeat in every round (``Study.claimed_variants``), and the figure is
+# computed per round, then: Student's t over the rounds where they differ,
+# "exact" where every process gave the same figure, and no verdict from one
+# process (issue 81: a verdict rests on an interval or on a figure shown exact).
+
+ONE_PROCESS = ("a figure from one process (rounds: 1, or its other rounds failed): no "
+               "interval, so it decides nothing")
+
+
+def round_figures(data: StudyData, cell_id: str, column: str, positive: bool = True
+                  ) -> dict[int, float]:
+    """round -> the cell's ``column`` in that round (fresh process), for the
+    rounds that measured it (a finite figure, above 0 where ``positive``)."""
+    r = data.results
+    if r.empty or column not in r:
+        return {}
+    g = r[(r["cell_id"] == cell_id) & r["status"].isin(MEASURED)]
+    out = {}
+    for rd, v in zip(g["round"] if "round" in g else [0] * len(g), g[column]):
+        v = pd.to_numeric(v, errors="coerce")
+        if pd.notna(v) and math.isfinite(v) and (v > 0 or not positive):
+            out[int(rd)] = float(v)
+    return out
+
+
+def common(per_cell: list[dict[int, float]]) -> list[int]:
+    """The rounds in which every one of these cells has a figure."""
+    if not per_cell:
+        return []
+    return sorted(set.intersection(*(set(x) for x in per_cell)))
+
+
+def from_rounds(m: Measurement, figures: Sequence[float], confidence: float, *,
+                log: bool) -> None:
+    """``m``'s value and interval from one figure per round (fresh process):
+    Student's t on R - 1 degrees of freedom around their mean (of logs, for a
+    ratio: ``log``) where they differ; the figure with a zero-width interval,
+    noted as exact, where every round gave the same; from one round, the
+    figure and a forced "inconclusive" (``ONE_PROCESS``)."""
+    from ..core.stats import t_quantile
+
+    x = np.asarray([v for v in figures if math.isfinite(v)], dtype=float)
+    m.rounds = len(x)
+    if not len(x):
+        return
+    y = np.log(x) if log else x
+    back = np.exp if log else (lambda v: v)
+    centre = float(y.mean())
+    m.value = float(back(centre))
+    if len(x) == 1:
+        m.forced = "inconclusive"
+        m.add_note(ONE_PROCESS)
+        return
+    if float(np.ptp(y)) <= EXACT_RTOL * max(1.0, float(np.abs(y).max())):
+        m.low = m.high = m.value
+        m.add_note(f"exact: the same figure in each of its {len(x)} fresh processes")
+        return
+    half = t_quantile(confidence, len(x) - 1) * float(y.std(ddof=1)) / math.sqrt(len(x))
+    m.low, m.high = float(back(centre - half)), float(back(centre + half))
+    m.add_note(f"Student's t over {len(x)} fresh processes")
+
+
+EXACT_RTOL = 1e-9  # figures this close in every round are the same figure
+
+
+def is_exact(low: float, value: float, high: float) -> bool:
+    """Whether an interval is an exact figure's (:func:`from_rounds`)."""
+    return all(math.isfinite(x) for x in (low, value, high)) and low == value == high
+
+
 def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
-    """Geometric mean over the cells both ran of peak memory(a) / peak memory(b).
-    One memory measurement per cell: no CI."""
+    """Geometric mean over the cells both ran of peak memory(a) / peak
+    memory(b), per round (each round's pass in a fresh process: the cells of a
+    memory claim take one every round, ``Study.memory_rounds``), with
+    Student's t over the rounds (:func:`from_rounds`)."""
     a, b = claim.cells["a"], claim.cells["b"]
-    pairs = [(ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, claim.shapes)
-             if ra["peak_mem_bytes"] > 0 and rb["peak_mem_bytes"] > 0]
     m = Measurement(unit=f"{a} peak memory / {b} peak memory")
-    if not pairs:
-        m.note = _why_none(data, claim, devices, [a, b])
+    pairs = [(ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, claim.shapes)]
+    per = [(round_figures(data, ra["cell_id"], "peak_mem_bytes"),
+            round_figures(data, rb["cell_id"], "peak_mem_bytes")) for ra, rb in pairs]
+    keep = [i for i, (fa, fb) in enumerate(per) if common([fa, fb])]
+    if not keep:
+        m.note = _why_none(data, claim, devices, [a, b]) if not pairs else (
+            f"no round in which both {a} and {b} measured their peak memory")
         return m
-    ratios = [ra["peak_mem_bytes"] / rb["peak_mem_bytes"] for ra, rb in pairs]
-    m.value = geomean(ratios)
+    pairs, per = [pairs[i] for i in keep], [per[i] for i in keep]
+    rounds = common([f for pair in per for f in pair])
     m.cells = [cell_label(ra) for ra, _ in pairs]
-    m.points = list(zip(m.cells, ratios))
+    # each cell's ratio in its own rounds (the points drawn), the figure from
+    # the rounds every cell has
+    m.points = [(c, geomean([fa[n] / fb[n] for n in common([fa, fb])]))
+                for c, (fa, fb) in zip(m.cells, per)]
     m.devices = {ra["device"] for ra, _ in pairs}
     methods = sorted({str(ra.get("mem_method", "")) for ra, _ in pairs} - {""})
-    m.note = "one peak-memory measurement per cell: no CI" + (
-        f" ({', '.join(methods)})" if methods else "")
+    if methods:
+        m.note = ", ".join(methods)
+    from_rounds(m, [geomean([fa[n] / fb[n] for fa, fb in per]) for n in rounds],
+                data.confidence, log=True)
     return m
 
 
@@ -410,15 +494,26 @@ def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
 class Metric:
     """A claim metric: ``fn(data, claim, devices) -> Measurement``, the keys its
     claim's ``cells`` need, a check of their values (problems, or []),
-    whether its figure is a signed count (no CI, printed as +n), and whether
-    it is a ratio of timings (what ``rounds_for: claims`` repeats and the
-    reproducibility benchmark reruns)."""
+    whether its figure is a signed count (printed as +n), whether it is a
+    ratio of timings (what ``rounds_for: claims`` repeats and the
+    reproducibility benchmark reruns), whether it is some other figure taken
+    once per round (``per_round``: a memory peak, an agreement, a count; its
+    cells repeat as a timed claim's do, :func:`from_rounds`), and whether
+    that figure is a peak memory (``memory``: its cells take a memory pass in
+    every round, not only their first, ``RunPlan.memory_every_round``)."""
 
     fn: Callable[..., Measurement]
     cells: tuple[str, ...]
     check: Callable[[dict, "Known"], list[str]] | None = None
     count: bool = False
     timed: bool = False
+    per_round: bool = False
+    memory: bool = False
+
+    @property
+    def repeats(self) -> bool:
+        """Whether a claim of this metric needs its cells in every round."""
+        return self.timed or self.per_round
 
 
 @dataclass(frozen=True)
@@ -454,5 +549,5 @@ def check_cells(cells: dict, known: Known) -> list[str]:
 SHARED_METRICS = {
     "time_ratio": Metric(time_ratio, ("a", "b"), check_cells, timed=True),
     "speedup_trend": Metric(speedup_trend, ("a", "b"), check_cells, timed=True),
-    "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells),
+    "memory_ratio": Metric(memory_ratio, ("a", "b"), check_cells, per_round=True, memory=True),
 }

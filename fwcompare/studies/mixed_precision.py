@@ -17,8 +17,8 @@ import pandas as pd
 
 from ..core import models
 from ..measure.cell import WorkerContext
-from ..results.judging import (Claim, Measurement, Metric, StudyData, cell_label, check_cells,
-                               timed_from)
+from ..results.judging import (ONE_PROCESS, Claim, Measurement, Metric, StudyData, cell_label,
+                               check_cells, timed_from)
 from ..measure.gate import REF_ROWS, fp64_key
 from ..plan.schema import (TIMING, Param, all_of, check_models, grid_params, modes_in, non_empty,
                            one_of, positive)
@@ -291,6 +291,9 @@ def precision_stability(data: StudyData, claim: Claim, devices) -> Measurement:
         m.forced = "inconclusive"
         m.note = (f"neither {a} nor {b} skipped a step or lost a finite loss in "
                   f"{int(pa.loc[list(both), 'steps'].sum())} steps: nothing separates them here")
+    else:  # one stability run per precision: no interval (judging.ONE_PROCESS)
+        m.forced = "inconclusive"
+        m.add_note("one stability run per framework and precision: " + ONE_PROCESS)
     return m
 
 

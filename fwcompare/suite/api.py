@@ -29,7 +29,8 @@ def run_plan(study, params):
     """The plan of a run of ``study`` (its name, or the Study) with validated
     ``params``: with ``rounds_for: claims``, its later rounds measure the
     variants a claim of ``params/claims.yaml`` compares in that study on its
-    device. Every run's plan is made here, once, and handed to what reads it
+    device; the variants a memory claim compares take a memory pass in every
+    round. Every run's plan is made here, once, and handed to what reads it
     (the estimate, the shard split, the runner, the extra rounds, the report)."""
     from ..plan.run import RunPlan
     from .claims import claimed_variants
@@ -38,7 +39,8 @@ def run_plan(study, params):
     st = study_named(study) if isinstance(study, str) else study
     claimed = (None if params["rounds_for"] == "all"
                else frozenset(claimed_variants(st.name, params["device"])))
-    return RunPlan(st, params, claimed)
+    return RunPlan(st, params, claimed,
+                   memory=frozenset(claimed_variants(st.name, params["device"], memory=True)))
 
 
 def _measure(plan, profile: str, out: Path, progress: bool, cells: list | None = None,

@@ -28,7 +28,7 @@ from ..core.atomic import read_json, write_text
 from ..results.judging import (CLAIM_ID, CLAIMS_FILE, DIRECTIONS, HARDWARE,  # noqa: F401
                                SHARED_METRICS, SINGLE_PROCESS, VERDICTS, Claim, ClaimsError, Known,
                                Measurement, Metric, StudyData, _devices, busy_host_note, cell_label,
-                               check_cells, judge, look_of, memory_ratio, speedup_trend,
+                               check_cells, is_exact, judge, look_of, memory_ratio, speedup_trend,
                                stop_reason, time_ratio, timed_from)
 from ..core.stats import VariancePrior, look_confidence, variance_prior
 from ..core.machine_load import BUSY_HOST
@@ -127,11 +127,14 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
     return claims
 
 
-def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE) -> set[str]:
+def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE,
+                     memory: bool = False) -> set[str]:
     """The framework/mode variants ("torch/eager", or "*/plain" for a mode of
     every framework) that a claim of ``path`` compares in ``study`` on
     ``device``, as the study reads its claims (``Study.claimed_variants``):
-    what ``rounds_for: claims`` repeats."""
+    what ``rounds_for: claims`` repeats; ``memory``: only those of claims
+    whose figure is a peak memory (``Metric.memory``: they take a memory
+    pass in every round)."""
     from ..studies import STUDIES
 
     known = metrics()
@@ -139,12 +142,14 @@ def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE) ->
     for c in load_claims(path):
         if c.study != study or device not in _devices(c.hardware):
             continue
+        if memory and not known[c.metric].memory:
+            continue
         out |= STUDIES[study].claimed_variants(c, known[c.metric])
     return out
 
 
 def is_count(metric: str) -> bool:
-    """Whether a metric's figure is a signed count (no CI, printed as +n)."""
+    """Whether a metric's figure is a signed count (printed as +n)."""
     m = metrics().get(metric)
     return bool(m and m.count)
 
@@ -237,15 +242,16 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
         m.add_note(f"adapted from the source: {claim.adaptation}")
     hw = hardware_line(data.manifest) if data.manifest else ""
     has_ci = bool(math.isfinite(m.low) and math.isfinite(m.high))
+    exact = is_exact(m.low, m.value, m.high)  # the same in every process: no level to state
     own = m
     if has_ci and metric.timed and data.prior is not None:  # its own t, beside the pooled
         alone = copy.copy(data)
         alone.prior = None
         own, _, _ = measure(metric, alone, claim, devices)
     row.update(verdict=verdict, value=m.value, ci_low=m.low, ci_high=m.high, unit=m.unit,
-               has_ci=has_ci,
+               has_ci=has_ci, exact=exact,
                confidence=(look_confidence(look, looks) if metric.timed else data.confidence)
-               if has_ci else math.nan,
+               if has_ci and not exact else math.nan,
                own_ci_low=own.low if has_ci else math.nan,
                own_ci_high=own.high if has_ci else math.nan,
                prior_class=prior_class(data) if has_ci and data.prior is not None else "",
@@ -445,7 +451,9 @@ def format_value(row) -> str:
 
     count = is_count(row.get("metric"))
     text = f"{v:+.0f}" if count else num(v)
-    if lo is not None and hi is not None and all(
+    if row.get("exact") in (True, "True"):
+        text += " (exact)"  # the same figure in every process (judging.from_rounds)
+    elif lo is not None and hi is not None and all(
             isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
         text += f" [{num(lo)}, {num(hi)}]"
         level = row.get("confidence")

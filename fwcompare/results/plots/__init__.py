@@ -436,7 +436,9 @@ def scorecard_forest(card, manifest: dict | None = None):
         ax.tick_params(axis="x", which="both", labelsize=6, pad=1, length=2)
         ax.text(-0.01, 0.5, r["id"], transform=ax.transAxes, ha="right", va="center",
                 fontsize=7.5)
-        figure = f"{value:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if has_ci else " (no CI)")
+        exact = has_ci and lo == value == hi  # the same in every process (from_rounds)
+        figure = f"{value:.3g}" + (" (exact)" if exact else f" [{lo:.3g}, {hi:.3g}]" if has_ci
+                                   else " (no CI)")
         ax.text(1.01, 0.5, f"{r['verdict']}: {figure}", transform=ax.transAxes, ha="left",
                 va="center", fontsize=7, color=colour)
     counts = card.verdict_counts()

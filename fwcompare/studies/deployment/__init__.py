@@ -128,7 +128,8 @@ class Deployment(Study):
 
 Deployment.metrics = {
     "size_ratio": Metric(size_ratio, ("a", "b"), check_cells),
-    "sentence_agreement": Metric(sentence_agreement_metric, ("a",), check_cells),
-    "path_works": Metric(path_works, ("a",), check_cells),
+    "sentence_agreement": Metric(sentence_agreement_metric, ("a",), check_cells,
+                                 per_round=True),
+    "path_works": Metric(path_works, ("a",), check_cells, per_round=True),
 }
 STUDY = Deployment()

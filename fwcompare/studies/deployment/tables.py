@@ -7,7 +7,8 @@ import math
 import pandas as pd
 
 from ...core.env import lacks_package
-from ...results.judging import Claim, Measurement, StudyData, cell_label
+from ...results.judging import (Claim, Measurement, StudyData, cell_label, common, from_rounds,
+                                round_figures)
 from ...results.store import MEASURED
 from ...core.stats import geomean_ratio_ci
 from ...results.tables import baseline_pairs, both_measured, samples_by_cell
@@ -109,7 +110,7 @@ def _rows(data: StudyData, devices, variant: str, claim: Claim) -> pd.DataFrame:
 
 def size_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     """Artifact size of path a / of path b, geometric mean over the models
-    both exported. A size is exact: no CI."""
+    both exported. A size is exact: its interval has no width."""
     from ...core.stats import geomean
 
     a, b = claim.cells["a"], claim.cells["b"]
@@ -129,14 +130,18 @@ def size_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
                f"{rb.loc[k, 'artifact_bytes'] / 1e6:.1f} MB" for k in both]
     m.points = list(zip(both, ratios))
     m.devices = set(ra.loc[both, "device"])
-    m.note = "artifact sizes are exact: no CI"
+    m.low = m.high = m.value
+    m.note = ("exact: files' sizes in bytes, one export per report (no sampling noise, "
+              "so no interval is needed)")
     return m
 
 
 def sentence_agreement_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     """Spearman correlation of path a's sentence-pair similarities with
     PyTorch float32's, the lowest over the models with a tokenizer (real
-    weights); one figure per cell, no CI."""
+    weights), per round (each a fresh process that loads the artifact and
+    checks it again), then over the rounds every cell has
+    (``judging.from_rounds``: exact where every round gave the same)."""
     a = claim.cells["a"]
     m = Measurement(unit=f"Spearman correlation of {a}'s pair similarities with float32's")
     rows = _rows(data, devices, a, claim)
@@ -146,19 +151,23 @@ def sentence_agreement_metric(data: StudyData, claim: Claim, devices) -> Measure
                   if len(_rows(data, devices, a, claim)) else f"{a} did not run")
         return m
     worst = rows.loc[rows["sts_spearman"].idxmin()]
-    m.value = float(worst["sts_spearman"])
     m.cells = [cell_label(r) for _, r in rows.iterrows()]
     m.points = list(zip(m.cells, rows["sts_spearman"]))
     m.devices = set(rows["device"])
     m.note = (f"lowest of {len(rows)} cell(s): {cell_label(worst)}; largest change of a pair's "
-              f"similarity {worst['sts_max_abs_diff']:.3f}; one figure per cell: no CI")
+              f"similarity {worst['sts_max_abs_diff']:.3f}")
+    per = [round_figures(data, r["cell_id"], "sts_spearman", positive=False)
+           for _, r in rows.iterrows()]
+    from_rounds(m, [min(f[n] for f in per) for n in common(per)], data.confidence, log=False)
     return m
 
 
 def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     """Share of path a's cells that ran and matched the reference (status
     ok): 1 when the path exports, loads and computes the same function on
-    every model tried. A share of cells: no CI. A cell this machine could not
+    every model tried, per round (fresh process), then over the rounds
+    (``judging.from_rounds``: exact where every round gave the same share;
+    the cells' statuses shown are their rounds' pooled). A cell this machine could not
     try (its framework or model package not installed here) counts neither
     way: the path was not tried, so it neither works nor fails."""
     a = claim.cells["a"]
@@ -170,14 +179,21 @@ def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     if rows.empty:
         m.note = untried or f"{a} did not run"
         return m
-    m.value = float((rows["status"] == "ok").mean())
     m.cells = [f"{cell_label(r)}: {r['status']}" for _, r in rows.iterrows()]
     m.points = [(cell_label(r), float(r["status"] == "ok")) for _, r in rows.iterrows()]
     m.devices = set(rows["device"])
+    # per round (a fresh process each), the share of the cells ok in it
+    res = data.results
+    res = res[res["cell_id"].isin(set(rows["cell_id"]))]
+    shares = (res["status"] == "ok").groupby(res["round"] if "round" in res else 0).mean()
     bad = rows[rows["status"] != "ok"]
     m.note = "; ".join(f"{r['model']}: {r['status']}: {r['error'].splitlines()[0][:160]}"
                        for _, r in bad.drop_duplicates("model").iterrows()
                        if r["error"]) or "every cell ok"
     if untried:
         m.add_note(f"not tried here: {untried}")
+    # the rounds in which every cell of the path has a row
+    full = res.groupby(res["round"] if "round" in res else 0)["cell_id"].nunique() == len(rows)
+    from_rounds(m, [float(v) for k, v in shares.items() if full.get(k, False)],
+                data.confidence, log=False)
     return m

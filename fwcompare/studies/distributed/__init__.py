@@ -327,4 +327,5 @@ Distributed.metrics = {"scaling_efficiency": Metric(scaling_efficiency_metric,
                        "engine_speedup": Metric(engine_speedup_metric, ("a", "b", "scaling"),
                                                 _engine_cells, timed=True),
                        "engine_memory_ratio": Metric(engine_memory_metric, ("a", "b", "scaling"),
-                                                     _engine_cells)}
+                                                     _engine_cells, per_round=True,
+                                                     memory=True)}

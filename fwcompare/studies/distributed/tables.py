@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...results.judging import Claim, Measurement, StudyData, timed_from
+from ...results.judging import (ONE_PROCESS, Claim, Measurement, StudyData, common, from_rounds,
+                                round_figures, timed_from)
 from ...results.store import MEASURED
 from ...core.stats import ratio_ci
 from ...results.tables import baseline_pairs, both_measured, samples_by_cell, variant
@@ -117,8 +118,9 @@ def engine_table(summary: pd.DataFrame, samples: pd.DataFrame,
       (stats.ratio_ci over both cells' raw step times: Student's t over
       rounds where both have several, else a bootstrap of their steps);
     - ``mem_ratio`` = this engine's memory per rank / the plain engine's
-      (the largest rank's each: one measurement per cell, no CI;
-      ``Rank.memory`` says what is measured);
+      (the largest rank's each, in the cell's first round; the claim's
+      interval is over its rounds, ``engine_memory_metric``; ``Rank.memory``
+      says what is measured);
     - memory per rank, the largest and the least rank (MiB; a parameter
       server cluster's: its parameter servers and workers), and the
       communication timed alone and its share of this engine's step and of
@@ -231,15 +233,23 @@ def engine_speedup_metric(data: StudyData, claim: Claim, devices) -> Measurement
 def engine_memory_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     """An engine's memory per rank over its framework's plain engine's
     (``cells`` as engine_speedup's) at the most workers both ran, the
-    largest rank of each (below 1: b holds less per rank); one measurement
-    per cell, so no CI."""
+    largest rank of each (below 1: b holds less per rank), per launch
+    (round), with Student's t over the launches (``judging.from_rounds``)."""
     m = Measurement(unit="memory per rank, b / a, at the most workers")
     r = _engine_row(data, claim, devices, "mem_ratio", m)
-    if r is not None:
-        m.value = r["mem_ratio"]
-        m.points = [(m.cells[0], m.value)]
-        m.note = (f"{r['workers']} workers: {r['mem_rank_max_mib']:.0f} MiB per rank against "
-                  f"{r['mem_rank_max_mib'] / r['mem_ratio']:.0f} MiB; one measurement per cell")
+    if r is None:
+        return m
+    fb, fa = (round_figures(data, r[k], "rank_mem_bytes") for k in ("cell_id", "plain_cell_id"))
+    rounds = common([fa, fb])
+    m.value = r["mem_ratio"]
+    m.points = [(m.cells[0], m.value)]
+    m.note = (f"{r['workers']} workers: {r['mem_rank_max_mib']:.0f} MiB per rank against "
+              f"{r['mem_rank_max_mib'] / r['mem_ratio']:.0f} MiB")
+    if rounds:
+        from_rounds(m, [fb[n] / fa[n] for n in rounds], data.confidence, log=True)
+    else:  # rows that kept no per-round figure (an earlier version's)
+        m.forced = "inconclusive"
+        m.add_note(ONE_PROCESS)
     return m
 
 

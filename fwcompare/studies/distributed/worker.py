@@ -236,9 +236,12 @@ class Rank:
         figures.update(host)
         # The all-reduce timed alone and each rank's memory: once per cell, in
         # its first round that measured (the report reads that round's row:
-        # tables.summarize); rank 0 knows, and every rank follows it (both are
-        # collective).
-        once = dp.allreduce_sum(0.0 if self.rank0 and self.measured_before(ref) else 1.0) > 0
+        # tables.summarize), but every round for a memory claim's cells (its
+        # figure is per round); rank 0 knows, and every rank follows it (both
+        # are collective).
+        again = self.rank0 and (ref.spec.cell_id in self.job.memory_rounds
+                                or not self.measured_before(ref))
+        once = dp.allreduce_sum(1.0 if again else 0.0) > 0
         comm, per_rank, mem_method = [math.nan], [math.nan] * dp.world, ""
         if once:
             t0 = time.perf_counter()

@@ -192,7 +192,7 @@ class Memory(Study):
         limits move between processes, and its interval needs that spread
         (``largest_batch_ratio``)."""
         out = super().claimed_variants(claim, metric)
-        if "technique" in claim.cells and metric.timed:
+        if "technique" in claim.cells and metric.repeats:
             out |= {f"*/{claim.cells['technique']}", f"*/{PLAIN}"}
         if metric.fn is largest_batch_ratio:
             searches = {claim.cells["a"], claim.cells["b"]}
@@ -282,9 +282,11 @@ STUDY = Memory()
 
 
 Memory.metrics = {
-    "technique_memory_ratio": Metric(technique_memory_ratio, ("technique",), _technique_cells),
+    "technique_memory_ratio": Metric(technique_memory_ratio, ("technique",), _technique_cells,
+                                     per_round=True, memory=True),
     "technique_time_ratio": Metric(technique_time_ratio, ("technique",), _technique_cells,
                                    timed=True),
     "largest_batch_ratio": Metric(largest_batch_ratio, ("a", "b"), check_cells),
-    "memory_ratio_largest_model": Metric(memory_ratio_largest_model, ("a", "b"), check_cells),
+    "memory_ratio_largest_model": Metric(memory_ratio_largest_model, ("a", "b"), check_cells,
+                                         per_round=True, memory=True),
 }

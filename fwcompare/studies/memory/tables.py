@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...results.judging import Measurement, cell_label, memory_ratio, timed_from
+from ...results.judging import (Measurement, cell_label, common, from_rounds, memory_ratio,
+                                round_figures, timed_from)
 from ...core.stats import geomean_ratio_ci, ratio_ci, ratio_value, rounds_t_interval
 from ...results.tables import samples_by_cell
 from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY
@@ -132,23 +133,29 @@ def technique_memory_ratio(data, claim, devices):
     """Peak memory(technique) / peak memory(plain) of the same framework, the
     highest over the frameworks (and cells) that ran both: a technique "lowers
     memory" when it does in every one (a mean would let one framework's saving
-    hide another's rise). One measurement per cell: no CI."""
+    hide another's rise). Per round (a fresh process each: the cells of a
+    memory claim take a memory pass every round), then Student's t over the
+    rounds every pair measured (``judging.from_rounds``)."""
 
     tech = claim.cells["technique"]
-    pairs = [(r, b) for r, b in _technique_pairs(data, claim, devices)
-             if r["peak_mem_bytes"] > 0 and b["peak_mem_bytes"] > 0]
+    pairs = _technique_pairs(data, claim, devices)
+    per = [(round_figures(data, r["cell_id"], "peak_mem_bytes"),
+            round_figures(data, b["cell_id"], "peak_mem_bytes")) for r, b in pairs]
+    keep = [i for i, (fr, fb) in enumerate(per) if common([fr, fb])]
+    pairs, per = [pairs[i] for i in keep], [per[i] for i in keep]
     m = Measurement(unit=f"{tech} peak memory / plain peak memory (same framework), "
                          f"the highest over frameworks")
     if not pairs:
         m.note = _none(claim, data, devices)
         return m
-    ratios = [r["peak_mem_bytes"] / b["peak_mem_bytes"] for r, b in pairs]
-    m.value = max(ratios)
     m.cells = [f"{r['framework']} {cell_label(r)}" for r, _ in pairs]
-    m.points = list(zip(m.cells, ratios))
+    ratios = [[fr[n] / fb[n] for n in common([fr, fb])] for fr, fb in per]
+    m.points = [(c, float(np.exp(np.mean(np.log(x))))) for c, x in zip(m.cells, ratios)]
     m.devices = {r["device"] for r, _ in pairs}
-    m.note = "one peak-memory measurement per cell: no CI; " + ", ".join(
-        f"{c} {v:.2f}" for c, v in m.points)
+    m.note = ", ".join(f"{c} {v:.2f}" for c, v in m.points)
+    rounds = common([f for pair in per for f in pair])
+    from_rounds(m, [max(fr[n] / fb[n] for fr, fb in per) for n in rounds], data.confidence,
+                log=True)
     return m
 
 

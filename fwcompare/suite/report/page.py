@@ -178,6 +178,10 @@ def _wrong_html(rows: list[dict]) -> str:
             f"to be wrong: one is wrong only where its interval misses the truth on one "
             f"side, a chance of at most 2.5% at 95% (5% for a contradicted claim whose band "
             f"has two edges), as long as the intervals keep their level.")
+    exact = sum(1 for r in decided if r.get("exact") in (True, "True"))
+    if exact:
+        text += (f" {exact} of them rest on an exact figure (the same in every process, or a "
+                 f"file's size), not counted in that bound.")
     if bare:
         text += (f" {bare} of them rest on a single figure without an interval and carry no "
                  f"such bound.")
