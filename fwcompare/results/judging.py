@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-
 import pandas as pd
 
 from ..core.paths import PARAMS
@@ -396,6 +395,7 @@ def speedup_trend(data: StudyData, claim: Claim, devices) -> Measurement:
 
 ONE_PROCESS = ("a figure from one process (rounds: 1, or its other rounds failed): no "
                "interval, so it decides nothing")
+EXACT_RTOL = 1e-9  # figures this close in every round are the same figure
 
 
 def round_figures(data: StudyData, cell_id: str, column: str, positive: bool = True
@@ -433,6 +433,7 @@ def from_rounds(m: Measurement, figures: Sequence[float], confidence: float, *,
     x = np.asarray([v for v in figures if math.isfinite(v)], dtype=float)
     m.rounds = len(x)
     if not len(x):
+        m.add_note("no round in which every cell it reads gave a figure")
         return
     y = np.log(x) if log else x
     back = np.exp if log else (lambda v: v)
@@ -451,9 +452,6 @@ def from_rounds(m: Measurement, figures: Sequence[float], confidence: float, *,
     m.add_note(f"Student's t over {len(x)} fresh processes")
 
 
-EXACT_RTOL = 1e-9  # figures this close in every round are the same figure
-
-
 def is_exact(low: float, value: float, high: float) -> bool:
     """Whether an interval is an exact figure's (:func:`from_rounds`)."""
     return all(math.isfinite(x) for x in (low, value, high)) and low == value == high
@@ -462,7 +460,7 @@ def is_exact(low: float, value: float, high: float) -> bool:
 def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     """Geometric mean over the cells both ran of peak memory(a) / peak
     memory(b), per round (each round's pass in a fresh process: the cells of a
-    memory claim take one every round, ``Study.memory_rounds``), with
+    memory claim take one every round, ``RunPlan.memory_every_round``), with
     Student's t over the rounds (:func:`from_rounds`)."""
     a, b = claim.cells["a"], claim.cells["b"]
     m = Measurement(unit=f"{a} peak memory / {b} peak memory")
