@@ -290,7 +290,9 @@ def test_rows_say_what_else_the_machine_did_while_cells_were_sampled(
     df = res.results
     assert set(df["status"]) == {"ok"}, df[["mode", "error"]]
     cores = psutil.cpu_count()
-    assert (df["host_other_cpu"] >= 0.5 / cores).all(), df[["mode", "host_other_cpu"]]
+    # the burner's core, less what the tests running beside this one take from it
+    # on a loaded 2-core machine (measurements.md, "2026-12-07 (night)")
+    assert (df["host_other_cpu"] >= 0.4 / cores).all(), df[["mode", "host_other_cpu"]]
     assert ((df["host_steal"] >= 0) & (df["host_steal"] <= 1)).all()
     if schedule == "interleaved":  # one window per set: (round, shape)
         per_set = df.groupby(["round", "seq_len"])["host_other_cpu"].nunique()

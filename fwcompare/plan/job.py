@@ -114,7 +114,8 @@ class Job:
         return cls(**{**d, "timing": TimingConfig(**d["timing"]),
                       "cells": tuple(CellRef(RunSpec.from_dict(c["spec"], strict=True),
                                              c["round"])
-                                     for c in d.get("cells", ()))})
+                                     for c in d.get("cells", ())),
+                      "memory_rounds": tuple(d.get("memory_rounds", ()))})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
