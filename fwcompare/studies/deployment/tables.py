@@ -167,9 +167,9 @@ def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     ok): 1 when the path exports, loads and computes the same function on
     every model tried, per round (fresh process), then over the rounds
     (``judging.from_rounds``: exact where every round gave the same share;
-    the cells' statuses shown are their rounds' pooled). A cell this machine could not
-    try (its framework or model package not installed here) counts neither
-    way: the path was not tried, so it neither works nor fails."""
+    the cells' statuses shown are their rounds' pooled). A cell this machine
+    could not try (its framework or model package not installed here) counts
+    neither way: the path was not tried, so it neither works nor fails."""
     a = claim.cells["a"]
     m = Measurement(unit=f"share of {a} cells ok")
     rows = _rows(data, devices, a, claim)
