@@ -427,12 +427,15 @@ def from_rounds(m: Measurement, figures: Sequence[float], confidence: float, *,
     Student's t on R - 1 degrees of freedom around their mean (of logs, for a
     ratio: ``log``) where they differ; the figure with a zero-width interval,
     noted as exact, where every round gave the same; from one round, the
-    figure and a forced "inconclusive" (``ONE_PROCESS``)."""
+    figure and a forced "inconclusive" (``ONE_PROCESS``), as for a figure the
+    caller set with no round behind it."""
     from ..core.stats import t_quantile
 
     x = np.asarray([v for v in figures if math.isfinite(v)], dtype=float)
     m.rounds = len(x)
-    if not len(x):
+    if not len(x):  # a figure the caller shows without one per round decides nothing
+        if math.isfinite(m.value):
+            m.forced = "inconclusive"
         m.add_note("no round in which every cell it reads gave a figure")
         return
     y = np.log(x) if log else x
@@ -464,7 +467,7 @@ def memory_ratio(data: StudyData, claim: Claim, devices) -> Measurement:
     Student's t over the rounds (:func:`from_rounds`)."""
     a, b = claim.cells["a"], claim.cells["b"]
     m = Measurement(unit=f"{a} peak memory / {b} peak memory")
-    pairs = [(ra, rb) for ra, rb in _pairs(data, claim, devices, a, b, claim.shapes)]
+    pairs = _pairs(data, claim, devices, a, b, claim.shapes)
     per = [(round_figures(data, ra["cell_id"], "peak_mem_bytes"),
             round_figures(data, rb["cell_id"], "peak_mem_bytes")) for ra, rb in pairs]
     keep = [i for i, (fa, fb) in enumerate(per) if common([fa, fb])]

@@ -33,14 +33,15 @@ def run_plan(study, params):
     round. Every run's plan is made here, once, and handed to what reads it
     (the estimate, the shard split, the runner, the extra rounds, the report)."""
     from ..plan.run import RunPlan
-    from .claims import claimed_variants
+    from .claims import claimed_variants, load_claims
     from .params import study_named
 
     st = study_named(study) if isinstance(study, str) else study
+    read = load_claims()  # once: both sets read it
     claimed = (None if params["rounds_for"] == "all"
-               else frozenset(claimed_variants(st.name, params["device"])))
-    return RunPlan(st, params, claimed,
-                   memory=frozenset(claimed_variants(st.name, params["device"], memory=True)))
+               else frozenset(claimed_variants(st.name, params["device"], claims=read)))
+    return RunPlan(st, params, claimed, memory=frozenset(
+        claimed_variants(st.name, params["device"], memory=True, claims=read)))
 
 
 def _measure(plan, profile: str, out: Path, progress: bool, cells: list | None = None,

@@ -128,18 +128,19 @@ def load_claims(path: Path | str = CLAIMS_FILE) -> list[Claim]:
 
 
 def claimed_variants(study: str, device: str, path: Path | str = CLAIMS_FILE,
-                     memory: bool = False) -> set[str]:
+                     memory: bool = False, claims: list[Claim] | None = None) -> set[str]:
     """The framework/mode variants ("torch/eager", or "*/plain" for a mode of
     every framework) that a claim of ``path`` compares in ``study`` on
     ``device``, as the study reads its claims (``Study.claimed_variants``):
     what ``rounds_for: claims`` repeats; ``memory``: only those of claims
     whose figure is a peak memory (``Metric.memory``: they take a memory
-    pass in every round)."""
+    pass in every round). ``claims``: those of ``path``, where the caller
+    has loaded them already."""
     from ..studies import STUDIES
 
     known = metrics()
     out = set()
-    for c in load_claims(path):
+    for c in load_claims(path) if claims is None else claims:
         if c.study != study or device not in _devices(c.hardware):
             continue
         if memory and not known[c.metric].memory:

@@ -19,6 +19,7 @@ import seaborn as sns  # noqa: E402
 
 from ..tables import hardware_line  # noqa: E402,F401  (re-exported for notebooks)
 from ..store import FAILED_STATUSES, MEASURED  # noqa: E402
+from ..judging import is_exact  # noqa: E402
 from .files import (FOOTER_GID, PNG_DPI, SLUG, caption, check_slug, drawn_data,  # noqa: E402,F401
                     save_figure)
 
@@ -436,7 +437,7 @@ def scorecard_forest(card, manifest: dict | None = None):
         ax.tick_params(axis="x", which="both", labelsize=6, pad=1, length=2)
         ax.text(-0.01, 0.5, r["id"], transform=ax.transAxes, ha="right", va="center",
                 fontsize=7.5)
-        exact = has_ci and lo == value == hi  # the same in every process (from_rounds)
+        exact = is_exact(lo, value, hi)  # the same in every process (from_rounds)
         figure = f"{value:.3g}" + (" (exact)" if exact else f" [{lo:.3g}, {hi:.3g}]" if has_ci
                                    else " (no CI)")
         ax.text(1.01, 0.5, f"{r['verdict']}: {figure}", transform=ax.transAxes, ha="left",

@@ -185,7 +185,8 @@ def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     # per round (a fresh process each), the share of the cells ok in it
     res = data.results
     res = res[res["cell_id"].isin(set(rows["cell_id"]))]
-    shares = (res["status"] == "ok").groupby(res["round"] if "round" in res else 0).mean()
+    by_round = res["round"] if "round" in res else pd.Series(0, index=res.index)
+    shares = (res["status"] == "ok").groupby(by_round).mean()
     bad = rows[rows["status"] != "ok"]
     m.note = "; ".join(f"{r['model']}: {r['status']}: {r['error'].splitlines()[0][:160]}"
                        for _, r in bad.drop_duplicates("model").iterrows()
@@ -193,7 +194,7 @@ def path_works(data: StudyData, claim: Claim, devices) -> Measurement:
     if untried:
         m.add_note(f"not tried here: {untried}")
     # the rounds in which every cell of the path has a row
-    full = res.groupby(res["round"] if "round" in res else 0)["cell_id"].nunique() == len(rows)
+    full = res["cell_id"].groupby(by_round).nunique() == len(rows)
     from_rounds(m, [float(v) for k, v in shares.items() if full.get(k, False)],
                 data.confidence, log=False)
     return m

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...results.judging import (ONE_PROCESS, Claim, Measurement, StudyData, common, from_rounds,
+from ...results.judging import (Claim, Measurement, StudyData, common, from_rounds,
                                 round_figures, timed_from)
 from ...results.store import MEASURED
 from ...core.stats import ratio_ci
@@ -245,11 +245,7 @@ def engine_memory_metric(data: StudyData, claim: Claim, devices) -> Measurement:
     m.points = [(m.cells[0], m.value)]
     m.note = (f"{r['workers']} workers: {r['mem_rank_max_mib']:.0f} MiB per rank against "
               f"{r['mem_rank_max_mib'] / r['mem_ratio']:.0f} MiB")
-    if rounds:
-        from_rounds(m, [fb[n] / fa[n] for n in rounds], data.confidence, log=True)
-    else:  # rows that kept no per-round figure (an earlier version's)
-        m.forced = "inconclusive"
-        m.add_note(ONE_PROCESS)
+    from_rounds(m, [fb[n] / fa[n] for n in rounds], data.confidence, log=True)
     return m
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ...results.judging import (Measurement, cell_label, common, from_rounds, memory_ratio,
                                 round_figures, timed_from)
-from ...core.stats import geomean_ratio_ci, ratio_ci, ratio_value, rounds_t_interval
+from ...core.stats import geomean, geomean_ratio_ci, ratio_ci, ratio_value, rounds_t_interval
 from ...results.tables import samples_by_cell
 from .techniques import GIB, MIB, PARTS, PLAIN, SEARCH, TECHNIQUES, TRY
 
@@ -150,7 +150,7 @@ def technique_memory_ratio(data, claim, devices):
         return m
     m.cells = [f"{r['framework']} {cell_label(r)}" for r, _ in pairs]
     ratios = [[fr[n] / fb[n] for n in common([fr, fb])] for fr, fb in per]
-    m.points = [(c, float(np.exp(np.mean(np.log(x))))) for c, x in zip(m.cells, ratios)]
+    m.points = [(c, geomean(x)) for c, x in zip(m.cells, ratios)]
     m.devices = {r["device"] for r, _ in pairs}
     m.note = ", ".join(f"{c} {v:.2f}" for c, v in m.points)
     rounds = common([f for pair in per for f in pair])
