@@ -7,7 +7,8 @@ report (``claims.class_spreads``: per class of claims, study x device x
 schedule, each timed figure's per-round variance and its degrees of freedom),
 takes each as a figure's true spread, and constructs ``--reports`` reports:
 each figure's per-round values normal around a truth of 0 with that spread,
-as many rounds as it had. Each constructed report's intervals are made three
+as many rounds as it had (``--rounds K``: K rounds each, to ask what a
+profile of K rounds would give on the same spreads). Each constructed report's intervals are made three
 ways, as ``stats.rounds_t_interval`` makes the scorecard's (95%, no block
 floor):
 
@@ -25,7 +26,7 @@ the figures more unequal than they are (a spread from 3 rounds is itself
 uncertain): a harder test than the report's own.
 
 Usage: .venv/bin/python benchmarks/prior_coverage.py [RESULTS_ROOT]
-       [--reports 2000] [--seed 0]
+       [--reports 2000] [--seed 0] [--rounds K]
 (RESULTS_ROOT: a profile's output folder, default outputs/quick.)
 """
 from __future__ import annotations
@@ -59,12 +60,14 @@ def noise_group(sd: np.ndarray) -> np.ndarray:
     return np.where(ratio < 2 / 3, "quiet", np.where(ratio > 1.5, "noisy", "typical"))
 
 
-def simulate(figures: pd.DataFrame, reports: int, seed: int) -> pd.DataFrame:
+def simulate(figures: pd.DataFrame, reports: int, seed: int,
+             rounds: int | None = None) -> pd.DataFrame:
     """Per figure and way: the share of constructed reports whose interval
-    held the truth, and the median half-width (log)."""
+    held the truth, and the median half-width (log). ``rounds``: that many
+    rounds per figure in place of its recorded ones."""
     rng = np.random.default_rng(seed)
     sd = np.sqrt(np.maximum(figures["var"].to_numpy(float), 1e-12))
-    dof = figures["dof"].to_numpy(int)
+    dof = (np.full(len(figures), rounds - 1) if rounds else figures["dof"].to_numpy(int))
     classes = figures["class"].to_numpy()
     held = {w: np.zeros(len(figures)) for w in WAYS}
     widths = {w: [[] for _ in range(len(figures))] for w in WAYS}
@@ -99,14 +102,19 @@ def main() -> None:
     ap.add_argument("root", nargs="?", type=Path, default=OUTPUTS / "quick")
     ap.add_argument("--reports", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds per figure (at least 2; default: each figure's recorded)")
     args = ap.parse_args()
+    if args.rounds is not None and args.rounds < 2:
+        ap.error(f"--rounds {args.rounds}: an interval over rounds needs at least 2")
     figures = recorded_spreads(args.root)
     if figures.empty:
         raise SystemExit(f"{args.root}: no timed figure from two or more rounds to take "
                          f"spreads from (a report's output folder, e.g. outputs/quick)")
     print(f"{len(figures)} timed figures in {figures['class'].nunique()} classes, from "
-          f"{args.root}; {args.reports} constructed reports, seed {args.seed}")
-    res = simulate(figures, args.reports, args.seed)
+          f"{args.root}; {args.reports} constructed reports, seed {args.seed}, "
+          + (f"{args.rounds} rounds each" if args.rounds else "each figure's own rounds"))
+    res = simulate(figures, args.reports, args.seed, args.rounds)
     pd.set_option("display.width", 200)
     fmt = {c: "{:.3f}".format for c in res.columns if c.endswith(("coverage", "half_width"))}
     for by in ("class", "group"):

@@ -31,3 +31,18 @@ def test_each_way_holds_its_level_and_the_class_prior_spares_the_noisy_figure():
     # the noisy figure keeps its level under its class's prior
     assert res["class_coverage"].iloc[-1] >= 0.9, res.iloc[-1]
     assert by_class["class_coverage"].min() >= 0.92, by_class
+
+
+def test_rounds_replaces_each_figures_recorded_rounds():
+    """``--rounds``: every figure constructed with that many rounds, whatever
+    it recorded; fewer rounds widen its own t, and each way keeps its level."""
+    pc = benchmark("prior_coverage")
+    two = pc.simulate(_figures(), reports=400, seed=1, rounds=2)
+    five = pc.simulate(_figures(), reports=400, seed=1, rounds=5)
+    quiet = slice(0, 8)
+    # own t on 1 degree of freedom (12.7) against 4 (2.78): several times as wide
+    assert (two["own_half_width"].iloc[quiet] > 2 * five["own_half_width"].iloc[quiet]).all()
+    # the class prior lends the alike figures degrees of freedom: far narrower than own t
+    assert (two["class_half_width"].iloc[quiet] < 0.5 * two["own_half_width"].iloc[quiet]).all()
+    for res in (two, five):
+        assert pc.table(res, "group")["own_coverage"].min() >= 0.92

@@ -169,6 +169,7 @@ def grid_params(models_default, modes_default, modes_table, batch_default, seq_d
         "threads": Param("int", 0, "intra-op threads for every framework (0: all available cores)", non_negative),
         "rounds": Param("int", 1, "measure every cell this many times, each round in fresh worker processes (intervals then carry the spread between processes)", positive),
         "more_rounds": Param("int", 0, "a report's extra rounds for doubtful claims: a timed claim of this study still inconclusive after the rounds above gets up to this many more, of its own cells only (fresh processes, interleaved as before), judged after each with the error spent over the looks (stats.look_confidence); 0: none", non_negative),
+        "more_rounds_sure": Param("int", 0, "of the extra rounds (more_rounds), how many a doubtful claim takes whatever the report's time budget: planned work, like the rounds above, but only for the claims still in doubt (a claim far from its band's edges after the rounds above takes none); the rest start only where they fit the budget", non_negative),
         "more_rounds_s": Param("float", 0.0, "seconds this study adds to the report's budget for extra rounds (more_rounds): the studies' budgets are pooled, and a round that would overrun what is left is not started", non_negative),
         "rounds_for": Param("str", "all", "which variants take the rounds after the first: all, or claims (only the framework/mode variants that a claim of params/claims.yaml compares in this study on this device; the others are measured in the first round only)", one_of(["all", "claims"])),
         "schedule": Param("str", "interleaved", "interleaved: the variants of one model and shape are prepared in workers of their own and sampled one block each in turn, in a random order per turn; sequential: one cell after another (large GPU cells that cannot share the device). On a GPU, interleaved runs where the variants' memory fits on the device together (schedules/shared_gpu.py) and falls back to sequential, said in every row's schedule_note, where it does not", one_of(SCHEDULES)),
@@ -236,6 +237,9 @@ def _shared_problems(full: dict) -> list[str]:
                        or (key == "modes" and not value[fw])]
             if missing:
                 problems.append(f"key {key!r}: no modes given for framework(s) {', '.join(missing)}")
+    if full.get("more_rounds_sure", 0) > full.get("more_rounds", 0):
+        problems.append(f"key 'more_rounds_sure': at most more_rounds "
+                        f"({full.get('more_rounds', 0)}), got {full['more_rounds_sure']}")
     if "min_time_s" in full and full["min_time_s"] > full["max_time_s"]:
         problems.append("key 'max_time_s': must be >= min_time_s")
     return problems

@@ -166,7 +166,9 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
     take after the measuring) would be overrun: a round is started only
     where its estimate (seconds per cell of the study's last round pass,
     times the (cell, round)s it needs) fits what is left of both; with no
-    such estimate none is started. What it did goes to each study's
+    such estimate none is started. A study's first ``more_rounds_sure``
+    extra rounds are planned work, started whatever either budget says (their
+    time still counts against the pool). What it did goes to each study's
     ``results/more_rounds.json`` after every step, which the scorecard reads
     to say why a claim stopped. Judging that fails ends the extra rounds (the
     report goes on; its scorecard shows the failure)."""
@@ -191,20 +193,25 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
 
     for study in runs:
         keep(study)
+    sure = {study: plan.params["more_rounds_sure"] for study, (plan, _) in runs.items()}
     for extra in range(1, max(limit.values(), default=0) + 1):
         now = {s: out for s, (_, out) in runs.items() if taking[s] >= extra}
-        if now and until is not None and until <= time.monotonic():
+        late = [s for s in now if extra > sure[s]]  # the rounds the budget bounds
+        if late and until is not None and until <= time.monotonic():
             # No round could start: the claims are not judged for one (seconds of a
             # report), and the scorecard names the budget as
             # the reason for each claim that would have taken one (claims.skipped_note).
-            for study in now:
+            for study in late:
                 record[study]["why"] = (
                     "the report's time budget was spent before its extra rounds could start")
                 record[study]["budget_spent"] = True
+                taking[study] = 0
                 keep(study)
+                del now[study]
             log("extra rounds: none started: the report's time budget was spent while it "
-                "measured")
-            break
+                "measured" + (f" (the sure ones go on: {', '.join(now)})" if now else ""))
+            if not now:
+                break
         try:
             wanted = doubtful(now) if now else {}
         except Exception:  # judging failed: the measuring is done; the scorecard says why
@@ -224,7 +231,7 @@ def more_rounds(runs: dict, *, profile: str, servers, progress: bool, log, passe
             rate = per_cell.get(study, max(per_cell.values(), default=math.inf))
             cost = rate * missing
             room = left if until is None else min(left, until - time.monotonic())
-            if cost > room:
+            if cost > room and extra > sure[study]:
                 record[study]["skipped"] += list(claims)
                 ours = room < left  # the report's own budget, not the pool, is what ran out
                 if ours:

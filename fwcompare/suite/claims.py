@@ -256,6 +256,7 @@ def evaluate(claim: Claim, data: StudyData) -> tuple[dict, list[tuple[str, float
                own_ci_low=own.low if has_ci else math.nan,
                own_ci_high=own.high if has_ci else math.nan,
                prior_class=prior_class(data) if has_ci and data.prior is not None else "",
+               look=look, looks=looks,
                n_cells=len(m.cells), cells="; ".join(m.cells), rounds=m.rounds,
                host_load=m.host_load,
                measured_on=("/".join(sorted(m.devices)) + (f": {hw}" if hw else ""))
@@ -471,8 +472,10 @@ def wrong_verdicts_bound(rows) -> float:
     only where its interval lies wholly on one side of the truth, which an
     interval of level c does with a chance of at most (1 - c) / 2; a
     "contradicted" on a band with two edges (``about``) from either side, so
-    twice that. Verdicts without an interval are not counted: they carry no
-    such bound (:func:`decided_without_interval`)."""
+    twice that. A verdict from look k of a claim that took extra rounds spent
+    the error of each of its k looks (:func:`look_confidence`): any of them
+    could have decided it. Verdicts without an interval are not counted: they
+    carry no such bound (:func:`decided_without_interval`)."""
     total = 0.0
     for r in rows:
         level = r.get("confidence")
@@ -480,7 +483,10 @@ def wrong_verdicts_bound(rows) -> float:
                 or not isinstance(level, (int, float)) or not math.isfinite(level)):
             continue
         sides = 2 if r["verdict"] == "contradicted" and r.get("direction") == "about" else 1
-        total += sides * (1 - level) / 2
+        look, looks = int(r.get("look") or 1), int(r.get("looks") or 1)
+        spent = ((1 - level) if look == 1 else
+                 sum(1 - look_confidence(j, looks) for j in range(1, look + 1)))
+        total += sides * spent / 2
     return total
 
 

@@ -269,6 +269,9 @@ def _total_line(studies: dict[str, tuple[RunPlan, Path]], ests: list,
     shared = sum(e.start_s for e in ests) - max((e.start_s for e in ests), default=0.0)
     high = sum(e.seconds for e in ests) - shared
     low = sum(e.seconds if e.low_seconds is None else e.low_seconds for e in ests) - shared
+    # a study's sure extra rounds (more_rounds_sure): none where no claim is in doubt,
+    # every claimed cell again where all are
+    high += sum(_sure_rounds_s(plan, out, e) for (plan, out), e in zip(studies.values(), ests))
     # the extra rounds for doubtful claims spend at most their pooled budget, and
     # start only where they end before the report's time budget less its notebooks
     extra = sum(p.params["more_rounds_s"] for p, _ in studies.values()
@@ -300,6 +303,14 @@ def _total_line(studies: dict[str, tuple[RunPlan, Path]], ests: list,
             + (f"; over its time budget of {budget_s / 60:g} minutes even at its low end "
                "(the budget bounds only extra rounds; every planned cell runs)"
                if budget_s and low + after[0] > budget_s else ""))
+
+
+def _sure_rounds_s(plan: RunPlan, out: Path, est) -> float:
+    """The most a study's sure extra rounds take: its plan with them, less without."""
+    from ...execution.estimate import estimate
+
+    sure = plan.params["more_rounds_sure"]
+    return estimate(plan.with_more(sure), Path(out) / "results").seconds - est.seconds if sure else 0.0
 
 
 def after_measuring(k: int) -> tuple[float, float]:

@@ -177,7 +177,8 @@ def _wrong_html(rows: list[dict]) -> str:
     text = (f" Of the {len(decided)} decided verdicts, at most about {bound:.1f} are expected "
             f"to be wrong: one is wrong only where its interval misses the truth on one "
             f"side, a chance of at most 2.5% at 95% (5% for a contradicted claim whose band "
-            f"has two edges), as long as the intervals keep their level.")
+            f"has two edges), and a claim that took extra rounds spent that chance at each "
+            f"look it took, as long as the intervals keep their level.")
     exact = sum(1 for r in decided if r.get("exact") in (True, "True"))
     if exact:
         text += (f" {exact} of them rest on an exact figure (the same in every process, or a "
