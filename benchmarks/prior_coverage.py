@@ -8,9 +8,9 @@ schedule, each timed figure's per-round variance and its degrees of freedom),
 takes each as a figure's true spread, and constructs ``--reports`` reports:
 each figure's per-round values normal around a truth of 0 with that spread,
 as many rounds as it had (``--rounds K``: K rounds each, to ask what a
-profile of K rounds would give on the same spreads). Each constructed report's intervals are made three
-ways, as ``stats.rounds_t_interval`` makes the scorecard's (95%, no block
-floor):
+profile of K rounds would give on the same spreads). Each constructed
+report's intervals are made three ways, as ``stats.rounds_t_interval`` makes
+the scorecard's (95%, no block floor):
 
 - ``class``: moderated by the prior of the figure's class (what the
   scorecard does: ``claims.variance_priors``);

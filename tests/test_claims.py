@@ -454,7 +454,7 @@ def _spread_of(data, c):
 def test_the_page_says_how_many_wrong_verdicts_to_expect_at_most(tmp_path):
     """A decided verdict from a 95% interval is wrong with a chance of at most
     2.5% (a contradicted one on a two-edged band 5%, an interval of a later
-    look its own level's); verdicts without an interval are counted apart,
+    look its own level's and each earlier look's); verdicts without an interval are counted apart,
     and the interval's level is printed beside it where it is not 95%."""
     import json
 
@@ -472,6 +472,12 @@ def test_the_page_says_how_many_wrong_verdicts_to_expect_at_most(tmp_path):
         rows.append(row(*args))
     assert claims.wrong_verdicts_bound(rows) == pytest.approx(0.025 + 0.05 + 0.0167 / 2)
     assert claims.decided_without_interval(rows) == 1
+    # a verdict from a later look spent the error of every look the claim took (a
+    # row without looks, from an older scorecard, counts its own interval's alone)
+    later = {**rows[2], "look": 2, "looks": 4}
+    assert claims.wrong_verdicts_bound([later]) == pytest.approx((0.05 + 0.05 / 3) / 2)
+    third = {**rows[0], "look": 2, "looks": 2}  # quick's sure third round: 95% twice
+    assert claims.wrong_verdicts_bound([third]) == pytest.approx(0.05)
     assert claims.format_value(rows[2]) == "1.100 [1.050, 1.150] at 98.3%"
     assert claims.format_value(rows[0]) == "1.100 [1.050, 1.150]"
     summary = tmp_path / report.SUMMARY

@@ -155,6 +155,7 @@ def test_distributed_on_too_few_gpus_says_so_in_every_cell(tmp_path, monkeypatch
                                  "worker, up to 2 workers); this machine has 0"}
 
 
+@pytest.mark.frameworks("torch")  # model sizes from configs: transformers imports torch
 def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path):
     """Before a first gpu report: the studies' estimates from their parts,
     the fork servers' imports counted once (the studies share them)."""
@@ -185,6 +186,7 @@ def test_the_report_prints_one_estimate_of_its_studies_from_their_parts(tmp_path
         "budget bounds only extra rounds; every planned cell runs)")
 
 
+@pytest.mark.frameworks("torch")  # model sizes from configs: transformers imports torch
 def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     """quick's inference_sweep may spend its 40 s of extra rounds on doubtful
     claims: the upper end of the report's estimate includes them."""
@@ -219,3 +221,27 @@ def test_the_report_estimate_adds_the_extra_rounds_budget(tmp_path):
     assert "extra rounds for doubtful" not in full and (
         "; no room for extra rounds in its time budget of "
         f"{(e.low_seconds + after[1]) / 60:g} minutes") in full, full
+
+
+@pytest.mark.frameworks("torch")  # model sizes from configs: transformers imports torch
+def test_the_report_estimate_counts_sure_extra_rounds_at_its_upper_end_only(tmp_path):
+    """A sure extra round (``more_rounds_sure``: quick's inference_sweep with
+    two rounds and a third for the claims in doubt) runs only where a claim
+    is in doubt: the estimate's low end takes none, its high end a round of
+    every claimed cell, whatever the time budget."""
+    from fwcompare.execution.estimate import estimate
+    from fwcompare.suite import report
+
+    quick = {**params.load_file(PARAMS / "inference_sweep" / "quick.yaml", "inference_sweep"),
+             "rounds": 2, "more_rounds": 1, "more_rounds_sure": 1, "more_rounds_s": 0.0}
+    runs = {"inference_sweep": (quick, tmp_path / "inference_sweep")}
+    plan = run_plan("inference_sweep", quick)
+    e = estimate(plan, tmp_path / "inference_sweep" / "results")
+    third = estimate(plan.with_more(1), tmp_path / "inference_sweep" / "results").seconds
+    assert third > e.seconds
+    after = report.after_measuring(1)
+    for budget in (None, 60.0):  # a budget far too small changes nothing
+        line = report.total_estimate(runs, budget)
+        assert (f"{report._mmss(e.low_seconds + after[0])} to "
+                f"{report._mmss(third + after[1])}: measurements") in line, line
+        assert "extra rounds for doubtful" not in line, line

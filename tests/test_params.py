@@ -53,6 +53,13 @@ def test_wrong_type():
     check({"batch_sizes": [True]}, "key 'batch_sizes'")
 
 
+def test_sure_extra_rounds_are_some_of_the_extra_rounds():
+    check({"more_rounds": 1, "more_rounds_sure": 2}, "key 'more_rounds_sure'",
+          "at most more_rounds (1), got 2")
+    assert params.validate("inference_sweep", {**GOOD, "more_rounds": 2,
+                                               "more_rounds_sure": 2})["more_rounds_sure"] == 2
+
+
 def test_unknown_model():
     check({"models": ["bert-huge"]}, "key 'models'", "unknown model 'bert-huge'")
 

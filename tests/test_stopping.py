@@ -141,6 +141,13 @@ def test_a_doubtful_figure_takes_another_round_unless_it_names_why_not():
     assert "sits at the edge" in stop_reason(_figure(1.023, 0.98, 1.065, 3), above, 1, 4)
     # one process, or no interval: not a figure extra rounds are for
     assert stop_reason(_figure(1.06, 1.0, 1.124, 1), above, 1, 4) == ""
+    # two rounds on their own t: a spread on one degree of freedom is not projected
+    # (a third round often shows it a fluke), unless a prior lends it more, or the
+    # figure sits at the edge
+    wide = _figure(1.05, 0.5, 2.2, 2)
+    assert stop_reason(wide, above, 1, 2) == ""
+    assert "spread is too wide" in stop_reason(wide, above, 1, 2, prior_dof=3.0)
+    assert "sits at the edge" in stop_reason(_figure(1.023, 0.5, 2.2, 2), above, 1, 2)
 
 
 def test_a_figure_is_the_look_its_extra_rounds_make_it():

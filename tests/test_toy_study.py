@@ -516,6 +516,56 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
             "sits at the edge", "too wide for the rounds left")), row["note"]
 
 
+def test_a_sure_extra_round_is_taken_with_the_budget_spent(toy, tmp_path, smoke_timing,
+                                                           no_orphans, monkeypatch):
+    """``more_rounds_sure``: a doubtful claim's first extra round is planned
+    work, taken though neither the pool nor the report's time budget has room
+    for it; the ones after it are not, and the scorecard names the budget."""
+    import json
+    import math
+    import time
+
+    from fwcompare.suite import api, claims
+    from fwcompare import load_results, run_studies
+    from fwcompare.execution.forkserver import ForkServers
+    from fwcompare.results import judging
+    from fwcompare.results.judging import Claim, StudyData
+    from fwcompare.execution.runner import Passes
+
+    out = tmp_path / "toy"
+    p = {"seq_lens": [16], "rounds": 2, "more_rounds": 2, "more_rounds_sure": 1,
+         **smoke_timing}
+    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [])
+    with ForkServers(tmp_path / "servers") as servers:
+        _, failed = run_studies({toy.name: (p, out)}, profile="adhoc", servers=servers,
+                                progress=False, log=lambda line: None)
+    assert not failed, failed
+    probe = Claim("toy-einsum-slower", "einsum is slower", "toy", "", "cpu", toy.name,
+                  "time_ratio", {"a": "numpy/einsum", "b": "numpy/matmul"}, 1.0, "above",
+                  0.0, reference=1.0)
+    m, _, _ = claims.measure(claims.metrics()["time_ratio"], StudyData(out), probe, ("cpu",))
+    # the band's edge inside the interval, a quarter of its width from the figure
+    edge = math.exp(math.log(m.value) - (math.log(m.high) - math.log(m.low)) / 4)
+    claim = Claim(**{**vars(probe), "reference": edge})
+    assert m.high / m.low > 1.02 and not judging.stop_reason(m, claim.band, 1, 3), m
+    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [claim])
+    runs = {toy.name: (params.validate(toy.name, p), out)}
+    lines = []
+    with ForkServers(tmp_path / "servers2") as servers:
+        api.more_rounds(runs, profile="adhoc", servers=servers, progress=False,
+                        log=lines.append, passes={toy.name: Passes()},
+                        per_cell={toy.name: 1e6}, times={toy.name: 0.0},
+                        until=time.monotonic() - 1)
+    record = json.loads((out / "results" / "more_rounds.json").read_text())
+    assert [r["round"] for r in record["rounds"]] == [1], (record, lines)
+    rounds = load_results(out).results.groupby("mode")["round"].apply(sorted).to_dict()
+    assert rounds == {"matmul": [0, 1, 2], "einsum": [0, 1, 2]}, rounds
+    row = claims.evaluate(claim, StudyData(out))[0]
+    assert (row["rounds"], row["look"], row["looks"]) == (3, 2, 3), row
+    if row["verdict"] == "inconclusive":  # the second extra round was the budget's to give
+        assert record["budget_spent"] and "time budget was spent" in row["note"], row["note"]
+
+
 def test_variants_that_differ_in_an_axis_alone_are_lanes_of_their_own(tmp_path, smoke_timing,
                                                                       no_orphans):
     """Interleaved, each twin is a worker of its own in every round, with a job

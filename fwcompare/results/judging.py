@@ -160,7 +160,8 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
     already narrow, or even every round left could not move the interval off
     the edge it holds (the figure sits at the edge, within 1% of it, or its
     spread is too wide for the rounds left: inconclusive is the honest
-    answer). ``prior_dof``: the degrees of freedom the report's
+    answer; a spread from two rounds alone is never taken as too wide).
+    ``prior_dof``: the degrees of freedom the report's
     variance prior adds to t (``stats.VariancePrior``)."""
     from ..core.stats import look_confidence, median_se_factor, t_quantile
 
@@ -183,6 +184,10 @@ def stop_reason(m: "Measurement", band: tuple[float, float], look: int, looks: i
               / t_quantile(look_confidence(look, looks), n - 1 + extra)
               * math.sqrt(n / last) * median_se_factor(last) / median_se_factor(n))
     gap = min(abs(math.log(m.value) - math.log(e)) for e in edges)
+    # a spread on one degree of freedom (two rounds, no prior) is too uncertain to
+    # project: its 95% range runs over a factor of 5000 in variance
+    if gap >= NARROW / 2 and n - 1 + extra < 2:
+        return ""
     if gap < half * shrink:
         why = ("the figure sits at the edge" if gap < NARROW / 2 else
                "its spread is too wide for the rounds left")

@@ -310,7 +310,9 @@ def _sure_rounds_s(plan: RunPlan, out: Path, est) -> float:
     from ...execution.estimate import estimate
 
     sure = plan.params["more_rounds_sure"]
-    return estimate(plan.with_more(sure), Path(out) / "results").seconds - est.seconds if sure else 0.0
+    if not sure:
+        return 0.0
+    return estimate(plan.with_more(sure), Path(out) / "results").seconds - est.seconds
 
 
 def after_measuring(k: int) -> tuple[float, float]:
