@@ -416,6 +416,32 @@ def test_round_passes_measure_every_studys_round_before_anyones_next(
         assert not (out / "results" / "work" / "compile").exists()
 
 
+def _doubtful_claim(toy, tmp_path, p, monkeypatch, **probe_fields):
+    """Run the toy study with params ``p`` (no claim read, so no extra round),
+    then make a claim of einsum against matmul whose band edge its interval
+    holds, a quarter of the interval's width from the figure: more rounds can
+    move it off. (the output folder, the claim, the figure before it)"""
+    import math
+
+    from fwcompare.suite import claims
+    from fwcompare import run_studies
+    from fwcompare.execution.forkserver import ForkServers
+    from fwcompare.results.judging import Claim, StudyData
+
+    out = tmp_path / "toy"
+    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [])  # no claim: no extra round
+    with ForkServers(tmp_path / "servers") as servers:
+        _, failed = run_studies({toy.name: (p, out)}, profile="adhoc", servers=servers,
+                                progress=False, log=lambda line: None)
+    assert not failed, failed
+    probe = Claim("toy-einsum-slower", "einsum is slower", "toy", "", "cpu", toy.name,
+                  "time_ratio", {"a": "numpy/einsum", "b": "numpy/matmul"}, 1.0, "above",
+                  0.0, reference=1.0, **probe_fields)
+    m, _, _ = claims.measure(claims.metrics()["time_ratio"], StudyData(out), probe, ("cpu",))
+    edge = math.exp(math.log(m.value) - (math.log(m.high) - math.log(m.low)) / 4)
+    return out, Claim(**{**vars(probe), "reference": edge}), m
+
+
 def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided(
         toy, tmp_path, smoke_timing, no_orphans, monkeypatch):
     """``run_studies``' extra rounds (issue 48): a timed claim whose interval
@@ -424,38 +450,24 @@ def test_a_doubtful_claim_gets_extra_rounds_of_its_own_cells_until_it_is_decided
     so. Where the report's budget cannot pay for a round, or its time
     budget has no room for one, the claim's note says that instead."""
     import json
-    import math
     import time
 
     from fwcompare.suite import api, claims
-    from fwcompare import load_results, run_studies
+    from fwcompare import load_results
     from fwcompare.execution.forkserver import ForkServers
-    from fwcompare.results.judging import Claim, StudyData
+    from fwcompare.results.judging import StudyData, look_of
     from fwcompare.execution.runner import Passes
 
-    out = tmp_path / "toy"
     p = {"seq_lens": [16, 32], "rounds": 2, "more_rounds": 3, "more_rounds_s": 600.0,
          **smoke_timing}
-    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [])  # no claim: no extra round
-    with ForkServers(tmp_path / "servers") as servers:
-        _, failed = run_studies({toy.name: (p, out)}, profile="adhoc", servers=servers,
-                                progress=False, log=lambda line: None)
-    assert not failed, failed
+    # a claim about the smallest shape
+    out, claim, m = _doubtful_claim(toy, tmp_path, p, monkeypatch, shapes="smallest")
 
     def rounds_of(res):
         return res.results.groupby(["seq_len", "mode"])["round"].apply(sorted).to_dict()
 
     assert set(map(tuple, rounds_of(load_results(out)).values())) == {(0, 1)}
-    # A claim about the smallest shape whose band edge the interval holds, a
-    # quarter of its width from the figure: more rounds can move it off.
-    probe = Claim("toy-einsum-slower", "einsum is slower", "toy", "", "cpu", toy.name,
-                  "time_ratio", {"a": "numpy/einsum", "b": "numpy/matmul"}, 1.0, "above",
-                  0.0, reference=1.0, shapes="smallest")
-    m, look, looks = claims.measure(claims.metrics()["time_ratio"], StudyData(out), probe,
-                                    ("cpu",))
-    assert (look, looks, m.rounds) == (1, 4, 2) and len(m.ids) == 2
-    edge = math.exp(math.log(m.value) - (math.log(m.high) - math.log(m.low)) / 4)
-    claim = Claim(**{**vars(probe), "reference": edge})
+    assert (*look_of(m, StudyData(out)), m.rounds) == (1, 4, 2) and len(m.ids) == 2
     assert claims.evaluate(claim, StudyData(out))[0]["verdict"] == "inconclusive"
     monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [claim])
     runs = {toy.name: (params.validate(toy.name, p), out)}
@@ -522,31 +534,18 @@ def test_a_sure_extra_round_is_taken_with_the_budget_spent(toy, tmp_path, smoke_
     work, taken though neither the pool nor the report's time budget has room
     for it; the ones after it are not, and the scorecard names the budget."""
     import json
-    import math
     import time
 
     from fwcompare.suite import api, claims
-    from fwcompare import load_results, run_studies
+    from fwcompare import load_results
     from fwcompare.execution.forkserver import ForkServers
     from fwcompare.results import judging
-    from fwcompare.results.judging import Claim, StudyData
+    from fwcompare.results.judging import StudyData
     from fwcompare.execution.runner import Passes
 
-    out = tmp_path / "toy"
     p = {"seq_lens": [16], "rounds": 2, "more_rounds": 2, "more_rounds_sure": 1,
          **smoke_timing}
-    monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [])
-    with ForkServers(tmp_path / "servers") as servers:
-        _, failed = run_studies({toy.name: (p, out)}, profile="adhoc", servers=servers,
-                                progress=False, log=lambda line: None)
-    assert not failed, failed
-    probe = Claim("toy-einsum-slower", "einsum is slower", "toy", "", "cpu", toy.name,
-                  "time_ratio", {"a": "numpy/einsum", "b": "numpy/matmul"}, 1.0, "above",
-                  0.0, reference=1.0)
-    m, _, _ = claims.measure(claims.metrics()["time_ratio"], StudyData(out), probe, ("cpu",))
-    # the band's edge inside the interval, a quarter of its width from the figure
-    edge = math.exp(math.log(m.value) - (math.log(m.high) - math.log(m.low)) / 4)
-    claim = Claim(**{**vars(probe), "reference": edge})
+    out, claim, m = _doubtful_claim(toy, tmp_path, p, monkeypatch)
     assert m.high / m.low > 1.02 and not judging.stop_reason(m, claim.band, 1, 3), m
     monkeypatch.setattr(claims, "load_claims", lambda *a, **k: [claim])
     runs = {toy.name: (params.validate(toy.name, p), out)}
