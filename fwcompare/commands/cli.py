@@ -6,8 +6,9 @@ exit codes:
   1    run, report: a study or a cell (status error or timeout) failed;
        doctor: a check failed; compare: its gate (--fail-above,
        --fail-below) found a cell beyond it
-  2    bad input, nothing measured: params, overrides, paths, or a device: gpu
-       run where the doctor finds the GPU unusable
+  2    bad input, nothing measured: params, overrides, paths, an output
+       folder another run is writing, or a device: gpu run where the doctor
+       finds the GPU unusable
   130  interrupted (Ctrl-C or SIGTERM): finished cells are kept; run again
        to resume
 """
@@ -21,6 +22,7 @@ import sys
 
 from .. import __version__
 from ..core.atomic import UnreadableFile
+from ..core.folder_lock import FolderInUse
 from ..core.paths import CheckoutError
 from ..suite.doctor import DoctorError
 from ..suite.params import ParamsError
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         code = args.fn(args)
         sys.stdout.flush()  # a reader that left surfaces here (below), not at Python's exit
         return code
-    except (DoctorError, CheckoutError, UnreadableFile) as exc:  # not the params
+    except (DoctorError, CheckoutError, UnreadableFile, FolderInUse) as exc:  # not the params
         _traceback(args)
         print(f"fwcompare: {exc}", file=sys.stderr)
         return BAD_INPUT

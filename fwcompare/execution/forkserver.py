@@ -41,18 +41,20 @@ import threading
 import time
 from pathlib import Path
 
+from ..core.folder_lock import OWNERS_ENV
 from ..core.paths import ROOT
 
 # The environment a worker may set on top of its server's (read at use, not
 # at import): its own compile caches and temporary directory, a data-parallel
 # rank's place in its launch (torch.distributed's env:// variables, TensorFlow's
 # TF_CONFIG, JAX's coordinator and process: frameworks.jax.parallel.DataParallel),
-# and the launch's directory (messages.LAUNCH_DIR_ENV).
+# the launch's directory (messages.LAUNCH_DIR_ENV), and the holders of the output
+# folders (folder_lock.OWNERS_ENV: set when a run takes its first folder, read by no worker).
 PER_WORKER_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FWCOMPARE_XLA_CACHE",
                   "TMPDIR", "RANK", "LOCAL_RANK",
                   "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                   "TF_CONFIG", "FWCOMPARE_JAX_COORDINATOR", "FWCOMPARE_JAX_PROCESS_ID",
-                  "FWCOMPARE_JAX_PROCESSES", "FWCOMPARE_LAUNCH_DIR")
+                  "FWCOMPARE_JAX_PROCESSES", "FWCOMPARE_LAUNCH_DIR", OWNERS_ENV)
 _MSG = 65536
 
 

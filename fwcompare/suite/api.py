@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from ..core.folder_lock import hold
 from ..core.paths import study_dir
 from ..results.store import StudyResults, load_results
 
@@ -15,13 +16,16 @@ def run_study(study: str, params: dict | None = None, *, profile: str = "adhoc",
               cells: list | None = None, servers=None, plan=None) -> StudyResults:
     """Validate params, run (or resume) every cell of ``study`` (or only
     ``cells``, a subset of them: a shard, fwcompare.suite.shard), return its results.
+    The output folder is held while it runs: ``FolderInUse`` (nothing
+    measured) where another process writes it (fwcompare.core.folder_lock).
     ``servers``: fork servers to share (``fwcompare report`` keeps one set for
     all its studies); by default the run starts its own and closes them.
     ``plan``: the run's plan, made already by the caller (a shard's), for
     these validated params."""
     out = study_dir(study, profile, output_dir)
-    _measure(_plan_of(study, params if plan is None else plan), profile, out, progress, cells,
-             servers)
+    plan = _plan_of(study, params if plan is None else plan)  # bad params stop first
+    with hold(out):  # one run per folder: a second one stops here (FolderInUse)
+        _measure(plan, profile, out, progress, cells, servers)
     return load_results(out)
 
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.atomic import write_json
+from ..core.folder_lock import hold
 from ..core.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -490,7 +491,6 @@ def merge(out: Path | str, shard_dirs: list[Path | str]) -> Merged:
     ShardError, with every problem named and nothing written, when they do
     not make one run."""
     from .. import studies  # noqa: F401 (registers the cell axes a row's spec is read with)
-    from ..results.store import BREAKDOWN, RECORD, ResultStore
 
     if not shard_dirs:
         raise ShardError("merge: no shard folders given")
@@ -508,6 +508,16 @@ def merge(out: Path | str, shard_dirs: list[Path | str]) -> Merged:
     final = out / "results"
     if any(final.resolve() == f.store.resolve() for f in folders):
         raise ShardError(f"merge refused, nothing written: {out} is one of the shards")
+    with hold(out):  # one writer per folder: a second merge or a run stops here
+        return _write(out, final, folders, warnings)
+
+
+def _write(out: Path, final: Path, folders: list, warnings: list[str]) -> Merged:
+    """:func:`merge`'s writing, checks passed and ``out`` held: the shards'
+    rows into a temporary folder, then renamed into ``final`` (an earlier
+    results folder kept in its ``previous/``)."""
+    from ..results.store import BREAKDOWN, RECORD, ResultStore
+
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".results-merging-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -20,6 +20,7 @@ scorecard first; ``breakdown`` says where the report's time went.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from .. import claims, doctor
 from ...core import env, models
+from ...core.folder_lock import hold
 from ... import frameworks, run_studies
 from ...execution.forkserver import ForkServers
 from ...plan.run import RunPlan
@@ -102,7 +104,19 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
     ``dry_run``: the params checked, each study's cells and estimate and the
     report's printed (:func:`dry_run_text`), nothing measured; returns None.
     ``scorecard=False``: the studies alone, the scorecard not judged (a later
-    report over the same folder judges it and measures none of them again)."""
+    report over the same folder judges it and measures none of them again).
+    Each study's folder (and the scorecard's) is held while it writes
+    (:mod:`fwcompare.core.folder_lock`): FolderInUse where another process
+    writes one of them; a dry run holds none. Reports of other studies may
+    share the profile's folder (the tests build two groups at once)."""
+    with contextlib.ExitStack() as held:
+        return _build(profile, out_root, fresh, studies, overrides, progress, budget_s,
+                      dry_run, scorecard, held)
+
+
+def _build(profile, out_root, fresh, studies, overrides, progress, budget_s, dry_run,
+           scorecard, held: contextlib.ExitStack) -> Path | None:
+    """:func:`build`; ``held`` takes the folders' locks once the params pass."""
     t_begin = time.monotonic()
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if progress else (
         lambda *a, **k: None)
@@ -148,6 +162,7 @@ def build(profile: str = "quick", out_root: Path | None = None, fresh: bool = Fa
                            [s for s in chosen if s not in dict(stale)], budget_s, fresh,
                            bool(on_gpu)))
         return None
+    held.enter_context(hold(*(out_root / study for study in [*chosen, *[SUMMARY] * scorecard])))
     # 1. Every study's cells in round passes (round 0 of every study, then round 1...),
     # the workers forked from one set of fork servers: a framework's imports once per
     # report, not per study.
