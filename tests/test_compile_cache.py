@@ -64,10 +64,17 @@ def test_a_fresh_cache_leaves_the_xla_caches_off():
     assert env["TORCHINDUCTOR_CACHE_DIR"] == cache
 
 
+# A worker forked from a fork server that made inductor's machine checks first
+# (forkserver_main._warm), under the server's temporary directory.
 TORCH_PROGRAM = """
 import os, sys, tempfile
 import torch
+from torch._inductor import cpu_vec_isa
 from fwcompare.frameworks.torch import backend
+tempfile.tempdir = sys.argv[1]  # the server's
+backend.warm_compiler()
+print("isa kept", cpu_vec_isa.valid_vec_isa_list.cache_info().currsize)
+tempfile.tempdir = None  # the worker's TMPDIR, as forkserver_main._child sets it
 backend.configure(1, "cpu")
 f = torch.compile(lambda a: torch.tanh(a @ a) + a)
 f(torch.ones(16, 16))
@@ -90,13 +97,36 @@ def _worker_env(tmp_path, name: str) -> dict:
 def test_inductors_precompiled_headers_outlive_the_worker_in_its_compile_cache(tmp_path):
     """A worker's torch.compile writes inductor's "global" precompiled headers
     into the compile cache the next round's worker reads, not into its own
-    temporary directory, which goes with it."""
-    r = subprocess.run([sys.executable, "-c", TORCH_PROGRAM], env=_worker_env(tmp_path, "r0"),
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    temporary directory, which goes with it, nor into its server's, where the
+    server's check of the machine's instruction sets first imported inductor's
+    cache module (and kept the check's answer for the worker)."""
+    server = tmp_path / "server-tmp"
+    server.mkdir()
+    r = subprocess.run([sys.executable, "-c", TORCH_PROGRAM, str(server)],
+                       env=_worker_env(tmp_path, "r0"), cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "isa kept 1" in r.stdout
+    assert not list(server.rglob("*.gch"))
     kept = tmp_path / "cache" / "inductor-globals"
     assert r.stdout.split("headers")[1].strip() == str(kept)
     assert list((kept / "precompiled_headers").glob("*.gch")), "no header was precompiled there"
+
+
+def test_a_worker_that_compiles_has_its_server_make_the_compiler_checks_first():
+    """The fork request's ``compiles`` (runner.compiles): a cell whose mode
+    compiles device code (torch.compile, the static-cache compile, XLA), not
+    eager, TorchScript's host trace or tf.function's graph."""
+    from types import SimpleNamespace as NS
+
+    from fwcompare.execution.runner import compiles
+
+    def job(framework, *modes):
+        return NS(framework=framework, cells=[NS(spec=NS(mode=m)) for m in modes])
+    assert compiles(job("torch", "eager", "compile")) and compiles(job("torch", "static-compile"))
+    assert not compiles(job("torch", "eager", "torchscript"))
+    assert compiles(job("tensorflow", "xla")) and not compiles(job("tensorflow", "graph"))
+    assert compiles(job("jax", "jit")) and not compiles(job("nosuch", "compile"))
 
 
 @pytest.mark.frameworks("torch")

@@ -89,11 +89,27 @@ def _child(sock: socket.socket, wake_r: int, fds: list[int], req: dict) -> None:
         os._exit(code)
 
 
-def serve(sock: socket.socket) -> None:
+def _warm(framework: str) -> None:
+    """The framework's compiler checks of the machine (its backend's
+    ``warm_compiler``), made before the first worker that compiles is forked;
+    checks that fail are left to the worker."""
+    from .. import frameworks
+
+    if frameworks.find(framework) is None:  # the prepare job's server
+        return
+    try:
+        frameworks.get_backend(framework).warm_compiler()
+    except Exception as exc:  # noqa: BLE001: the worker makes the checks itself
+        print(f"fwcompare: the fork server's compiler checks failed ({exc}); each "
+              f"worker makes them", file=sys.stderr, flush=True)
+
+
+def serve(sock: socket.socket, framework: str = "") -> None:
     """Fork a worker per request until the parent closes the socket; report
     each worker's exit; kill the workers still running on the way out, and
     remove their own temporary directories (a parent killed outright could
-    not: ``launch.fresh_tmpdir``)."""
+    not: ``launch.fresh_tmpdir``). Before the first worker that compiles,
+    ``framework``'s compiler checks of the machine (:func:`_warm`)."""
     import select
 
     wake_r, wake_w = os.pipe()
@@ -101,6 +117,7 @@ def serve(sock: socket.socket) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up byte is the point
     children: dict[int, str] = {}  # pid: its TMPDIR
+    warmed = False
 
     def reap() -> None:
         while children:
@@ -127,6 +144,9 @@ def serve(sock: socket.socket) -> None:
             if not msg:
                 return  # the parent closed its end, or died
             req = json.loads(msg)
+            if req.get("compiles") and not warmed:
+                _warm(framework)
+                warmed = True
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -155,7 +175,7 @@ def main(argv: list[str]) -> int:
 
     pin_threads(int(threads))  # before any import, as a worker does (children inherit it)
     _preload(framework, study, study_file, models)
-    serve(sock)
+    serve(sock, framework)
     # Nothing left to do: skip the interpreter's teardown of the imported
     # frameworks (seconds for TensorFlow), which the runner would wait for.
     sys.stdout.flush()

@@ -179,11 +179,14 @@ class ForkServer:
                 return False
         return True
 
-    def spawn(self, job_path: Path, env: dict, log, events: bool = True) -> Forked:
+    def spawn(self, job_path: Path, env: dict, log, events: bool = True,
+              compiles: bool = False) -> Forked:
         """Fork a worker for ``job_path`` with ``env`` (equal to the server's
         but for ``PER_WORKER_ENV``), its stderr to the open file ``log``; its
         stdout is a pipe (``Forked.stdout``: its events), or with ``events``
-        false goes to ``log`` too (a rank that sends none)."""
+        false goes to ``log`` too (a rank that sends none). ``compiles``: the
+        worker compiles device code; the server first makes its framework's
+        compiler checks of the machine (the backend's ``warm_compiler``), once."""
         if env_key(env) != self.key:
             raise ForkServerError("the worker's environment differs from the server's")
         in_r, in_w = os.pipe()
@@ -191,7 +194,7 @@ class ForkServer:
         try:
             with self._spawn_lock:
                 request = json.dumps({"job": str(job_path), "env": env,
-                                      "cwd": str(ROOT)}).encode()
+                                      "cwd": str(ROOT), "compiles": compiles}).encode()
                 try:
                     socket.send_fds(self._sock, [request], [in_r, out_w, log.fileno()])
                 except OSError as exc:

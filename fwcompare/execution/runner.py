@@ -48,6 +48,7 @@ from ..core.atomic import write_json
 from .context import RunContext
 from .forkserver import ForkServerError, ForkServers, kill_group
 from ..frameworks import Unsupported, check_precision, not_installed, worker_env
+from ..frameworks import find as find_framework
 from ..core.machine_load import HostMeter
 from ..plan.job import CELLS, PREPARE, CellRef, Job
 from ..plan.run import RunPlan
@@ -67,6 +68,12 @@ MAX_RESTARTS = 3
 def _hms(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def compiles(job: Job) -> bool:
+    """Whether a cell of ``job`` compiles device code (``Framework.compiles``)."""
+    fw = find_framework(job.framework)
+    return fw is not None and any(fw.compiles(c.spec.mode) for c in job.cells)
 
 
 class Worker:
@@ -91,7 +98,7 @@ class Worker:
         self.proc = None
         if server is not None:  # forked from its framework's pre-imported server
             try:
-                self.proc = server.spawn(path, env, self._log)
+                self.proc = server.spawn(path, env, self._log, compiles=compiles(job))
             except ForkServerError as exc:
                 self._log.write(f"fwcompare: fork server failed ({exc}); a fresh process\n")
                 self._log.flush()

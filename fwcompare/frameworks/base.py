@@ -210,6 +210,12 @@ class Backend(abc.ABC):
         """Thread counts and device, before any work; ``options``
         (``backend_options``): e.g. ``tf_autograph``."""
 
+    def warm_compiler(self) -> None:
+        """The compiler's checks of the machine, which a process that compiled
+        before has made (PyTorch's: inductor's instruction-set probes): made by
+        a fork server once, before it forks the first worker that compiles, so
+        that no first call counts them. Default: none."""
+
     @abc.abstractmethod
     def load(self, weights_dir, device: str, head: str = "base", dtype: str = "float32"):
         """The model with the shared weights (fp32 in every precision), set up

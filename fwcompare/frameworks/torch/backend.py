@@ -66,17 +66,19 @@ def keep_inductor_globals() -> str | None:
 
     Inductor reads the place once, when ``torch._inductor.codecache`` is first
     imported: this must run before (a worker imports it with its first
-    compile; the fork server's preload does not import it). The ranks of one
+    compile), or set it again where the fork server's warm-up imported it
+    (:func:`warm_compiler`, :func:`_headers_follow`). The ranks of one
     launch share a temporary directory and configure at once: the one that
     links second finds the link made."""
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not cache:
-        return None
     try:
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     except ImportError:  # an older PyTorch: nothing of the kind to keep
         return None
     link = default_cache_dir()
+    _headers_follow(link)
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not cache:
+        return None
     if (not os.path.basename(os.path.dirname(link)).startswith(TMPDIR_PREFIX)
             or os.path.lexists(link)):
         return None
@@ -88,6 +90,31 @@ def keep_inductor_globals() -> str | None:
     except FileExistsError:  # another rank of the launch linked it first
         return None
     return link
+
+
+def _headers_follow(place: str) -> None:
+    """Inductor's precompiled headers in ``place``, this worker's
+    ``default_cache_dir()``, where its fork server imported
+    ``torch._inductor.codecache`` already (:func:`warm_compiler`), which
+    fixed their folder in the server's."""
+    import sys
+
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is not None and hasattr(codecache, "_HEADER_DIR"):
+        codecache._HEADER_DIR = os.path.join(place, "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+
+
+def warm_compiler() -> None:
+    """Inductor's check of the machine's vector instruction sets (a g++ build
+    of a probe program per set, and a process that loads it), made in the fork
+    server before it forks a worker that compiles: once per server, as a
+    process that compiled before has it made, not in every worker's first
+    call (its cost: docs/measurements.md). The check's answer is kept in the
+    module (``valid_vec_isa_list``) that the worker inherits."""
+    from torch._inductor import cpu_vec_isa
+
+    cpu_vec_isa.valid_vec_isa_list()
 
 
 def set_precision(dtype: str, device: str) -> None:
