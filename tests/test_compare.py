@@ -12,9 +12,10 @@ from fwcompare.results.store import ResultStore, losses_frame, make_row
 from fwcompare.core.spec import RunSpec
 
 
-def spec(batch=1, threads=2, mode="eager", seq=8):
+def spec(batch=1, threads=2, mode="eager", seq=8, task="inference"):
     return RunSpec(study="inference_sweep", model="tiny-bert", framework="torch", mode=mode,
-                   device="cpu", dtype="float32", batch_size=batch, seq_len=seq, threads=threads)
+                   device="cpu", dtype="float32", batch_size=batch, seq_len=seq, threads=threads,
+                   task=task)
 
 
 def write_run(folder, cells, run_id, host, versions, rounds=1, env=None):
@@ -66,6 +67,21 @@ def test_known_ratios_with_intervals_and_the_geometric_mean(two_runs):
     assert (v["variant"], v["cells"]) == ("torch/eager", 2)
     assert v["geomean_time_b_over_a"] == pytest.approx(math.sqrt(3.0), rel=1e-12)
     assert v["ci_low"] < math.sqrt(3.0) < v["ci_high"]
+
+
+def test_the_printed_cells_name_the_task_where_a_variant_has_several(two_runs, tmp_path):
+    """end_to_end's variants time the fed training step and the input pipeline
+    alone at one shape: without the task, two rows would read as one cell twice."""
+    def per_cell(c):
+        return c.text().split("per cell:")[1].split("in one run only")[0]
+    assert " task " not in per_cell(cmp.compare(*two_runs))
+    x = np.full(20, 0.01)
+    runs = [write_run(tmp_path / "tasks" / side / "inference_sweep", {
+        spec(task="train"): ("ok", x * k), spec(task="pipeline"): ("ok", x * k / 100)},
+        f"run-{side}", "host", {"torch": "2.13.0"}) for side, k in (("a", 1), ("b", 2))]
+    header, *rows = per_cell(cmp.compare(*runs)).strip().splitlines()
+    assert header.split()[:4] == ["study", "model", "variant", "task"]
+    assert sorted(r.split()[3] for r in rows) == ["pipeline", "train"]
 
 
 def test_cells_in_one_run_and_the_environment_diff(two_runs):

@@ -234,9 +234,13 @@ class Comparison:
         def fmt(df: pd.DataFrame) -> str:
             return df.to_string(index=False, float_format=lambda v: f"{v:.3g}") if len(df) \
                 else "(none)"
-        cols = ["study", "model", "variant", "dtype", "batch_size", "seq_len",
-                *(a.name for a in axes(True)), "median_a_s", "median_b_s", "time_b_over_a",
-                "ci_low", "ci_high", "interval"]
+        # the task where a variant has several (end_to_end: the fed training step and
+        # the input pipeline alone), else two of its rows would read as one cell twice
+        tasks = (len(self.cells) and "task" in self.cells
+                 and self.cells.groupby(["study", "variant"])["task"].nunique().max() > 1)
+        cols = ["study", "model", "variant", *["task"] * bool(tasks), "dtype", "batch_size",
+                "seq_len", *(a.name for a in axes(True)), "median_a_s", "median_b_s",
+                "time_b_over_a", "ci_low", "ci_high", "interval"]
         return "\n\n".join([
             f"A: {self.a}\nB: {self.b}\ntime_b_over_a above 1: B is slower",
             "per variant (geometric mean over its cells, 95% CI):\n" + fmt(self.variants),
