@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 LOCK_NAME = ".fwcompare.lock"
-OWNERS_ENV = "FWCOMPARE_FOLDER_OWNERS"  # pids (comma-separated) whose folders this process may write
+# pids (comma-separated) whose folders this process may write: its holding parents
+OWNERS_ENV = "FWCOMPARE_FOLDER_OWNERS"
 
 _held: dict[Path, list] = {}  # resolved folder: [open lock file, times held]
 
