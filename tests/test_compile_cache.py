@@ -70,9 +70,10 @@ TORCH_PROGRAM = """
 import os, sys, tempfile
 import torch
 from torch._inductor import cpu_vec_isa
+from fwcompare.commands.forkserver_main import _warm
 from fwcompare.frameworks.torch import backend
 tempfile.tempdir = sys.argv[1]  # the server's
-backend.warm_compiler()
+_warm("torch")  # through the backend contract, as the server calls it
 print("isa kept", cpu_vec_isa.valid_vec_isa_list.cache_info().currsize)
 tempfile.tempdir = None  # the worker's TMPDIR, as forkserver_main._child sets it
 backend.configure(1, "cpu")
